@@ -1,0 +1,503 @@
+/* print.c - writes a Module as IR text, exactly the syntax frontend/ reads.
+ *
+ * The output is the newest MindSpore dump layout (ir-format.md §1.2-1.7):
+ * header, parameters, node counts, then every subgraph.  Counts are
+ * recomputed from the module, operand references are printed relative to
+ * the graph being printed (%k, %paraN_x, or $(@g:x) for another graph's
+ * node), and text kept verbatim by the reader (debug lines, raw brackets) is
+ * written back unchanged, so a canonical file round-trips byte for byte.
+ */
+#include <string.h>
+
+#include "sappc.h"
+
+static const Graph *cur_graph;
+
+static void put_i64(FILE *f, int64_t v)
+{
+	char buf[24];
+	char *p = buf + sizeof buf;
+	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+	do {
+		*--p = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (v < 0)
+		*--p = '-';
+	fwrite(p, 1, (size_t)(buf + sizeof buf - p), f);
+}
+
+static void put_sym(FILE *f, Sym s)
+{
+	fwrite(sym_str(s), 1, sym_len(s), f);
+}
+
+static const char *const numtype_name[] = {"", "I8", "I16", "I32", "I64", "U8", "U16", "U32",
+					    "U64", "F16", "F32", "F64", "BF16"};
+
+static void print_param_ref(FILE *f, const Node *p)
+{
+	fputs("%para", f);
+	if (p->local >= 0)
+		put_i64(f, p->local);
+	fputc('_', f);
+	put_sym(f, p->name);
+}
+
+static void print_node_ref(FILE *f, const Node *n)
+{
+	int same = n->g == cur_graph || (n->kind == NK_PARAM && !n->g);
+	if (!same) {
+		fputs("$(@", f);
+		put_sym(f, n->g ? n->g->name : 0);
+		fputc(':', f);
+		if (n->kind == NK_PARAM) {
+			fputs("para", f);
+			if (n->local >= 0)
+				put_i64(f, n->local);
+			fputc('_', f);
+			put_sym(f, n->name);
+		} else {
+			put_sym(f, n->name);
+		}
+		fputc(')', f);
+		return;
+	}
+	if (n->kind == NK_PARAM)
+		print_param_ref(f, n);
+	else {
+		fputc('%', f);
+		put_i64(f, n->local);
+	}
+}
+
+static void print_elems(FILE *f, const Value *v)
+{
+	for (uint32_t i = 0; i < v->n; i++) {
+		if (i)
+			fputs(", ", f);
+		if (v->kind == V_DICT && (i & 1)) {
+			/* key: value pairs: the separator before a value is ": " */
+		}
+		if (v->u.elems[i].key) {
+			put_sym(f, v->u.elems[i].key);
+			fputc('=', f);
+		}
+		ir_print_value(f, &v->u.elems[i]);
+	}
+}
+
+void ir_print_value(FILE *f, const Value *v)
+{
+	switch (v->kind) {
+	case V_INT:
+		if (v->numtype) {
+			fputs(numtype_name[v->numtype], f);
+			fputc('(', f);
+			put_i64(f, v->u.i);
+			fputc(')', f);
+		} else {
+			put_i64(f, v->u.i);
+		}
+		break;
+	case V_FLOAT:
+		if (v->numtype) {
+			fputs(numtype_name[v->numtype], f);
+			fputc('(', f);
+			put_sym(f, v->text);
+			fputc(')', f);
+		} else {
+			put_sym(f, v->text);
+		}
+		break;
+	case V_BOOL:
+		fputs(v->u.i ? "Bool(1)" : "Bool(0)", f);
+		break;
+	case V_STR:
+		fputc('"', f);
+		put_sym(f, v->text);
+		fputc('"', f);
+		break;
+	case V_WORD:
+	case V_RAW:
+	case V_EXTERN:
+		put_sym(f, v->text);
+		break;
+	case V_TUPLE:
+		fputc('(', f);
+		print_elems(f, v);
+		fputc(')', f);
+		break;
+	case V_LIST:
+		fputc('[', f);
+		print_elems(f, v);
+		fputc(']', f);
+		break;
+	case V_DICT:
+		fputc('{', f);
+		for (uint32_t i = 0; i + 1 < v->n; i += 2) {
+			if (i)
+				fputs(", ", f);
+			ir_print_value(f, &v->u.elems[i]);
+			fputs(": ", f);
+			ir_print_value(f, &v->u.elems[i + 1]);
+		}
+		fputc('}', f);
+		break;
+	case V_CALL:
+		put_sym(f, v->text);
+		fputc('(', f);
+		print_elems(f, v);
+		fputc(')', f);
+		break;
+	case V_NODE:
+		print_node_ref(f, v->u.node);
+		break;
+	case V_GRAPH:
+		fputc('@', f);
+		if (v->u.graph && !v->text)
+			put_sym(f, v->u.graph->name);
+		else
+			put_sym(f, v->text);
+		break;
+	default:
+		die("print: value kind %d", v->kind);
+	}
+}
+
+static void print_shape(FILE *f, const Shape *s)
+{
+	switch (s->kind) {
+	case SK_DIMS:
+	case SK_OLD:
+		fputc(s->kind == SK_DIMS ? '(' : '[', f);
+		for (int i = 0; i < s->rank; i++) {
+			if (i)
+				fputs(", ", f);
+			put_i64(f, s->dims[i]);
+		}
+		fputc(s->kind == SK_DIMS ? ')' : ']', f);
+		break;
+	case SK_NOSHAPE:
+		fputs("NoShape", f);
+		break;
+	case SK_TUPLE:
+	case SK_LIST:
+		fputs(s->kind == SK_TUPLE ? "TupleShape(" : "ListShape(", f);
+		for (int i = 0; i < s->rank; i++) {
+			if (i)
+				fputs(", ", f);
+			print_shape(f, &s->sub[i]);
+		}
+		fputc(')', f);
+		break;
+	default:
+		break;
+	}
+}
+
+void ir_print_abs(FILE *f, const Abs *a)
+{
+	fputc('<', f);
+	if (a->tstr)
+		put_sym(f, a->tstr);
+	else
+		fputs("null", f);
+	if (a->shape.kind != SK_NONE) {
+		fputs(", ", f);
+		print_shape(f, &a->shape);
+	}
+	if (a->has_value)
+		fputs(", value=...", f);
+	if (a->ref_key) {
+		fputs(a->ref_colon ? ", ref_key=:" : ", ref_key=", f);
+		put_sym(f, a->ref_key);
+	}
+	for (uint32_t i = 0; i < a->nextras; i++) {
+		fputs(", ", f);
+		put_sym(f, a->extras[i]);
+	}
+	fputc('>', f);
+}
+
+static void print_attrs(FILE *f, const AttrList *l)
+{
+	for (uint32_t i = 0; i < l->n; i++) {
+		if (i)
+			fputs(", ", f);
+		put_sym(f, l->a[i].key);
+		fputs(": ", f);
+		ir_print_value(f, &l->a[i].val);
+	}
+}
+
+static void print_groups(FILE *f, const Node *n)
+{
+	if (n->instance) {
+		fputs(" {instance name: ", f);
+		put_sym(f, n->instance);
+		fputc('}', f);
+	}
+	if (n->has_pattrs || n->pattrs.n) {
+		fputs(" primitive_attrs: {", f);
+		print_attrs(f, &n->pattrs);
+		fputc('}', f);
+	}
+	if (n->has_cattrs || n->cattrs.n) {
+		fputs(" cnode_attrs: {", f);
+		print_attrs(f, &n->cattrs);
+		fputc('}', f);
+	}
+	if (n->has_primal || n->primal.n) {
+		fputs(" cnode_primal_attrs: {", f);
+		print_attrs(f, &n->primal);
+		fputc('}', f);
+	}
+	if (n->strat.n) {
+		fputs(" {", f);
+		print_attrs(f, &n->strat);
+		fputc('}', f);
+	}
+}
+
+static void print_lines(FILE *f, const char *indent, const char *const *l, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		fputs(indent, f);
+		fputs(l[i], f);
+		fputc('\n', f);
+	}
+}
+
+static const char *scope_prefix(int k)
+{
+	switch (k) {
+	case SCOPE_FULLNAME:
+		return "      # Fullname with scope: (";
+	case SCOPE_SCOPE:
+		return "      # Scope: (";
+	case SCOPE_LOWER:
+		return "      # scope: (";
+	case SCOPE_LOWER_NOSPACE:
+		return "      #scope: (";
+	default:
+		return NULL;
+	}
+}
+
+static void print_args(FILE *f, const Node *n)
+{
+	fputc('(', f);
+	for (uint32_t i = 0; i < n->nargs; i++) {
+		if (i)
+			fputs(", ", f);
+		ir_print_value(f, &n->args[i]);
+	}
+	fputc(')', f);
+}
+
+void ir_print_node(FILE *f, const Node *n)
+{
+	if (n->cycle_mark) {
+		fputc('\n', f);
+		put_sym(f, n->cycle_mark);
+		fputc('\n', f);
+	}
+	if (n->kind == NK_RETURN) {
+		fputs("  Return", f);
+		print_args(f, n);
+		print_groups(f, n);
+		fputc('\n', f);
+		if (n->has_type_line) {
+			fputs("      : (", f);
+			ir_print_abs(f, &n->out);
+			fputs(")\n", f);
+		}
+	} else {
+		fputs("  %", f);
+		put_i64(f, n->local);
+		fputc('(', f);
+		put_sym(f, n->name);
+		fputs(") = ", f);
+		switch (n->callee_kind) {
+		case CK_PRIM:
+			if (n->primfunc)
+				fputs("PrimFunc_", f);
+			put_sym(f, n->prim);
+			break;
+		case CK_CALL:
+			fputs("call ", f);
+			ir_print_value(f, &n->callee);
+			break;
+		default:
+			ir_print_value(f, &n->callee);
+			if (n->funcunion)
+				put_sym(f, n->funcunion);
+			break;
+		}
+		print_args(f, n);
+		print_groups(f, n);
+		fputc('\n', f);
+		if (n->has_type_line) {
+			fputs("      : (", f);
+			for (uint32_t i = 0; i < n->nin_types; i++) {
+				if (i)
+					fputs(", ", f);
+				ir_print_abs(f, &n->in_types[i]);
+			}
+			fputs(") -> (", f);
+			ir_print_abs(f, &n->out);
+			fputs(")\n", f);
+		}
+	}
+	print_lines(f, "      ", n->xlines, n->nxlines);
+	const char *sp = scope_prefix(n->scope_kind);
+	if (sp) {
+		fputs(sp, f);
+		put_sym(f, n->scope);
+		fputs(")\n", f);
+	}
+	print_lines(f, "      ", n->debug, n->ndebug);
+}
+
+static void print_param_line(FILE *f, const Node *p)
+{
+	print_param_ref(f, p);
+	fputs(": ", f);
+	ir_print_abs(f, &p->out);
+	for (uint32_t i = 0; i < p->nargs; i++) {
+		const Value *v = &p->args[i];
+		if (v->kind == V_LIST || v->kind == V_TUPLE)
+			fputs(" : ", f);
+		else
+			fputs("  :  ", f);
+		ir_print_value(f, v);
+	}
+	fputc('\n', f);
+}
+
+static void print_graph(FILE *f, const Module *m, const Graph *g)
+{
+	cur_graph = g;
+	print_lines(f, "", g->lead, g->nlead);
+	if (g->indirect >= 0) {
+		fputs("indirect: ", f);
+		put_i64(f, g->indirect);
+		fputc('\n', f);
+	}
+	if (g->has_attr_block) {
+		fputs("subgraph attr:\n", f);
+		for (uint32_t i = 0; i < g->attrs.n; i++) {
+			put_sym(f, g->attrs.a[i].key);
+			fputc(':', f);
+			if (sym_len(g->attrs.a[i].val.text)) {
+				fputc(' ', f);
+				put_sym(f, g->attrs.a[i].val.text);
+			}
+			fputc('\n', f);
+		}
+	}
+	if (g->symbol_engine) {
+		fputs("subgraph symbol engine: ", f);
+		put_sym(f, g->symbol_engine);
+		fputc('\n', f);
+	}
+	if (g->has_instance) {
+		fputs("subgraph instance: ", f);
+		put_sym(f, g->name);
+		if (g->instance_ptr) {
+			fputs(" : ", f);
+			put_sym(f, g->instance_ptr);
+		}
+		fputc('\n', f);
+	}
+	int entry = g->is_entry;
+	if (!entry && g->params.n) {
+		fputs("# Parameters: ", f);
+		put_i64(f, g->params.n);
+		fputs(", (", f);
+		for (uint32_t i = 0; i < g->params.n; i++) {
+			if (i)
+				fputs(", ", f);
+			ir_print_abs(f, &g->params.a[i]->out);
+		}
+		fputs(")\n", f);
+	}
+	print_lines(f, "", g->pre, g->npre);
+	fputs("subgraph @", f);
+	put_sym(f, g->name);
+	if (g->parent) {
+		fputs(" parent: [subgraph @", f);
+		put_sym(f, g->parent);
+		fputc(']', f);
+	}
+	fputc('(', f);
+	if (!entry)
+		for (uint32_t i = 0; i < g->params.n; i++) {
+			if (i)
+				fputs(", ", f);
+			print_param_ref(f, g->params.a[i]);
+		}
+	fputs(") {\n", f);
+	for (uint32_t i = 0; i < g->nodes.n; i++)
+		if (!g->nodes.a[i]->dead)
+			ir_print_node(f, g->nodes.a[i]);
+	fputs("}\n", f);
+	if (g->has_order) {
+		fputs("# Order:\n", f);
+		print_lines(f, "", g->order, g->norder);
+	}
+	(void)m;
+}
+
+void ir_print_module(FILE *f, const Module *m)
+{
+	const Graph *entry = NULL;
+	for (uint32_t i = 0; i < m->graphs.n; i++)
+		if (m->graphs.a[i]->is_entry)
+			entry = m->graphs.a[i];
+	print_lines(f, "", m->lead, m->nlead);
+	fputs("# IR entry: @", f);
+	put_sym(f, entry ? entry->name : m->entry);
+	fputs("\n# Total subgraphs: ", f);
+	put_i64(f, m->graphs.n);
+	fputs("\n\n", f);
+	if (m->has_attrs) {
+		fputs("# Attrs:\n", f);
+		for (uint32_t i = 0; i < m->attrs.n; i++) {
+			put_sym(f, m->attrs.a[i].key);
+			fputc(':', f);
+			if (sym_len(m->attrs.a[i].val.text)) {
+				fputc(' ', f);
+				put_sym(f, m->attrs.a[i].val.text);
+			}
+			fputc('\n', f);
+		}
+		fputc('\n', f);
+	}
+	uint32_t np = entry ? entry->params.n : 0;
+	fputs("# Total params: ", f);
+	put_i64(f, np);
+	fputc('\n', f);
+	if (np) {
+		fputs("# Params:\n", f);
+		cur_graph = entry;
+		for (uint32_t i = 0; i < np; i++)
+			print_param_line(f, entry->params.a[i]);
+	}
+	fputs("\nNode counting information:\nTotal number of nodes: ", f);
+	put_i64(f, ir_count_nodes(m));
+	fputs("\nTotal number of cnodes: ", f);
+	put_i64(f, ir_count_cnodes(m));
+	fputs("\n\n", f);
+	for (uint32_t i = 0; i < m->graphs.n; i++) {
+		if (i)
+			fputs("\n\n", f);
+		print_graph(f, m, m->graphs.a[i]);
+	}
+	if (m->ntrail) {
+		fputs("\n\n", f);
+		print_lines(f, "", m->trail, m->ntrail);
+	}
+	cur_graph = NULL;
+}

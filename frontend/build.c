@@ -1,0 +1,1431 @@
+/* build.c - turns the parser's line-by-line actions into a Module.
+ *
+ * The dump format is a flat sequence of lines whose meaning depends on what
+ * came before (ir-format.md §1.2-1.3): a type line belongs to the node above
+ * it, "# ..." lines under a node are its scope and debug lines, comment lines
+ * between "subgraph instance" and "subgraph @" belong to that graph, and so
+ * on.  BuildCtx tracks that state.  Invariants kept here:
+ *   - operands refer to nodes defined earlier in the same graph (%k), to
+ *     parameters (%paraN_x), or to another graph's node ($(@g:x)); anything
+ *     else is an error, except with --fragment where it becomes V_EXTERN and
+ *     prints back verbatim;
+ *   - text that sappc does not interpret (debug lines, raw brackets) is kept
+ *     byte for byte so that the printer reproduces it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "build.h"
+#include "parser.h"
+
+#define MAX_LOCAL (1 << 24)
+
+typedef Vec(const char *) LineVec;
+
+struct BuildCtx {
+	Module *m;
+	LexState ls;
+	Graph *cur;          /* graph receiving nodes */
+	Graph *pending;      /* graph announced by "subgraph attr:" etc. but not opened */
+	Graph *closed;       /* last closed graph (for "# Order:") */
+	int in_braces;       /* between "subgraph @g(...) {" and "}" */
+	int implicit;        /* cur is the implicit graph of a headerless file */
+	Node *last;          /* node receiving type, scope and debug lines */
+	int in_order;
+	int attr_target;     /* 0 none, 1 module "# Attrs:", 2 pending graph */
+	VList *param_types;  /* "# Parameters:" of the pending graph */
+	LineVec pend;      /* comment lines waiting for their owner */
+	LineVec nodelines; /* debug lines of b->last */
+	LineVec xlines;
+	Vec(Node *) hparams;         /* "# Params:" lines: entry graph parameters */
+	Vec(Node *) locals;          /* %k -> node in cur */
+	Vec(VList *) vlists;
+	Vec(Groups *) groups;
+	int nforeign;
+	Sym cycle;
+	Sym funcunion;
+	int lexerr;
+	int fragment;
+	const char *fname;
+};
+
+/* ------------------------------------------------------------ helpers */
+
+static char *adup(BuildCtx *b, const char *p, size_t n)
+{
+	return arena_strndup(b->m->arena, p, n);
+}
+
+static const char **freeze(BuildCtx *b, void *vec_a, uint32_t n)
+{
+	if (!n)
+		return NULL;
+	return arena_dup(b->m->arena, vec_a, n * sizeof(const char *));
+}
+
+static void err(BuildCtx *b, Loc loc, const char *fmt, ...) PRINTF(3, 4);
+static void err(BuildCtx *b, Loc loc, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	(void)b;
+	diag_error_at(loc, "%s", msg);
+}
+
+static Loc lexloc(LexState *ls, const char *p)
+{
+	return (Loc){ls->line, (uint32_t)(p - ls->line_start) + 1};
+}
+
+static void lexerr(LexState *ls, const char *p, const char *msg)
+{
+	diag_error_at(lexloc(ls, p), "%s", msg);
+	ls->b->lexerr = 1;
+}
+
+/* Flush the debug lines collected for the last node onto it. */
+static void flush_node(BuildCtx *b)
+{
+	Node *n = b->last;
+	if (n) {
+		if (b->nodelines.n) {
+			n->debug = freeze(b, b->nodelines.a, b->nodelines.n);
+			n->ndebug = b->nodelines.n;
+		}
+		if (b->xlines.n) {
+			n->xlines = freeze(b, b->xlines.a, b->xlines.n);
+			n->nxlines = b->xlines.n;
+		}
+	}
+	b->nodelines.n = 0;
+	b->xlines.n = 0;
+	b->last = NULL;
+}
+
+static Graph *pending_graph(BuildCtx *b)
+{
+	if (!b->pending) {
+		b->pending = ir_graph_new(b->m, 0);
+		if (b->pend.n) {
+			b->pending->lead = freeze(b, b->pend.a, b->pend.n);
+			b->pending->nlead = b->pend.n;
+			b->pend.n = 0;
+		}
+	}
+	return b->pending;
+}
+
+static void attach_header_params(BuildCtx *b, Graph *g)
+{
+	if (!b->hparams.n || g->params.n)
+		return;
+	for (uint32_t i = 0; i < b->hparams.n; i++) {
+		b->hparams.a[i]->g = g;
+		vec_push(&g->params, b->hparams.a[i]);
+	}
+	b->hparams.n = 0;
+	g->is_entry = 1;
+}
+
+/* The graph that receives a node line: the open one, or an implicit graph
+ * for the hand-written minimal form and dump fragments. */
+static Graph *node_graph(BuildCtx *b, Loc loc)
+{
+	if (b->cur)
+		return b->cur;
+	Sym name = b->m->entry ? b->m->entry : intern_cstr("main");
+	Graph *g;
+	if (b->pending) {
+		g = b->pending;
+		b->pending = NULL;
+		if (!g->name)
+			g->name = name;
+	} else {
+		g = ir_graph_new(b->m, name);
+		if (b->pend.n) {
+			g->lead = freeze(b, b->pend.a, b->pend.n);
+			g->nlead = b->pend.n;
+			b->pend.n = 0;
+		}
+	}
+	if (!b->m->entry)
+		b->m->entry = g->name;
+	g->loc = loc;
+	if (g->name == b->m->entry)
+		attach_header_params(b, g);
+	b->cur = g;
+	b->implicit = 1;
+	b->locals.n = 0;
+	b->in_order = 0;
+	return g;
+}
+
+/* ------------------------------------------------------------ scanner helpers */
+
+static int starts(const char *p, const char *e, const char *w)
+{
+	size_t n = strlen(w);
+	return (size_t)(e - p) >= n && memcmp(p, w, n) == 0;
+}
+
+int lex_hash_line(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv, int *keep)
+{
+	const char *p = t, *e = t + n;
+	while (p < e && (*p == ' ' || *p == '\t' || *p == '\r'))
+		p++;
+	while (e > p && (e[-1] == '\r'))
+		e--;
+	lv->tok.p = p;
+	lv->tok.n = (uint32_t)(e - p);
+	const char *q = p + 1; /* after '#' */
+	const char *r = q;
+	while (r < e && *r == ' ')
+		r++;
+	if (starts(r, e, "IR entry")) {
+		const char *at = memchr(r, '@', (size_t)(e - r));
+		if (!at) {
+			lexerr(ls, r, "'# IR entry' line without '@graph'");
+			return BADCHAR;
+		}
+		const char *ne = e;
+		while (ne > at + 1 && (ne[-1] == ' ' || ne[-1] == '\t'))
+			ne--;
+		lv->tok.s = intern(at + 1, (size_t)(ne - at - 1));
+		return HDR_ENTRY;
+	}
+	if (starts(r, e, "Total subgraphs:"))
+		return HDR_NSUB;
+	if (starts(r, e, "Attrs:") && r == q + 1)
+		return HDR_ATTRS;
+	if (starts(r, e, "attrs") && q == r) {
+		/* MindSpore 1.x "#attrs         :" */
+		return HDR_ATTRS;
+	}
+	if (starts(r, e, "Total params"))
+		return HDR_NPARAMS;
+	if (starts(r, e, "Params:"))
+		return HDR_PARAMS;
+	if (starts(r, e, "Parameters:")) {
+		*keep = (int)(r + strlen("Parameters:") - t);
+		return HDR_PARAMETERS;
+	}
+	if (starts(r, e, "Order:"))
+		return ORDER_HDR;
+	if (starts(q, e, "------------------------> ")) {
+		lv->tok.s = intern(p, (size_t)(e - p));
+		return CYCLE_MARK;
+	}
+	int kind = 0;
+	const char *rest = NULL;
+	if (starts(r, e, "Fullname with scope:") && r == q + 1) {
+		kind = SCOPE_FULLNAME;
+		rest = r + strlen("Fullname with scope:");
+	} else if (starts(r, e, "Scope:") && r == q + 1) {
+		kind = SCOPE_SCOPE;
+		rest = r + strlen("Scope:");
+	} else if (starts(r, e, "scope:")) {
+		kind = r == q ? SCOPE_LOWER_NOSPACE : SCOPE_LOWER;
+		rest = r + strlen("scope:");
+		if (r != q && r != q + 1)
+			kind = 0;
+	}
+	if (kind) {
+		while (rest < e && *rest == ' ')
+			rest++;
+		const char *se = e;
+		while (se > rest && se[-1] == ' ')
+			se--;
+		if (rest < se && *rest == '(' && se[-1] == ')' && se - rest >= 2) {
+			lv->tok.k = kind;
+			lv->tok.s = intern(rest + 1, (size_t)(se - rest - 2));
+			return SCOPE_LINE;
+		}
+	}
+	return COMMENT;
+}
+
+void lex_nodedef(LexState *ls, const char *t, union IR_YYSTYPE *lv)
+{
+	const char *p = strchr(t, '%');
+	char *end;
+	errno = 0;
+	long long v = strtoll(p + 1, &end, 10);
+	if (errno || v > MAX_LOCAL) {
+		lexerr(ls, p, "node number too large");
+		v = -1;
+	}
+	const char *open = end; /* at '(' */
+	const char *close = strchr(open, ')');
+	lv->tok.i = v;
+	lv->tok.s = intern(open + 1, (size_t)(close - open - 1));
+	lv->tok.p = p;
+}
+
+static void split_param(const char *p, size_t n, Tok *tok)
+{
+	/* p points after "%para": digits, then '_' and the name */
+	size_t i = 0;
+	int64_t num = -1;
+	if (i < n && p[i] >= '0' && p[i] <= '9') {
+		num = 0;
+		while (i < n && p[i] >= '0' && p[i] <= '9') {
+			if (num < 100000000)
+				num = num * 10 + (p[i] - '0');
+			i++;
+		}
+	}
+	if (i < n && p[i] == '_')
+		i++;
+	tok->i = num;
+	tok->s = intern(p + i, n - i);
+}
+
+void lex_paramdef(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	(void)ls;
+	const char *p = strchr(t, '%') + 5;
+	const char *e = t + n - 1; /* ':' */
+	while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+		e--;
+	split_param(p, (size_t)(e - p), &lv->tok);
+	lv->tok.p = t;
+}
+
+void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	(void)ls;
+	split_param(t + 5, n - 5, &lv->tok);
+	lv->tok.p = t;
+	lv->tok.n = (uint32_t)n;
+}
+
+void lex_instance(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	(void)ls;
+	const char *p = t + strlen("subgraph instance:");
+	const char *e = t + n;
+	while (p < e && *p == ' ')
+		p++;
+	while (e > p && (e[-1] == ' ' || e[-1] == '\r'))
+		e--;
+	/* "NAME : PTR" - split at the last " : " */
+	const char *sep = NULL;
+	for (const char *q = p; q + 3 <= e; q++)
+		if (q[0] == ' ' && q[1] == ':' && q[2] == ' ')
+			sep = q;
+	if (sep) {
+		lv->tok.s = intern(p, (size_t)(sep - p));
+		lv->tok.s2 = intern(sep + 3, (size_t)(e - sep - 3));
+	} else {
+		lv->tok.s = intern(p, (size_t)(e - p));
+		lv->tok.s2 = 0;
+	}
+}
+
+void lex_instname(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	(void)ls;
+	const char *p = t + strlen("{instance name:");
+	const char *e = t + n - 1;
+	while (p < e && *p == ' ')
+		p++;
+	while (e > p && e[-1] == ' ')
+		e--;
+	lv->tok.s = intern(p, (size_t)(e - p));
+}
+
+void lex_foreign(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	(void)ls;
+	const char *g = t + 3;
+	const char *colon = memchr(g, ':', n - 3);
+	lv->tok.s = intern(g, (size_t)(colon - g));
+	lv->tok.s2 = intern(colon + 1, (size_t)(t + n - 1 - colon - 1));
+	lv->tok.p = t;
+	lv->tok.n = (uint32_t)n;
+}
+
+void lex_attrline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	(void)ls;
+	const char *e = t + n;
+	while (e > t && e[-1] == '\r')
+		e--;
+	const char *colon = memchr(t, ':', (size_t)(e - t));
+	if (!colon) {
+		lv->tok.s = 0;
+		lv->tok.s2 = intern(t, (size_t)(e - t));
+		return;
+	}
+	lv->tok.s = intern(t, (size_t)(colon - t));
+	const char *v = colon + 1;
+	if (v < e && *v == ' ')
+		v++;
+	lv->tok.s2 = intern(v, (size_t)(e - v));
+}
+
+int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv)
+{
+	errno = 0;
+	long long v = strtoll(t, NULL, 10);
+	if (errno == ERANGE) {
+		lexerr(ls, t, "integer literal out of range");
+		return BADINT;
+	}
+	lv->tok.i = v;
+	lv->tok.p = t;
+	return INT;
+}
+
+/* ------------------------------------------------------------ grammar actions */
+
+void b_syntax_error(BuildCtx *b, int line, int col, const char *msg)
+{
+	if (b->lexerr) {
+		b->lexerr = 0; /* the scanner already explained it */
+		return;
+	}
+	if (strstr(msg, "BADCHAR"))
+		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "stray character in input");
+	else if (strstr(msg, "BADSTRING"))
+		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "unterminated string");
+	else if (strstr(msg, "UNTERMINATED"))
+		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "unbalanced brackets: missing closing bracket before end of line");
+	else if (strstr(msg, "TOODEEP"))
+		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "brackets nested too deeply (more than 1000 levels)");
+	else if (strstr(msg, "memory exhausted"))
+		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "input nested too deeply for the parser");
+	else
+		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "%s", msg);
+}
+
+int b_abort(BuildCtx *b)
+{
+	(void)b;
+	return diag_too_many();
+}
+
+void b_entry(BuildCtx *b, Tok *t)
+{
+	b->m->entry = t->s;
+	b->m->has_header = 1;
+	if (b->pend.n && !b->m->nlead && !b->m->graphs.n) {
+		b->m->lead = freeze(b, b->pend.a, b->pend.n);
+		b->m->nlead = b->pend.n;
+		b->pend.n = 0;
+	}
+	b->attr_target = 0;
+}
+
+void b_header_attrs(BuildCtx *b)
+{
+	b->m->has_attrs = 1;
+	b->attr_target = 1;
+}
+
+void b_attrline(BuildCtx *b, Tok *t)
+{
+	Value v = {0};
+	v.kind = V_RAW;
+	v.text = t->s2;
+	AttrList *l;
+	if (b->attr_target == 1)
+		l = &b->m->attrs;
+	else
+		l = &pending_graph(b)->attrs;
+	Attr *na = arena_alloc(b->m->arena, (l->n + 1) * sizeof(Attr));
+	if (l->n)
+		memcpy(na, l->a, l->n * sizeof(Attr));
+	na[l->n].key = t->s;
+	na[l->n].val = v;
+	l->a = na;
+	l->n++;
+}
+
+static Node *new_param(BuildCtx *b, Graph *g, Tok *t, Loc loc)
+{
+	Node *n = ir_node_new(b->m, g, NK_PARAM);
+	n->local = (int32_t)t->i;
+	n->name = t->s;
+	n->loc = loc;
+	return n;
+}
+
+static Node *find_param(BuildCtx *b, Graph *g, int64_t num, Sym name)
+{
+	if (g)
+		for (uint32_t i = 0; i < g->params.n; i++)
+			if (g->params.a[i]->name == name && g->params.a[i]->local == num)
+				return g->params.a[i];
+	for (uint32_t i = 0; i < b->hparams.n; i++)
+		if (b->hparams.a[i]->name == name && b->hparams.a[i]->local == num)
+			return b->hparams.a[i];
+	Graph *e = ir_entry(b->m);
+	if (e && e != g)
+		for (uint32_t i = 0; i < e->params.n; i++)
+			if (e->params.a[i]->name == name && e->params.a[i]->local == num)
+				return e->params.a[i];
+	return NULL;
+}
+
+void b_paramdef(BuildCtx *b, Loc loc, Tok *t, Abs *type, VList *tail)
+{
+	Graph *g = b->cur; /* a parameter line inside a graph belongs to it */
+	if (find_param(b, g, t->i, t->s)) {
+		err(b, loc, "duplicate parameter '%%para%s%s'", t->i >= 0 ? "" : "_", sym_str(t->s));
+		return;
+	}
+	Node *n = new_param(b, g, t, loc);
+	if (type)
+		n->out = *type;
+	if (tail) {
+		n->nargs = tail->v.n;
+		n->args = arena_dup(b->m->arena, tail->v.a, tail->v.n * sizeof(Value));
+		for (uint32_t i = 0; i < tail->v.n; i++)
+			if (value_is_word(&tail->v.a[i], "has_default"))
+				n->has_default = 1;
+	}
+	if (g)
+		vec_push(&g->params, n);
+	else
+		vec_push(&b->hparams, n);
+}
+
+void b_indirect(BuildCtx *b, Tok *t)
+{
+	pending_graph(b)->indirect = (int32_t)t->i;
+}
+
+void b_sg_attr(BuildCtx *b)
+{
+	Graph *g = pending_graph(b);
+	g->has_attr_block = 1;
+	b->attr_target = 2;
+	b->in_order = 0;
+}
+
+void b_sg_instance(BuildCtx *b, Tok *t)
+{
+	Graph *g = pending_graph(b);
+	g->has_instance = 1;
+	g->name = t->s;
+	g->instance_ptr = t->s2;
+	b->attr_target = 0;
+}
+
+void b_sg_symeng(BuildCtx *b, Tok *t)
+{
+	const char *p = t->p + strlen("subgraph symbol engine:");
+	const char *e = t->p + t->n;
+	if (p < e && *p == ' ')
+		p++;
+	pending_graph(b)->symbol_engine = intern(p, (size_t)(e - p));
+}
+
+void b_sg_parameters(BuildCtx *b, VList *types)
+{
+	pending_graph(b);
+	b->param_types = types;
+	if (!types)
+		b->param_types = b_vlist(b);
+}
+
+Value b_sgparam(BuildCtx *b, Tok *t)
+{
+	(void)b;
+	Value v = {0};
+	v.kind = V_WORD;
+	v.text = t->s;
+	v.u.i = t->i;
+	return v;
+}
+
+void b_sg_open(BuildCtx *b, Loc loc, Tok *name, Tok *parent, VList *params)
+{
+	flush_node(b);
+	if (b->cur && b->in_braces)
+		err(b, loc, "'subgraph' inside subgraph '%s' (missing '}')", sym_str(b->cur->name));
+	Graph *g = b->pending;
+	b->pending = NULL;
+	if (!g) {
+		g = ir_graph_new(b->m, name->s);
+		if (b->pend.n) {
+			g->lead = freeze(b, b->pend.a, b->pend.n);
+			g->nlead = b->pend.n;
+			b->pend.n = 0;
+		}
+	} else if (g->name && g->name != name->s) {
+		err(b, loc, "subgraph '@%s' follows the header of '%s'", sym_str(name->s), sym_str(g->name));
+	}
+	g->name = name->s;
+	g->loc = loc;
+	if (parent)
+		g->parent = parent->s;
+	if (!b->m->entry)
+		b->m->entry = g->name;
+	int other_entry = 0;
+	for (uint32_t i = 0; i < b->m->graphs.n; i++)
+		if (b->m->graphs.a[i] != g && b->m->graphs.a[i]->is_entry)
+			other_entry = 1;
+	if (g->name == b->m->entry && !other_entry)
+		attach_header_params(b, g);
+	if (params) {
+		for (uint32_t i = 0; i < params->v.n; i++) {
+			Tok t = {0};
+			t.s = params->v.a[i].text;
+			t.i = params->v.a[i].u.i;
+			Node *p = find_param(b, g, t.i, t.s);
+			if (p && p->g == g)
+				continue; /* header parameter listed again */
+			p = new_param(b, g, &t, loc);
+			if (b->param_types && i < b->param_types->abs.n)
+				p->out = *b->param_types->abs.a[i];
+			vec_push(&g->params, p);
+		}
+	}
+	b->param_types = NULL;
+	b->cur = g;
+	b->in_braces = 1;
+	b->implicit = 0;
+	b->locals.n = 0;
+	b->in_order = 0;
+	b->attr_target = 0;
+	if (b->pend.n) { /* comments right before the graph line */
+		const char **old = g->pre;
+		uint32_t no = g->npre;
+		const char **np = arena_alloc(b->m->arena, (no + b->pend.n) * sizeof *np);
+		if (no)
+			memcpy(np, old, no * sizeof *np);
+		memcpy(np + no, b->pend.a, b->pend.n * sizeof *np);
+		g->pre = np;
+		g->npre = no + b->pend.n;
+		b->pend.n = 0;
+	}
+}
+
+void b_sg_close(BuildCtx *b, Loc loc)
+{
+	flush_node(b);
+	if (!b->cur || !b->in_braces) {
+		err(b, loc, "'}' without an open subgraph");
+		return;
+	}
+	if (b->pend.n) { /* comments after the last node: keep them inside */
+		b->cur->order = NULL;
+	}
+	b->closed = b->cur;
+	b->cur = NULL;
+	b->in_braces = 0;
+	b->locals.n = 0;
+}
+
+void b_order(BuildCtx *b)
+{
+	flush_node(b);
+	Graph *g = b->cur ? b->cur : b->closed;
+	if (!g) {
+		b_comment(b, &(Tok){.p = "# Order:", .n = 8});
+		return;
+	}
+	g->has_order = 1;
+	b->in_order = 1;
+}
+
+static void add_line(LineVec *v, const char *s)
+{
+	vec_push(v, s);
+}
+
+void b_comment(BuildCtx *b, Tok *t)
+{
+	const char *s = adup(b, t->p, t->n);
+	if (b->in_order) {
+		Graph *g = b->closed;
+		if (g) {
+			const char **np = arena_alloc(b->m->arena, (g->norder + 1) * sizeof *np);
+			if (g->norder)
+				memcpy(np, g->order, g->norder * sizeof *np);
+			np[g->norder++] = s;
+			g->order = np;
+			return;
+		}
+	}
+	if (b->last) {
+		add_line(&b->nodelines, s);
+		return;
+	}
+	if (b->pending && !b->cur) {
+		Graph *g = b->pending;
+		const char **np = arena_alloc(b->m->arena, (g->npre + 1) * sizeof *np);
+		if (g->npre)
+			memcpy(np, g->pre, g->npre * sizeof *np);
+		np[g->npre++] = s;
+		g->pre = np;
+		return;
+	}
+	add_line(&b->pend, s);
+}
+
+void b_scope(BuildCtx *b, Loc loc, Tok *t)
+{
+	(void)loc;
+	if (b->last && !b->last->scope_kind && b->nodelines.n == 0) {
+		b->last->scope_kind = (uint8_t)t->k;
+		b->last->scope = t->s;
+		return;
+	}
+	b_comment(b, t);
+}
+
+void b_cycle(BuildCtx *b, Tok *t)
+{
+	flush_node(b);
+	b->cycle = t->s;
+}
+
+void b_textline(BuildCtx *b, Tok *t)
+{
+	flush_node(b);
+	b->in_order = 0;
+	add_line(&b->pend, adup(b, t->p, t->n));
+}
+
+static void apply_groups(BuildCtx *b, Node *n, Groups *g)
+{
+	if (!g)
+		return;
+	n->instance = g->instance;
+	AttrList *dst[4] = {&n->pattrs, &n->cattrs, &n->primal, &n->strat};
+	uint8_t *has[4] = {&n->has_pattrs, &n->has_cattrs, &n->has_primal, &n->has_strat};
+	for (int i = 0; i < 4; i++) {
+		*has[i] = g->has[i];
+		dst[i]->n = g->attrs[i].n;
+		dst[i]->a = g->attrs[i].n ? arena_dup(b->m->arena, g->attrs[i].a, g->attrs[i].n * sizeof(Attr)) : NULL;
+	}
+	/* pipeline stage written as a node attribute */
+	Value *st = ir_attr_get(&n->cattrs, "stage");
+	if (!st)
+		st = ir_attr_get(&n->primal, "stage");
+	if (!st)
+		st = ir_attr_get(&n->cattrs, "pipeline_stage");
+	int64_t s;
+	if (st && value_get_int(st, &s))
+		n->stage = (int32_t)s;
+}
+
+static void register_local(BuildCtx *b, Loc loc, int64_t k, Node *n)
+{
+	if (k < 0)
+		return;
+	if ((uint64_t)k >= b->locals.n) {
+		uint32_t old = b->locals.n;
+		vec_grow(&b->locals, (uint32_t)k + 1 - old);
+		memset(b->locals.a + old, 0, ((size_t)k + 1 - old) * sizeof(Node *));
+		b->locals.n = (uint32_t)k + 1;
+	}
+	if (b->locals.a[k]) {
+		err(b, loc, "duplicate node %%%lld (first defined on line %u)", (long long)k, b->locals.a[k]->loc.line);
+		return;
+	}
+	b->locals.a[k] = n;
+}
+
+static void set_args(BuildCtx *b, Node *n, VList *args)
+{
+	if (!args)
+		return;
+	n->nargs = args->v.n;
+	n->args = arena_dup(b->m->arena, args->v.a, args->v.n * sizeof(Value));
+}
+
+void b_node(BuildCtx *b, Loc loc, Tok *def, Value *callee, VList *args, Groups *g)
+{
+	flush_node(b);
+	b->in_order = 0;
+	Graph *gr = node_graph(b, loc);
+	Node *n = ir_node_new(b->m, gr, NK_CNODE);
+	n->loc = loc;
+	n->local = (int32_t)def->i;
+	n->name = def->s;
+	n->cycle_mark = b->cycle;
+	b->cycle = 0;
+	switch (callee->kind) {
+	case V_WORD: {
+		const char *s = sym_str(callee->text);
+		n->callee_kind = CK_PRIM;
+		if (strncmp(s, "PrimFunc_", 9) == 0) {
+			n->primfunc = 1;
+			n->prim = intern_cstr(s + 9);
+		} else {
+			n->prim = callee->text;
+		}
+		n->op = (uint16_t)op_lookup(sym_str(n->prim), sym_len(n->prim));
+		break;
+	}
+	case V_GRAPH:
+		n->callee_kind = CK_CALL;
+		n->callee = *callee;
+		break;
+	case V_EXTERN:
+		n->callee_kind = CK_EXTERN;
+		n->callee = *callee;
+		break;
+	default:
+		n->callee_kind = CK_NODE;
+		n->callee = *callee;
+		break;
+	}
+	n->funcunion = b->funcunion;
+	b->funcunion = 0;
+	set_args(b, n, args);
+	apply_groups(b, n, g);
+	register_local(b, loc, def->i, n);
+	vec_push(&gr->nodes, n);
+	b->last = n;
+}
+
+void b_return(BuildCtx *b, Loc loc, VList *args, Groups *g)
+{
+	flush_node(b);
+	b->in_order = 0;
+	Graph *gr = node_graph(b, loc);
+	Node *n = ir_node_new(b->m, gr, NK_RETURN);
+	n->loc = loc;
+	n->callee_kind = CK_PRIM;
+	n->prim = intern_cstr("Return");
+	n->cycle_mark = b->cycle;
+	b->cycle = 0;
+	set_args(b, n, args);
+	apply_groups(b, n, g);
+	vec_push(&gr->nodes, n);
+	b->last = n;
+}
+
+void b_typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out)
+{
+	Node *n = b->last;
+	if (!n) {
+		err(b, loc, "type line without a node above it");
+		return;
+	}
+	if (n->has_type_line || b->nodelines.n) {
+		/* a further line (symbolic shapes, kernel info): keep its text */
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		if (!f)
+			return;
+		fputs(": (", f);
+		for (uint32_t i = 0; ins && i < ins->abs.n; i++) {
+			if (i)
+				fputs(", ", f);
+			ir_print_abs(f, ins->abs.a[i]);
+		}
+		fputc(')', f);
+		if (out) {
+			fputs(" -> (", f);
+			ir_print_abs(f, out);
+			fputc(')', f);
+		}
+		fclose(f);
+		add_line(&b->xlines, adup(b, buf, len));
+		free(buf);
+		return;
+	}
+	n->has_type_line = 1;
+	if (ins && ins->abs.n) {
+		n->nin_types = ins->abs.n;
+		n->in_types = arena_alloc(b->m->arena, ins->abs.n * sizeof(Abs));
+		for (uint32_t i = 0; i < ins->abs.n; i++)
+			n->in_types[i] = *ins->abs.a[i];
+	}
+	if (n->kind == NK_RETURN) {
+		if (out)
+			err(b, loc, "the Return node's type line has no '->' part");
+		if (n->nin_types == 1) {
+			n->out = n->in_types[0];
+			n->nin_types = 0;
+			n->in_types = NULL;
+		} else if (n->nin_types > 1) {
+			err(b, loc, "the Return node's type line lists %u types, expected one", n->nin_types);
+		}
+		return;
+	}
+	if (!out) {
+		err(b, loc, "type line without '-> (output type)'");
+		return;
+	}
+	n->out = *out;
+}
+
+Value b_callee_prim(BuildCtx *b, Tok *t)
+{
+	(void)b;
+	Value v = {0};
+	v.kind = V_WORD;
+	v.text = t->s;
+	return v;
+}
+
+Value b_callee_call(BuildCtx *b, Loc loc, Tok *kw, Tok *g)
+{
+	Value v = {0};
+	if (strcmp(sym_str(kw->s), "call") != 0)
+		err(b, loc, "expected 'call @graph' but found '%s @...'", sym_str(kw->s));
+	v.kind = V_GRAPH;
+	v.text = g->s;
+	return v;
+}
+
+static Value extern_value(const char *p, size_t n)
+{
+	Value v = {0};
+	v.kind = V_EXTERN;
+	v.text = intern(p, n);
+	return v;
+}
+
+Value b_ref_local(BuildCtx *b, Loc loc, Tok *t)
+{
+	int64_t k = t->i;
+	if (b->cur && k >= 0 && (uint64_t)k < b->locals.n && b->locals.a[k])
+		return value_node(b->locals.a[k]);
+	char buf[32];
+	int n = snprintf(buf, sizeof buf, "%%%lld", (long long)k);
+	if (!b->fragment)
+		err(b, loc, "undefined node %%%lld (operands must be defined above their use)", (long long)k);
+	return extern_value(buf, (size_t)n);
+}
+
+Value b_ref_param(BuildCtx *b, Loc loc, Tok *t)
+{
+	Node *p = find_param(b, b->cur, t->i, t->s);
+	if (p)
+		return value_node(p);
+	if (!b->fragment)
+		err(b, loc, "undefined parameter '%.*s'", (int)t->n, t->p);
+	return extern_value(t->p, t->n);
+}
+
+Value b_ref_foreign(BuildCtx *b, Loc loc, Tok *t)
+{
+	/* resolved at the end of the parse, when every graph is known */
+	Value v = extern_value(t->p, t->n);
+	v.u.i = ((int64_t)loc.line << 32) | loc.col;
+	b->nforeign++;
+	return v;
+}
+
+Value b_ref_graph(BuildCtx *b, Tok *t)
+{
+	(void)b;
+	Value v = {0};
+	v.kind = V_GRAPH;
+	v.text = t->s;
+	return v;
+}
+
+void b_funcunion(BuildCtx *b, Tok *t)
+{
+	b->funcunion = intern(t->p, t->n);
+}
+
+Groups *b_groups(BuildCtx *b)
+{
+	Groups *g = xcalloc(1, sizeof *g);
+	vec_push(&b->groups, g);
+	return g;
+}
+
+void b_group_instance(BuildCtx *b, Groups *g, Tok *t)
+{
+	(void)b;
+	g->instance = t->s;
+}
+
+void b_group_merge(BuildCtx *b, Groups *g, Groups *attrs, int which)
+{
+	(void)b;
+	g->has[which] = 1;
+	for (uint32_t i = 0; i < attrs->attrs[0].n; i++)
+		vec_push(&g->attrs[which], attrs->attrs[0].a[i]);
+}
+
+void b_group_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest)
+{
+	(void)b;
+	g->has[3] = 1;
+	Attr a = {intern_cstr("in_strategy"), *first};
+	vec_push(&g->attrs[3], a);
+	for (uint32_t i = 0; i < rest->attrs[0].n; i++)
+		vec_push(&g->attrs[3], rest->attrs[0].a[i]);
+}
+
+void b_attr_push(BuildCtx *b, Groups *g, Tok *key, Value *v)
+{
+	(void)b;
+	Attr a = {key->s, *v};
+	vec_push(&g->attrs[0], a);
+}
+
+Value b_int(Tok *t)
+{
+	return value_int(t->i, NT_BARE);
+}
+
+Value b_float(Tok *t, NumType nt)
+{
+	Value v = {0};
+	v.kind = V_FLOAT;
+	v.numtype = (uint8_t)nt;
+	v.text = intern(t->p, t->n);
+	v.u.f = strtod(sym_str(v.text), NULL);
+	return v;
+}
+
+Value b_string(Tok *t)
+{
+	Value v = {0};
+	v.kind = V_STR;
+	v.text = t->s;
+	return v;
+}
+
+Value b_word(Tok *t)
+{
+	Value v = {0};
+	v.kind = V_WORD;
+	v.text = t->s;
+	return v;
+}
+
+Value b_raw(Tok *t)
+{
+	Value v = {0};
+	v.kind = V_RAW;
+	v.text = intern(t->p, t->n);
+	return v;
+}
+
+Value b_refkey(Tok *t)
+{
+	Value v = {0};
+	v.kind = V_RAW;
+	v.key = intern_cstr("ref_key");
+	v.text = intern(t->p, t->n);
+	return v;
+}
+
+Value b_valdots(void)
+{
+	Value v = {0};
+	v.kind = V_WORD;
+	v.key = intern_cstr("value");
+	v.text = intern_cstr("value=...");
+	return v;
+}
+
+static const struct {
+	const char *name;
+	NumType nt;
+	int isfloat;
+} scalar_types[] = {
+	{"I8", NT_I8, 0},   {"I16", NT_I16, 0}, {"I32", NT_I32, 0}, {"I64", NT_I64, 0},
+	{"U8", NT_U8, 0},   {"U16", NT_U16, 0}, {"U32", NT_U32, 0}, {"U64", NT_U64, 0},
+	{"F16", NT_F16, 1}, {"F32", NT_F32, 1}, {"F64", NT_F64, 1}, {"BF16", NT_BF16, 1},
+};
+
+Value b_call(BuildCtx *b, Loc loc, Tok *name, VList *args)
+{
+	const char *s = sym_str(name->s);
+	uint32_t n = args ? args->v.n : 0;
+	if (n == 1 && !args->v.a[0].key) {
+		Value *a = &args->v.a[0];
+		if (strcmp(s, "Bool") == 0 && a->kind == V_INT) {
+			if (a->u.i != 0 && a->u.i != 1)
+				err(b, loc, "Bool(%lld): a Bool is 0 or 1", (long long)a->u.i);
+			return value_bool(a->u.i != 0);
+		}
+		for (size_t i = 0; i < sizeof scalar_types / sizeof scalar_types[0]; i++) {
+			if (strcmp(s, scalar_types[i].name) != 0)
+				continue;
+			if (a->kind == V_INT && !scalar_types[i].isfloat)
+				return value_int(a->u.i, scalar_types[i].nt);
+			if (scalar_types[i].isfloat && (a->kind == V_INT || a->kind == V_FLOAT || a->kind == V_WORD)) {
+				Value v = {0};
+				v.kind = V_FLOAT;
+				v.numtype = (uint8_t)scalar_types[i].nt;
+				if (a->kind == V_INT) {
+					char buf[32];
+					snprintf(buf, sizeof buf, "%lld", (long long)a->u.i);
+					v.text = intern_cstr(buf);
+					v.u.f = (double)a->u.i;
+				} else {
+					v.text = a->text;
+					v.u.f = strtod(sym_str(a->text), NULL);
+				}
+				return v;
+			}
+		}
+	}
+	Value v = b_seq(b, V_CALL, args);
+	v.text = name->s;
+	return v;
+}
+
+Value b_seq(BuildCtx *b, ValueKind k, VList *l)
+{
+	Value v = {0};
+	v.kind = (uint8_t)k;
+	if (l && l->v.n) {
+		v.n = l->v.n;
+		v.u.elems = arena_dup(b->m->arena, l->v.a, l->v.n * sizeof(Value));
+	}
+	return v;
+}
+
+VList *b_vlist(BuildCtx *b)
+{
+	VList *l = xcalloc(1, sizeof *l);
+	vec_push(&b->vlists, l);
+	return l;
+}
+
+void b_vpush(VList *l, Value v)
+{
+	vec_push(&l->v, v);
+}
+
+void b_vpush_kw(VList *l, Tok *key, Value v)
+{
+	v.key = key->s;
+	b_vpush(l, v);
+}
+
+void b_apush(BuildCtx *b, VList *l, Abs *a)
+{
+	(void)b;
+	vec_push(&l->abs, a);
+}
+
+static Sym dtype_of(const char *t)
+{
+	const char *p = strstr(t, "Tensor[");
+	char close = ']';
+	if (!p) {
+		p = strstr(t, "Tensor(");
+		close = ')';
+	}
+	if (!p)
+		return 0;
+	p += 7;
+	const char *e = strchr(p, close);
+	if (!e)
+		return 0;
+	return intern(p, (size_t)(e - p));
+}
+
+static int to_shape(BuildCtx *b, Loc loc, const Value *v, Shape *s)
+{
+	memset(s, 0, sizeof *s);
+	if (v->kind == V_TUPLE || v->kind == V_LIST) {
+		if (v->n > MAX_RANK) {
+			err(b, loc, "tensor rank %u exceeds the limit of %d", v->n, MAX_RANK);
+			return 0;
+		}
+		s->kind = v->kind == V_TUPLE ? SK_DIMS : SK_OLD;
+		s->rank = (uint8_t)v->n;
+		s->dims = v->n ? arena_alloc(b->m->arena, v->n * sizeof(int64_t)) : NULL;
+		for (uint32_t i = 0; i < v->n; i++) {
+			if (v->u.elems[i].kind != V_INT)
+				return 0;
+			s->dims[i] = v->u.elems[i].u.i;
+			if (s->dims[i] < -2) {
+				err(b, loc, "invalid dimension %lld in shape", (long long)s->dims[i]);
+				return 0;
+			}
+		}
+		return 1;
+	}
+	if (v->kind == V_WORD && strcmp(sym_str(v->text), "NoShape") == 0 && !v->key) {
+		s->kind = SK_NOSHAPE;
+		return 1;
+	}
+	if (v->kind == V_CALL) {
+		const char *nm = sym_str(v->text);
+		int tuple = strcmp(nm, "TupleShape") == 0;
+		if (!tuple && strcmp(nm, "ListShape") != 0)
+			return 0;
+		if (v->n > 255)
+			return 0;
+		s->kind = tuple ? SK_TUPLE : SK_LIST;
+		s->rank = (uint8_t)v->n;
+		s->sub = v->n ? arena_alloc(b->m->arena, v->n * sizeof(Shape)) : NULL;
+		for (uint32_t i = 0; i < v->n; i++)
+			if (!to_shape(b, loc, &v->u.elems[i], &s->sub[i]))
+				return 0;
+		return 1;
+	}
+	return 0;
+}
+
+Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
+{
+	Abs *a = arena_alloc(b->m->arena, sizeof *a);
+	a->tstr = tstr;
+	const char *t = sym_str(tstr);
+	a->is_ref = strncmp(t, "Ref[", 4) == 0;
+	a->dtype = dtype_of(t);
+	a->is_tensor = a->dtype != 0;
+	Vec(Sym) extras = {0};
+	for (uint32_t i = 0; items && i < items->v.n; i++) {
+		Value *v = &items->v.a[i];
+		if (i == 0 && to_shape(b, loc, v, &a->shape))
+			continue;
+		if (v->kind == V_RAW && v->key) { /* ref_key */
+			const char *k = sym_str(v->text);
+			if (*k == ':') {
+				a->ref_colon = 1;
+				k++;
+			}
+			a->ref_key = intern_cstr(k);
+			a->extras_pos = extras.n;
+			continue;
+		}
+		if (v->kind == V_WORD && v->key) { /* value=... */
+			a->has_value = 1;
+			continue;
+		}
+		if (v->kind == V_WORD || v->kind == V_RAW) {
+			vec_push(&extras, v->text);
+			continue;
+		}
+		/* anything else: keep its printed text */
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		if (f) {
+			ir_print_value(f, v);
+			fclose(f);
+			vec_push(&extras, intern(buf, len));
+			free(buf);
+		}
+	}
+	if (extras.n) {
+		a->extras = arena_dup(b->m->arena, extras.a, extras.n * sizeof(Sym));
+		a->nextras = extras.n;
+	}
+	vec_free(&extras);
+	return a;
+}
+
+static Sym join3(Sym a, const char *mid, Sym c, const char *end)
+{
+	size_t la = sym_len(a), lm = strlen(mid), lc = sym_len(c), le = strlen(end);
+	char stackbuf[256];
+	char *buf = la + lm + lc + le < sizeof stackbuf ? stackbuf : xmalloc(la + lm + lc + le + 1);
+	memcpy(buf, sym_str(a), la);
+	memcpy(buf + la, mid, lm);
+	memcpy(buf + la + lm, sym_str(c), lc);
+	memcpy(buf + la + lm + lc, end, le);
+	Sym s = intern(buf, la + lm + lc + le);
+	if (buf != stackbuf)
+		free(buf);
+	return s;
+}
+
+Sym b_tstr_wrap(BuildCtx *b, Tok *outer, int bracket, Sym inner)
+{
+	(void)b;
+	return join3(outer->s, bracket == '[' ? "[" : "(", inner, bracket == '[' ? "]" : ")");
+}
+
+Sym b_tstr_rep(BuildCtx *b, Sym t, Tok *n)
+{
+	(void)b;
+	char num[32];
+	snprintf(num, sizeof num, "%lld", (long long)n->i);
+	return join3(t, "*", intern_cstr(num), "");
+}
+
+Sym b_tstr_join(BuildCtx *b, Sym a, Sym c)
+{
+	(void)b;
+	return join3(a, ",", c, "");
+}
+
+/* ------------------------------------------------------------ driver */
+
+static Node *lookup_foreign(Module *m, const char *text, Graph **gout)
+{
+	/* text is "$(@graph:name)" */
+	const char *g0 = text + 3;
+	const char *colon = strchr(g0, ':');
+	const char *end = text + strlen(text) - 1;
+	if (!colon || colon > end)
+		return NULL;
+	Graph *g = ir_find_graph(m, intern(g0, (size_t)(colon - g0)));
+	*gout = g;
+	if (!g)
+		return NULL;
+	Sym name = intern(colon + 1, (size_t)(end - colon - 1));
+	const char *nm = sym_str(name);
+	if (strncmp(nm, "para", 4) == 0) {
+		Tok t = {0};
+		split_param(nm + 4, strlen(nm + 4), &t);
+		for (uint32_t j = 0; j < g->params.n; j++)
+			if (g->params.a[j]->name == t.s && g->params.a[j]->local == t.i)
+				return g->params.a[j];
+	}
+	for (uint32_t j = 0; j < g->nodes.n; j++)
+		if (g->nodes.a[j]->name == name)
+			return g->nodes.a[j];
+	return NULL;
+}
+
+static void resolve_value(BuildCtx *b, Value *v)
+{
+	if (v->kind == V_EXTERN && strncmp(sym_str(v->text), "$(@", 3) == 0) {
+		Graph *g = NULL;
+		Node *hit = lookup_foreign(b->m, sym_str(v->text), &g);
+		if (hit) {
+			*v = value_node(hit);
+		} else if (!b->fragment) {
+			Loc loc = {(uint32_t)(v->u.i >> 32), (uint32_t)(v->u.i & 0xffffffff)};
+			diag_error_at(loc, "undefined reference '%s' (%s)", sym_str(v->text),
+				      g ? "no such node in that graph" : "no such graph in the file");
+		}
+		return;
+	}
+	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL)
+		for (uint32_t i = 0; i < v->n; i++)
+			resolve_value(b, &v->u.elems[i]);
+}
+
+static void resolve_foreign(BuildCtx *b)
+{
+	if (!b->nforeign)
+		return;
+	for (uint32_t i = 0; i < b->m->graphs.n; i++) {
+		Graph *g = b->m->graphs.a[i];
+		for (uint32_t j = 0; j < g->nodes.n; j++) {
+			Node *n = g->nodes.a[j];
+			for (uint32_t k = 0; k < n->nargs; k++)
+				resolve_value(b, &n->args[k]);
+			if (n->callee_kind == CK_EXTERN) {
+				resolve_value(b, &n->callee);
+				if (n->callee.kind == V_NODE)
+					n->callee_kind = CK_NODE;
+			}
+		}
+	}
+}
+
+static int check_nul(const char *fname, const char *buf, size_t len)
+{
+	const char *z = memchr(buf, 0, len);
+	if (!z)
+		return 0;
+	uint32_t line = 1;
+	const char *ls = buf;
+	for (const char *p = buf; p < z; p++)
+		if (*p == '\n') {
+			line++;
+			ls = p + 1;
+		}
+	(void)fname;
+	diag_error_at((Loc){line, (uint32_t)(z - ls) + 1}, "NUL byte in input (not a text IR file?)");
+	return -1;
+}
+
+Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment)
+{
+	Source src = {filename, buf, len};
+	diag_set_source(&src);
+	int errs0 = diag_errors();
+	if (len == 0 || strspn(buf, " \t\r\n") == len) {
+		diag_error_at((Loc){1, 1}, "empty input: no graph to read");
+		return NULL;
+	}
+	if (check_nul(filename, buf, len))
+		return NULL;
+	BuildCtx *b = xcalloc(1, sizeof *b);
+	b->m = ir_module_new(filename);
+	b->m->fragment = (uint8_t)fragment;
+	b->fragment = fragment;
+	b->fname = filename;
+	b->ls.buf = buf;
+	b->ls.len = len;
+	b->ls.scan = b->ls.line_start = buf;
+	b->ls.line = 1;
+	b->ls.b = b;
+	int rc = lex_run(&b->ls, (char *)buf, len);
+	flush_node(b);
+	if (b->cur && b->in_braces && !diag_errors())
+		diag_error_at(b->cur->loc, "subgraph '@%s' is not closed with '}'", sym_str(b->cur->name));
+	if (b->pending) {
+		/* "subgraph attr:" etc. with no graph after it */
+		if (!b->pending->name)
+			b->pending->name = intern_cstr("main");
+	}
+	if (b->hparams.n) {
+		Graph *g = ir_entry(b->m);
+		if (!g) {
+			g = ir_graph_new(b->m, b->m->entry ? b->m->entry : intern_cstr("main"));
+			if (!b->m->entry)
+				b->m->entry = g->name;
+		}
+		attach_header_params(b, g);
+	}
+	if (b->pend.n) {
+		if (!b->m->graphs.n && !b->m->has_header) {
+			b->m->lead = freeze(b, b->pend.a, b->pend.n);
+			b->m->nlead = b->pend.n;
+		} else {
+			b->m->trail = freeze(b, b->pend.a, b->pend.n);
+			b->m->ntrail = b->pend.n;
+		}
+	}
+	if (!b->m->graphs.n && !diag_errors() && !b->m->has_header)
+		diag_error_at((Loc){1, 1}, "no graph, node or parameter in the input");
+	if (!b->m->graphs.n)
+		ir_graph_new(b->m, b->m->entry ? b->m->entry : intern_cstr("main"));
+	if (!b->m->entry)
+		b->m->entry = b->m->graphs.a[0]->name;
+	Graph *e = ir_entry(b->m);
+	if (e)
+		e->is_entry = 1;
+	resolve_foreign(b);
+	if (rc == 2)
+		diag_error("out of memory while parsing");
+	for (uint32_t i = 0; i < b->vlists.n; i++) {
+		vec_free(&b->vlists.a[i]->v);
+		vec_free(&b->vlists.a[i]->abs);
+		free(b->vlists.a[i]);
+	}
+	for (uint32_t i = 0; i < b->groups.n; i++) {
+		for (int j = 0; j < 4; j++)
+			vec_free(&b->groups.a[i]->attrs[j]);
+		free(b->groups.a[i]);
+	}
+	vec_free(&b->vlists);
+	vec_free(&b->groups);
+	vec_free(&b->pend);
+	vec_free(&b->nodelines);
+	vec_free(&b->xlines);
+	vec_free(&b->hparams);
+	vec_free(&b->locals);
+	Module *m = b->m;
+	free(b);
+	if (diag_errors() > errs0 || rc != 0) {
+		if (rc != 0 && diag_errors() == errs0)
+			diag_error_at((Loc){1, 1}, "cannot parse the input");
+		ir_module_free(m);
+		return NULL;
+	}
+	return m;
+}

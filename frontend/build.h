@@ -1,0 +1,104 @@
+/* build.h - the interface between the scanner/parser and build.c. */
+#ifndef SAPPC_BUILD_H
+#define SAPPC_BUILD_H
+
+#include "sappc.h"
+
+typedef struct Tok {
+	const char *p;
+	uint32_t n;
+	int k;
+	int64_t i;
+	Sym s, s2;
+} Tok;
+
+typedef struct VList {
+	Vec(Value) v;
+	Vec(Abs *) abs;
+} VList;
+
+typedef struct Groups {
+	Sym instance;
+	uint8_t has[4];
+	Vec(Attr) attrs[4]; /* 0 primitive, 1 cnode, 2 primal, 3 strategy */
+} Groups;
+
+typedef struct BuildCtx BuildCtx;
+
+typedef struct LexState {
+	const char *buf;
+	size_t len;
+	const char *scan, *line_start;
+	uint32_t line;
+	int depth, tdepth, rawdepth, rawkind, prev_state, eof_nl;
+	const char *rawstart;
+	BuildCtx *b;
+} LexState;
+
+/* scanner helpers (build.c) */
+union IR_YYSTYPE;
+int lex_hash_line(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv, int *keep);
+void lex_nodedef(LexState *ls, const char *t, union IR_YYSTYPE *lv);
+void lex_paramdef(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+void lex_instance(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+void lex_instname(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+void lex_foreign(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+void lex_attrline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv);
+int lex_run(LexState *ls, char *buf, size_t len);
+
+/* grammar actions (build.c) */
+void b_syntax_error(BuildCtx *b, int line, int col, const char *msg);
+int b_abort(BuildCtx *b);
+void b_entry(BuildCtx *b, Tok *t);
+void b_header_attrs(BuildCtx *b);
+void b_attrline(BuildCtx *b, Tok *t);
+void b_paramdef(BuildCtx *b, Loc loc, Tok *t, Abs *type, VList *tail);
+void b_indirect(BuildCtx *b, Tok *t);
+void b_sg_attr(BuildCtx *b);
+void b_sg_instance(BuildCtx *b, Tok *t);
+void b_sg_symeng(BuildCtx *b, Tok *t);
+void b_sg_parameters(BuildCtx *b, VList *types);
+void b_sg_open(BuildCtx *b, Loc loc, Tok *name, Tok *parent, VList *params);
+void b_sg_close(BuildCtx *b, Loc loc);
+void b_order(BuildCtx *b);
+void b_comment(BuildCtx *b, Tok *t);
+void b_scope(BuildCtx *b, Loc loc, Tok *t);
+void b_cycle(BuildCtx *b, Tok *t);
+void b_textline(BuildCtx *b, Tok *t);
+void b_node(BuildCtx *b, Loc loc, Tok *def, Value *callee, VList *args, Groups *g);
+void b_return(BuildCtx *b, Loc loc, VList *args, Groups *g);
+void b_typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out);
+Value b_sgparam(BuildCtx *b, Tok *t);
+Value b_callee_prim(BuildCtx *b, Tok *t);
+Value b_callee_call(BuildCtx *b, Loc loc, Tok *kw, Tok *g);
+Value b_ref_local(BuildCtx *b, Loc loc, Tok *t);
+Value b_ref_param(BuildCtx *b, Loc loc, Tok *t);
+Value b_ref_foreign(BuildCtx *b, Loc loc, Tok *t);
+Value b_ref_graph(BuildCtx *b, Tok *t);
+void b_funcunion(BuildCtx *b, Tok *t);
+Groups *b_groups(BuildCtx *b);
+void b_group_instance(BuildCtx *b, Groups *g, Tok *t);
+void b_group_merge(BuildCtx *b, Groups *g, Groups *attrs, int which);
+void b_group_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest);
+void b_attr_push(BuildCtx *b, Groups *g, Tok *key, Value *v);
+Value b_int(Tok *t);
+Value b_float(Tok *t, NumType nt);
+Value b_string(Tok *t);
+Value b_word(Tok *t);
+Value b_raw(Tok *t);
+Value b_refkey(Tok *t);
+Value b_valdots(void);
+Value b_call(BuildCtx *b, Loc loc, Tok *name, VList *args);
+Value b_seq(BuildCtx *b, ValueKind k, VList *l);
+VList *b_vlist(BuildCtx *b);
+void b_vpush(VList *l, Value v);
+void b_vpush_kw(VList *l, Tok *key, Value v);
+void b_apush(BuildCtx *b, VList *l, Abs *a);
+Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items);
+Sym b_tstr_wrap(BuildCtx *b, Tok *outer, int bracket, Sym inner);
+Sym b_tstr_rep(BuildCtx *b, Sym t, Tok *n);
+Sym b_tstr_join(BuildCtx *b, Sym a, Sym c);
+
+#endif

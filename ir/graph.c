@@ -1,0 +1,199 @@
+/* graph.c - Module / Graph / Node construction and the small queries every
+ * pass uses.  Nodes are arena-allocated and never freed individually; a pass
+ * that removes a node marks it dead and drops it from its graph's list. */
+#include <string.h>
+
+#include "sappc.h"
+
+Module *ir_module_new(const char *filename)
+{
+	Module *m = xcalloc(1, sizeof *m);
+	m->arena = arena_new();
+	m->filename = filename ? arena_strndup(m->arena, filename, strlen(filename)) : "<input>";
+	m->next_param = 1;
+	return m;
+}
+
+void ir_module_free(Module *m)
+{
+	if (!m)
+		return;
+	for (uint32_t i = 0; i < m->graphs.n; i++) {
+		vec_free(&m->graphs.a[i]->params);
+		vec_free(&m->graphs.a[i]->nodes);
+	}
+	vec_free(&m->graphs);
+	vec_free(&m->externs);
+	arena_free(m->arena);
+	free(m);
+}
+
+Graph *ir_graph_new(Module *m, Sym name)
+{
+	Graph *g = arena_alloc(m->arena, sizeof *g);
+	g->name = name;
+	g->indirect = -1;
+	g->index = m->graphs.n;
+	vec_push(&m->graphs, g);
+	return g;
+}
+
+Graph *ir_entry(Module *m)
+{
+	Graph *g = m->entry ? ir_find_graph(m, m->entry) : NULL;
+	return g ? g : (m->graphs.n ? m->graphs.a[0] : NULL);
+}
+
+Graph *ir_find_graph(Module *m, Sym name)
+{
+	for (uint32_t i = 0; i < m->graphs.n; i++)
+		if (m->graphs.a[i]->name == name)
+			return m->graphs.a[i];
+	return NULL;
+}
+
+Node *ir_node_new(Module *m, Graph *g, NodeKind k)
+{
+	Node *n = arena_alloc(m->arena, sizeof *n);
+	n->id = m->next_id++;
+	n->kind = (uint8_t)k;
+	n->g = g;
+	n->stage = -1;
+	n->local = -1;
+	return n;
+}
+
+Node *ir_cnode_new(Module *m, Graph *g, int op, const char *prim, uint32_t nargs)
+{
+	Node *n = ir_node_new(m, g, NK_CNODE);
+	n->op = (uint16_t)op;
+	n->callee_kind = CK_PRIM;
+	n->prim = intern_cstr(prim ? prim : op_table[op].name);
+	n->nargs = nargs;
+	n->args = nargs ? arena_alloc(m->arena, nargs * sizeof(Value)) : NULL;
+	n->has_type_line = 1;
+	return n;
+}
+
+void ir_graph_insert(Graph *g, uint32_t pos, Node *n)
+{
+	vec_grow(&g->nodes, 1);
+	memmove(&g->nodes.a[pos + 1], &g->nodes.a[pos], (g->nodes.n - pos) * sizeof(Node *));
+	g->nodes.a[pos] = n;
+	g->nodes.n++;
+	n->g = g;
+}
+
+Value *ir_attr_get_sym(const AttrList *l, Sym key)
+{
+	for (uint32_t i = 0; i < l->n; i++)
+		if (l->a[i].key == key)
+			return &l->a[i].val;
+	return NULL;
+}
+
+Value *ir_attr_get(const AttrList *l, const char *key)
+{
+	for (uint32_t i = 0; i < l->n; i++)
+		if (strcmp(sym_str(l->a[i].key), key) == 0)
+			return &l->a[i].val;
+	return NULL;
+}
+
+void ir_attr_set(Module *m, AttrList *l, const char *key, Value v)
+{
+	Value *old = ir_attr_get(l, key);
+	if (old) {
+		*old = v;
+		return;
+	}
+	Attr *na = arena_alloc(m->arena, (l->n + 1) * sizeof(Attr));
+	if (l->n)
+		memcpy(na, l->a, l->n * sizeof(Attr));
+	na[l->n].key = intern_cstr(key);
+	na[l->n].val = v;
+	l->a = na;
+	l->n++;
+}
+
+int ir_node_is_op(const Node *n, int op)
+{
+	return n && n->kind == NK_CNODE && n->callee_kind == CK_PRIM && n->op == op;
+}
+
+const char *ir_node_fullname(const Node *n)
+{
+	return sym_str(n->scope);
+}
+
+const OpInfo *ir_opinfo(const Node *n)
+{
+	return &op_table[n->kind == NK_CNODE && n->callee_kind == CK_PRIM ? n->op : OP_UNKNOWN];
+}
+
+Node *ir_look_through(Node *n)
+{
+	for (int guard = 0; n && guard < 1000000; guard++) {
+		if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM ||
+		    !(op_table[n->op].flags & OPF_LOOKTHROUGH) || n->nargs == 0 ||
+		    n->args[0].kind != V_NODE)
+			return n;
+		n = n->args[0].u.node;
+	}
+	return n;
+}
+
+void ir_renumber(Graph *g)
+{
+	int32_t k = 0;
+	for (uint32_t i = 0; i < g->nodes.n; i++)
+		if (g->nodes.a[i]->kind == NK_CNODE)
+			g->nodes.a[i]->local = k++;
+}
+
+void ir_clear_marks(Module *m)
+{
+	for (uint32_t i = 0; i < m->graphs.n; i++) {
+		Graph *g = m->graphs.a[i];
+		for (uint32_t j = 0; j < g->params.n; j++)
+			g->params.a[j]->mark = 0;
+		for (uint32_t j = 0; j < g->nodes.n; j++)
+			g->nodes.a[j]->mark = 0;
+	}
+}
+
+uint32_t ir_count_cnodes(const Module *m)
+{
+	uint32_t c = 0;
+	for (uint32_t i = 0; i < m->graphs.n; i++)
+		c += m->graphs.a[i]->nodes.n;
+	return c;
+}
+
+/* MindSpore counts every node met in its topological sort: CNodes, parameters
+ * and value nodes.  We count each literal operand and each primitive or graph
+ * callee as one value node (shared value nodes cannot be told apart in text). */
+uint32_t ir_count_nodes(const Module *m)
+{
+	uint32_t c = 0;
+	for (uint32_t i = 0; i < m->graphs.n; i++) {
+		const Graph *g = m->graphs.a[i];
+		c += g->params.n + g->nodes.n;
+		for (uint32_t j = 0; j < g->nodes.n; j++) {
+			const Node *n = g->nodes.a[j];
+			if (n->kind != NK_CNODE)
+				continue;
+			if (n->callee_kind == CK_PRIM || n->callee_kind == CK_CALL)
+				c++;
+			for (uint32_t k = 0; k < n->nargs; k++)
+				if (n->args[k].kind != V_NODE && n->args[k].kind != V_EXTERN)
+					c++;
+		}
+	}
+	return c;
+}
+
+const Abs *ir_in_abs(const Node *n, uint32_t i)
+{
+	return i < n->nin_types ? &n->in_types[i] : NULL;
+}

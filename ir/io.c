@@ -1,0 +1,127 @@
+/* io.c - whole-file input and atomic output.  Output goes to a temporary
+ * file beside the target and is renamed over it only on success, so a
+ * failed run never leaves partial output and never clobbers anything. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sappc.h"
+
+int io_read_file(const char *path, char **buf, size_t *len)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+	if (!f) {
+		diag_error("cannot open '%s': %s", path, strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	size_t cap = 1 << 16;
+	if (f != stdin && fstat(fileno(f), &st) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			diag_error("'%s' is a directory", path);
+			fclose(f);
+			return -1;
+		}
+		if (S_ISREG(st.st_mode) && st.st_size > 0)
+			cap = (size_t)st.st_size + 2;
+	}
+	char *b = xmalloc(cap);
+	size_t n = 0;
+	for (;;) {
+		if (cap - n < 2) {
+			cap *= 2;
+			b = xrealloc(b, cap);
+		}
+		size_t r = fread(b + n, 1, cap - n - 2, f);
+		n += r;
+		if (r == 0)
+			break;
+	}
+	int err = ferror(f);
+	if (f != stdin)
+		fclose(f);
+	if (err) {
+		diag_error("cannot read '%s'", path);
+		free(b);
+		return -1;
+	}
+	/* two NULs: flex's yy_scan_buffer wants them at the end */
+	b[n] = b[n + 1] = 0;
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
+int out_open(OutFile *o, const char *path)
+{
+	memset(o, 0, sizeof *o);
+	if (!path || strcmp(path, "-") == 0) {
+		o->f = stdout;
+		return 0;
+	}
+	o->path = xstrdup(path);
+	size_t n = strlen(path);
+	o->tmp = xmalloc(n + 16);
+	snprintf(o->tmp, n + 16, "%s.tmpXXXXXX", path);
+	int fd = mkstemp(o->tmp);
+	if (fd < 0) {
+		diag_error("cannot create '%s': %s", path, strerror(errno));
+		free(o->tmp);
+		free(o->path);
+		o->tmp = o->path = NULL;
+		return -1;
+	}
+	fchmod(fd, 0644);
+	o->f = fdopen(fd, "w");
+	if (!o->f) {
+		close(fd);
+		unlink(o->tmp);
+		diag_error("cannot create '%s': %s", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int out_commit(OutFile *o)
+{
+	int rc = 0;
+	if (o->f == stdout) {
+		if (fflush(stdout) != 0 || ferror(stdout)) {
+			diag_error("write error on standard output");
+			rc = -1;
+		}
+		o->f = NULL;
+		return rc;
+	}
+	if (!o->f)
+		return -1;
+	if (fflush(o->f) != 0 || ferror(o->f))
+		rc = -1;
+	if (fclose(o->f) != 0)
+		rc = -1;
+	o->f = NULL;
+	if (rc == 0 && rename(o->tmp, o->path) != 0)
+		rc = -1;
+	if (rc != 0) {
+		diag_error("cannot write '%s': %s", o->path, strerror(errno));
+		unlink(o->tmp);
+	}
+	free(o->tmp);
+	free(o->path);
+	o->tmp = o->path = NULL;
+	return rc;
+}
+
+void out_abort(OutFile *o)
+{
+	if (o->f && o->f != stdout) {
+		fclose(o->f);
+		unlink(o->tmp);
+	}
+	o->f = NULL;
+	free(o->tmp);
+	free(o->path);
+	o->tmp = o->path = NULL;
+}

@@ -1,0 +1,461 @@
+/* sappc.h - the one data model every stage of sappc shares.
+ *
+ * Core types first, then the cross-file prototypes grouped by the file that
+ * defines them (QBE all.h style).  A Module owns one Arena; everything hanging
+ * off the module (graphs, nodes, values, attribute lists, shapes) lives in it
+ * and is freed by ir_module_free().  Identifiers are interned (Sym) once at
+ * parse time and compared as integers afterwards.
+ */
+#ifndef SAPPC_H
+#define SAPPC_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#if defined(__GNUC__)
+#define NORETURN __attribute__((noreturn))
+#define PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define NORETURN
+#define PRINTF(a, b)
+#endif
+
+#define MAX_RANK 16 /* tensor rank limit (dims beyond this are an input error) */
+
+/* ------------------------------------------------------------------ arena.c */
+typedef struct Arena Arena;
+
+Arena *arena_new(void);
+void *arena_alloc(Arena *a, size_t n);  /* zeroed, 16-byte aligned */
+void *arena_dup(Arena *a, const void *p, size_t n);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+size_t arena_used(const Arena *a);
+void arena_free(Arena *a);
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t m);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+/* Growable array with a small header: Vec(T) v = {0}; vec_push(&v, x). */
+#define Vec(T) struct { T *a; uint32_t n, cap; }
+#define vec_grow(v, extra)                                                       \
+	do {                                                                     \
+		if ((v)->n + (extra) > (v)->cap) {                               \
+			uint32_t nc_ = (v)->cap ? (v)->cap * 2 : 8;              \
+			while (nc_ < (v)->n + (extra)) nc_ *= 2;                 \
+			(v)->a = xrealloc((v)->a, (size_t)nc_ * sizeof *(v)->a); \
+			(v)->cap = nc_;                                          \
+		}                                                                \
+	} while (0)
+#define vec_push(v, x)                     \
+	do {                               \
+		vec_grow(v, 1);            \
+		(v)->a[(v)->n++] = (x);    \
+	} while (0)
+#define vec_free(v) (free((v)->a), (v)->a = NULL, (v)->n = (v)->cap = 0)
+
+/* ----------------------------------------------------------------- intern.c */
+typedef uint32_t Sym; /* 0 is "no symbol" */
+
+Sym intern(const char *s, size_t n);
+Sym intern_cstr(const char *s);
+const char *sym_str(Sym s);
+size_t sym_len(Sym s);
+void intern_free_all(void);
+
+/* --------------------------------------------------------------- ops.def */
+enum {
+#define OP(id, name, arity, shape, family, flags) OP_##id,
+#include "ops.def"
+#undef OP
+	OP_COUNT_
+};
+#define OP_UNKNOWN 0 /* first entry of ops.def */
+
+/* Operator families: what SAPP, layouts and the interpreter dispatch on. */
+typedef enum {
+	FAM_OPAQUE,     /* unknown or structural: no strategy of its own */
+	FAM_STRUCT,     /* Load, Depend, UpdateState, MakeTuple, TupleGetItem, ... */
+	FAM_MATMUL,
+	FAM_BATCHMATMUL,
+	FAM_CONV,
+	FAM_POOL,
+	FAM_BATCHNORM,
+	FAM_LAYERNORM,
+	FAM_RMSNORM,
+	FAM_ELEMWISE,   /* binary broadcasting element-wise */
+	FAM_UNARY,      /* activations and other unary element-wise */
+	FAM_BIASADD,
+	FAM_SOFTMAX,
+	FAM_REDUCE,
+	FAM_RESHAPE,
+	FAM_TRANSPOSE,
+	FAM_FLATTEN,
+	FAM_GATHER,
+	FAM_ONEHOT,
+	FAM_STRIDEDSLICE,
+	FAM_CONCAT,
+	FAM_SPLIT,
+	FAM_CAST,
+	FAM_LOSS,       /* SoftmaxCrossEntropyWithLogits & co */
+	FAM_SPARSELOSS, /* SparseSoftmaxCrossEntropyWithLogits */
+	FAM_COMM,       /* AllReduce, AllGather, ... */
+	FAM_P2P,        /* Send, Receive */
+	FAM_VIRTUAL,    /* _VirtualDataset, _VirtualDiv, _MirrorOperator */
+	FAM_EXPANDDIMS,
+	FAM_SQUEEZE,
+	FAM_ARGWITHVALUE,
+} OpFamily;
+
+/* Shape rules used by verify and by the lowering to re-infer local shapes. */
+typedef enum {
+	SHAPE_NONE,      /* unknown: outputs are taken as declared */
+	SHAPE_SAME,      /* output = input 0 */
+	SHAPE_BROADCAST, /* numpy broadcast of all tensor inputs */
+	SHAPE_MATMUL,
+	SHAPE_BATCHMATMUL,
+	SHAPE_RESHAPE,   /* operand 1 = target shape tuple */
+	SHAPE_TRANSPOSE, /* operand 1 = permutation tuple */
+	SHAPE_FLATTEN,
+	SHAPE_REDUCE,    /* operand 1 = axis (int or tuple), keep_dims attr/operand */
+	SHAPE_GATHER,
+	SHAPE_ONEHOT,
+	SHAPE_CONCAT,
+	SHAPE_SCALAR,    /* output is () */
+	SHAPE_LOSS,      /* (B, C) -> (B) */
+	SHAPE_CONV2D,
+	SHAPE_POOL,
+	SHAPE_ALLGATHER,
+	SHAPE_REDUCESCATTER,
+	SHAPE_STRIDEDSLICE,
+	SHAPE_EXPANDDIMS,
+} ShapeRule;
+
+enum { OPF_ELIMINATE = 1, OPF_PRIMFUNC = 2, OPF_COMM = 4, OPF_ACTIVATION = 8, OPF_LOOKTHROUGH = 16 };
+
+typedef struct OpInfo {
+	const char *name;
+	int8_t arity; /* tensor inputs; -1 = variadic */
+	uint8_t shape;
+	uint8_t family;
+	uint16_t flags;
+} OpInfo;
+
+extern const OpInfo op_table[OP_COUNT_];
+int op_lookup(const char *name, size_t n); /* strips PrimFunc_; OP_UNKNOWN if not found */
+
+/* ------------------------------------------------------------------ value.c */
+typedef struct Node Node;
+typedef struct Graph Graph;
+typedef struct Value Value;
+
+typedef enum {
+	V_INT,      /* I64(3) or bare 3 (numtype says which) */
+	V_FLOAT,    /* F32(0.5) or bare 0.5; text keeps the original spelling */
+	V_BOOL,     /* Bool(1), or bare true/false */
+	V_STR,      /* "text" (text is the content without quotes, escapes kept) */
+	V_WORD,     /* bare word: None, U, sum, x1, __main__.Net, 0-1-2-3 */
+	V_RAW,      /* opaque bracketed value kept verbatim: UMonad[U], NameSpace[...] */
+	V_TUPLE,    /* (a, b) */
+	V_LIST,     /* [a, b] */
+	V_DICT,     /* {"k": v}: elems alternate key, value */
+	V_CALL,     /* Name(args): Tensor(shape=[..], ...), elems carry keys */
+	V_NODE,     /* %k, a CNode or parameter in this module */
+	V_GRAPH,    /* @graph */
+	V_EXTERN,   /* reference to something not in the text (fragments, other graphs) */
+} ValueKind;
+
+/* numeric type tags: which wrapper a number printed with ("" = bare) */
+typedef enum { NT_BARE, NT_I8, NT_I16, NT_I32, NT_I64, NT_U8, NT_U16, NT_U32, NT_U64,
+	       NT_F16, NT_F32, NT_F64, NT_BF16 } NumType;
+
+struct Value {
+	uint8_t kind;
+	uint8_t numtype;
+	uint16_t pad_;
+	uint32_t n;   /* element count for TUPLE/LIST/DICT/CALL */
+	Sym text;     /* WORD/RAW/STR/FLOAT text, CALL name, EXTERN spelling, bool bare word */
+	Sym key;      /* for CALL arguments written key=value */
+	union {
+		int64_t i;
+		double f;
+		Value *elems;
+		Node *node;
+		Graph *graph;
+	} u;
+};
+
+Value value_int(int64_t v, NumType nt);
+Value value_word(const char *s);
+Value value_str(const char *s);
+Value value_bool(int b);
+Value value_node(Node *n);
+Value *value_tuple_ints(Arena *a, const int64_t *v, int n, NumType nt); /* (I64(a), ...) */
+Value value_tuple_of(Arena *a, const Value *elems, uint32_t n);
+int value_get_int(const Value *v, int64_t *out); /* I64(3), 3, Bool(1) */
+int value_is_word(const Value *v, const char *w);
+int value_truthy(const Value *v, int *out);      /* Bool(1), true, 1 */
+int value_int_list(const Value *v, int64_t *out, int max); /* tuple/list/single int -> count or -1 */
+int value_equal(const Value *a, const Value *b);
+Value value_clone(Arena *a, const Value *v);
+
+/* ------------------------------------------------------------------ shape.c */
+typedef enum { SK_NONE, SK_DIMS, SK_NOSHAPE, SK_TUPLE, SK_LIST, SK_OLD } ShapeKind;
+
+typedef struct Shape {
+	uint8_t kind;
+	uint8_t rank;       /* SK_DIMS / SK_OLD: number of dims; SK_TUPLE/LIST: number of elements */
+	int64_t *dims;      /* SK_DIMS, SK_OLD */
+	struct Shape *sub;  /* SK_TUPLE, SK_LIST */
+} Shape;
+
+/* An abstract as printed in a type line: <TYPESTR[, SHAPE][, extras...]>. */
+typedef struct Abs {
+	Sym tstr;       /* "Tensor[Float32]", "Ref[Tensor[Float32]]", "UMonad", "null" */
+	Sym dtype;      /* element type: Float32 ... (0 if not a tensor) */
+	uint8_t is_ref, is_tensor, has_value, ref_colon;
+	Shape shape;
+	Sym ref_key;    /* without the leading ':' */
+	Sym *extras;    /* other ", item" texts in order (is_parameter, elements_use_flags={..}) */
+	uint32_t nextras;
+	uint32_t extras_pos; /* extras printed after shape (0) or interleaved: index of ref_key */
+} Abs;
+
+int shape_numel(const Shape *s, int64_t *out); /* 0 ok, -1 overflow/not dims */
+int shape_equal(const Shape *a, const Shape *b);
+Shape shape_dims(Arena *a, const int64_t *d, int rank);
+int abs_equal(const Abs *a, const Abs *b);
+Abs abs_tensor(Arena *a, Sym dtype, const int64_t *d, int rank);
+int dtype_size(Sym dtype);
+/* output shape of a known operator from its type-line inputs: 1 ok, 0 n/a, -1 error (why) */
+int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t whylen);
+
+/* ------------------------------------------------------------------ graph.c */
+typedef struct Attr {
+	Sym key;
+	Value val;
+} Attr;
+
+typedef struct AttrList {
+	Attr *a;
+	uint32_t n;
+} AttrList;
+
+typedef enum { NK_PARAM, NK_CNODE, NK_RETURN, NK_EXTERN } NodeKind;
+typedef enum { CK_PRIM, CK_CALL, CK_NODE, CK_EXTERN } CalleeKind;
+typedef enum { SCOPE_NONE, SCOPE_FULLNAME, SCOPE_SCOPE, SCOPE_LOWER, SCOPE_LOWER_NOSPACE } ScopeKind;
+
+typedef struct Loc {
+	uint32_t line, col;
+} Loc;
+
+/* What passes attach to a node. */
+typedef struct NodeLayout NodeLayout; /* defined by the lowering */
+typedef struct StratInfo StratInfo;   /* defined by sapp */
+
+struct Node {
+	uint32_t id;       /* module-wide creation index, stable */
+	uint8_t kind;
+	uint8_t callee_kind;
+	uint8_t scope_kind;
+	uint8_t has_type_line;
+	uint8_t primfunc;  /* operator printed with PrimFunc_ prefix */
+	uint8_t has_default;
+	uint8_t dead;      /* removed by a pass; skipped by the printer */
+	uint8_t pad_;
+	uint16_t op;       /* OP_* of the primitive, OP_UNKNOWN otherwise */
+	int32_t local;     /* %N; parameters: the N of %paraN (0 = none) */
+	Graph *g;
+	Sym name;          /* debug name; parameter: name without %paraN_ */
+	Sym prim;          /* primitive name without PrimFunc_ */
+	Value callee;      /* CK_CALL: V_GRAPH, CK_NODE: V_NODE/V_EXTERN (+ funcunion text) */
+	Sym funcunion;     /* "[@FuncUnion(...)]" text after a %k callee */
+	Value *args;
+	uint32_t nargs;
+	Sym instance;
+	AttrList pattrs, cattrs, primal, strat; /* strat: in_strategy/out_strategy/in_layout/out_layout */
+	uint8_t has_pattrs, has_cattrs, has_primal, has_strat;
+	Abs *in_types;     /* type line inputs */
+	uint32_t nin_types;
+	Abs out;           /* output abstract (params: the parameter type) */
+	const char **xlines; /* further type lines (symbolic / kernel), verbatim, without indent */
+	uint32_t nxlines;
+	Sym scope;         /* text inside the parentheses of the scope line */
+	const char **debug; /* "# ..." lines after the scope line, verbatim without indent */
+	uint32_t ndebug;
+	Sym cycle_mark;    /* "#------------------------> N" text before the node */
+	Sym ptail;         /* parameter: extra " : ..." items kept verbatim ("" if none) */
+	Loc loc;
+	/* pass data */
+	int32_t stage;     /* pipeline stage, -1 unknown */
+	uint32_t mark;     /* scratch for passes (cleared by ir_clear_marks) */
+	StratInfo *si;
+	NodeLayout *lay;
+};
+
+struct Graph {
+	Sym name;
+	uint32_t index;      /* position in module */
+	int32_t indirect;    /* -1 when absent */
+	uint8_t has_attr_block, has_instance, is_entry;
+	AttrList attrs;      /* raw key/value lines of "subgraph attr:" (values are V_RAW text) */
+	Sym instance_ptr;    /* text after "subgraph instance: NAME : " */
+	Sym symbol_engine;   /* "subgraph symbol engine: ..." line tail */
+	const char **pre;    /* "# ..." lines between "subgraph instance" and "subgraph @" (not # Parameters) */
+	uint32_t npre;
+	Sym parent;          /* parent graph name or 0 */
+	Vec(Node *) params;
+	Vec(Node *) nodes;   /* CNodes in print order, Return last */
+	const char **order;  /* "# Order:" block lines (verbatim, after the leading '#') */
+	uint32_t norder;
+	uint8_t has_order;
+	const char **lead;   /* comment lines printed before this graph */
+	uint32_t nlead;
+	Loc loc;
+};
+
+typedef struct Module {
+	Arena *arena;
+	const char *filename;
+	Sym entry;           /* entry graph name */
+	uint8_t has_header;
+	AttrList attrs;      /* "# Attrs:" block */
+	uint8_t has_attrs;
+	Vec(Graph *) graphs;
+	Vec(Node *) externs; /* placeholders for references outside the text */
+	const char **lead;   /* comment lines before "# IR entry" */
+	uint32_t nlead;
+	const char **trail;  /* comment / text lines after the last graph */
+	uint32_t ntrail;
+	uint32_t next_id;
+	uint32_t next_param; /* next %paraN number */
+	uint8_t fragment;    /* read with --fragment */
+} Module;
+
+Module *ir_module_new(const char *filename);
+void ir_module_free(Module *m);
+Graph *ir_graph_new(Module *m, Sym name);
+Graph *ir_entry(Module *m);
+Graph *ir_find_graph(Module *m, Sym name);
+Node *ir_node_new(Module *m, Graph *g, NodeKind k);
+Node *ir_cnode_new(Module *m, Graph *g, int op, const char *prim, uint32_t nargs); /* not inserted */
+void ir_graph_insert(Graph *g, uint32_t pos, Node *n);
+Value *ir_attr_get(const AttrList *l, const char *key);
+Value *ir_attr_get_sym(const AttrList *l, Sym key);
+void ir_attr_set(Module *m, AttrList *l, const char *key, Value v);
+int ir_node_is_op(const Node *n, int op);
+const char *ir_node_fullname(const Node *n); /* scope text or "" */
+Node *ir_look_through(Node *n);               /* skip Load/Depend/Cast... to the producer */
+void ir_renumber(Graph *g);
+void ir_clear_marks(Module *m);
+uint32_t ir_count_cnodes(const Module *m);
+uint32_t ir_count_nodes(const Module *m);
+const OpInfo *ir_opinfo(const Node *n);
+/* tensor operand shapes: the declared type-line input i (NULL if absent) */
+const Abs *ir_in_abs(const Node *n, uint32_t i);
+
+/* ------------------------------------------------------------------- diag.c */
+typedef struct Source {
+	const char *name;
+	const char *buf;
+	size_t len;
+} Source;
+
+void diag_set_source(const Source *src);
+void diag_error_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
+void diag_warning_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
+void diag_error(const char *fmt, ...) PRINTF(1, 2);   /* no location: "sappc: error: " */
+void diag_warning(const char *fmt, ...) PRINTF(1, 2);
+void diag_note(const char *fmt, ...) PRINTF(1, 2);
+int diag_errors(void);
+int diag_too_many(void); /* the 20-error limit was reached */
+void diag_reset(void);
+void diag_set_quiet(int q);
+NORETURN void die(const char *fmt, ...) PRINTF(1, 2); /* internal bug */
+
+/* --------------------------------------------------------- frontend/build.c */
+/* Reads a whole buffer; returns NULL after reporting errors. */
+Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment);
+
+/* -------------------------------------------------------- backend/print.c */
+void ir_print_module(FILE *f, const Module *m);
+void ir_print_value(FILE *f, const Value *v);
+void ir_print_abs(FILE *f, const Abs *a);
+void ir_print_node(FILE *f, const Node *n);
+
+/* ----------------------------------------------------------------- hash.c */
+uint64_t std_hash_bytes(const void *p, size_t len); /* libstdc++ std::hash<std::string> */
+uint64_t rh_hash_bytes(const void *p, size_t len);  /* robin_hood hash_bytes */
+
+/* ------------------------------------------------------ passes/manager.c */
+typedef struct Options {
+	int device_num;
+	int rank;
+	int quiet;
+	int verify_each;
+	int time_passes;
+	int fragment;
+	double mem_coef;
+	int fully_use_devices;
+	int full_batch;
+	int interfered;
+	int pipeline_stages;
+	int micro_batch_num;
+	int enable_parallel_optimizer;
+	int optimizer_weight_shard_size;
+	int semi_auto;
+	int enable_alltoall;
+	const char *explain;
+	const char *strategy_out;
+	const char *world_group;
+	const char **stage_rules; /* "PATTERN=K" */
+	int nstage_rules;
+} Options;
+
+typedef int (*PassFn)(Module *m, const Options *o);
+
+typedef struct PassInfo {
+	const char *name;
+	PassFn fn;
+	const char *help;
+	int in_default; /* part of the default pipeline */
+} PassInfo;
+
+extern const PassInfo pass_table[];
+extern const int pass_count;
+const PassInfo *pass_find(const char *name);
+
+typedef struct PassManagerOptions {
+	const PassInfo *passes[64];
+	int npasses;
+	const char *stop_after;
+	const char *print_after;
+	int print_after_all;
+	int verify_each;
+	int time_passes;
+	int list_has_verify_first;
+	double parse_time;
+} PassManagerOptions;
+
+int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
+
+#define PASS(name, fn, dflt, help) int fn(Module *m, const Options *o);
+#include "../passes/passes.def"
+#undef PASS
+
+/* ---------------------------------------------------------------- io.c */
+int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */
+/* Atomic output: opens a temporary beside path; commit renames, abort removes. */
+typedef struct OutFile {
+	FILE *f;
+	char *path, *tmp;
+} OutFile;
+int out_open(OutFile *o, const char *path); /* "-" = stdout */
+int out_commit(OutFile *o);
+void out_abort(OutFile *o);
+
+#endif

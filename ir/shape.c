@@ -1,0 +1,510 @@
+/* shape.c - shapes and abstracts as they appear on type lines (§1.7). */
+#include <string.h>
+
+#include "sappc.h"
+
+int shape_numel(const Shape *s, int64_t *out)
+{
+	if (s->kind != SK_DIMS && s->kind != SK_OLD)
+		return -1;
+	int64_t p = 1;
+	for (int i = 0; i < s->rank; i++) {
+		int64_t d = s->dims[i];
+		if (d < 0)
+			return -1;
+		if (d && p > INT64_MAX / d)
+			return -1;
+		p *= d;
+	}
+	*out = p;
+	return 0;
+}
+
+int shape_equal(const Shape *a, const Shape *b)
+{
+	if (a->kind != b->kind || a->rank != b->rank)
+		return 0;
+	if (a->kind == SK_DIMS || a->kind == SK_OLD)
+		return a->rank == 0 || memcmp(a->dims, b->dims, a->rank * sizeof(int64_t)) == 0;
+	if (a->kind == SK_TUPLE || a->kind == SK_LIST) {
+		for (int i = 0; i < a->rank; i++)
+			if (!shape_equal(&a->sub[i], &b->sub[i]))
+				return 0;
+	}
+	return 1;
+}
+
+Shape shape_dims(Arena *a, const int64_t *d, int rank)
+{
+	Shape s = {0};
+	s.kind = SK_DIMS;
+	s.rank = (uint8_t)rank;
+	s.dims = rank ? arena_dup(a, d, (size_t)rank * sizeof *d) : NULL;
+	return s;
+}
+
+int abs_equal(const Abs *a, const Abs *b)
+{
+	if (a->tstr != b->tstr || a->ref_key != b->ref_key || a->has_value != b->has_value ||
+	    a->nextras != b->nextras || !shape_equal(&a->shape, &b->shape))
+		return 0;
+	for (uint32_t i = 0; i < a->nextras; i++)
+		if (a->extras[i] != b->extras[i])
+			return 0;
+	return 1;
+}
+
+Abs abs_tensor(Arena *a, Sym dtype, const int64_t *d, int rank)
+{
+	Abs x = {0};
+	char buf[64];
+	snprintf(buf, sizeof buf, "Tensor[%s]", sym_str(dtype));
+	x.tstr = intern_cstr(buf);
+	x.dtype = dtype;
+	x.is_tensor = 1;
+	x.shape = shape_dims(a, d, rank);
+	return x;
+}
+
+int dtype_size(Sym dtype)
+{
+	const char *s = sym_str(dtype);
+	static const struct {
+		const char *n;
+		int sz;
+	} t[] = {{"Float32", 4}, {"Float16", 2}, {"BFloat16", 2}, {"Float64", 8}, {"Int32", 4},
+		 {"Int64", 8},   {"Int16", 2},   {"Int8", 1},     {"UInt8", 1},   {"Bool", 1},
+		 {"F32", 4},     {"F16", 2},     {"UInt32", 4},   {"UInt64", 8}};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (strcmp(s, t[i].n) == 0)
+			return t[i].sz;
+	return 4;
+}
+
+/* ------------------------------------------------------------------ inference
+ * ir_infer_shape computes the output shape of a known operator from the
+ * input shapes on its type line and its literal operands / attributes.
+ * Returns 1 and fills *out, 0 when the rule does not apply (unknown op,
+ * non-tensor inputs), -1 with a reason in why[] when the inputs contradict
+ * each other. */
+
+static const Shape *in_shape(const Node *n, uint32_t i)
+{
+	const Abs *a = ir_in_abs(n, i);
+	if (!a || (a->shape.kind != SK_DIMS))
+		return NULL;
+	return &a->shape;
+}
+
+/* literal operand i, or the attribute named key */
+static const Value *operand_or_attr(const Node *n, uint32_t i, const char *key)
+{
+	if (i < n->nargs && n->args[i].kind != V_NODE && n->args[i].kind != V_EXTERN)
+		return &n->args[i];
+	if (key) {
+		const Value *v = ir_attr_get(&n->pattrs, key);
+		if (v)
+			return v;
+	}
+	return NULL;
+}
+
+static int flag(const Node *n, uint32_t i, const char *k1, const char *k2)
+{
+	int b = 0;
+	if (i < n->nargs && n->args[i].kind == V_BOOL)
+		return (int)n->args[i].u.i;
+	const Value *v = ir_attr_get(&n->pattrs, k1);
+	if (!v && k2)
+		v = ir_attr_get(&n->pattrs, k2);
+	if (v && value_truthy(v, &b))
+		return b;
+	return 0;
+}
+
+static int set_out(int64_t *d, int r, int64_t *out, int *orank)
+{
+	for (int i = 0; i < r; i++)
+		out[i] = d[i];
+	*orank = r;
+	return 1;
+}
+
+#define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -1)
+
+static int bcast(const Shape *a, const Shape *b, int64_t *out, int *orank, char *why, size_t whylen)
+{
+	int r = a->rank > b->rank ? a->rank : b->rank;
+	for (int i = 0; i < r; i++) {
+		int ia = i - (r - a->rank), ib = i - (r - b->rank);
+		int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+		if (da == db || db == 1)
+			out[i] = da;
+		else if (da == 1)
+			out[i] = db;
+		else
+			return WHY("cannot broadcast dimension %d: %lld against %lld", i, (long long)da, (long long)db);
+	}
+	*orank = r;
+	return 1;
+}
+
+static int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t dil, const char *mode, int64_t pad)
+{
+	if (stride <= 0)
+		stride = 1;
+	if (dil <= 0)
+		dil = 1;
+	if (mode && (strcmp(mode, "same") == 0 || strcmp(mode, "SAME") == 0))
+		return (in + stride - 1) / stride;
+	int64_t eff = dil * (k - 1) + 1;
+	if (in + 2 * pad < eff)
+		return 0;
+	return (in + 2 * pad - eff) / stride + 1;
+}
+
+static int64_t last_int(const Value *v, int64_t dflt)
+{
+	int64_t a[8];
+	int k = value_int_list(v, a, 8);
+	return k > 0 ? a[k - 1] : dflt;
+}
+
+static const char *str_attr(const Node *n, const char *k)
+{
+	const Value *v = ir_attr_get(&n->pattrs, k);
+	if (v && (v->kind == V_STR || v->kind == V_WORD))
+		return sym_str(v->text);
+	return NULL;
+}
+
+int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t whylen)
+{
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+		return 0;
+	const OpInfo *oi = &op_table[n->op];
+	const Shape *x = in_shape(n, 0);
+	int64_t d[MAX_RANK];
+	int r = 0;
+	switch (oi->shape) {
+	case SHAPE_SAME:
+		if (!x)
+			return 0;
+		return set_out(x->dims, x->rank, out, orank);
+	case SHAPE_SCALAR:
+		*orank = 0;
+		return 1;
+	case SHAPE_BROADCAST: {
+		const Shape *acc = NULL;
+		int64_t tmp[MAX_RANK];
+		Shape cur = {0};
+		for (uint32_t i = 0; i < n->nin_types; i++) {
+			const Shape *s = in_shape(n, i);
+			if (!s || !n->in_types[i].is_tensor)
+				continue;
+			if (!acc) {
+				memcpy(tmp, s->dims, s->rank * sizeof(int64_t));
+				cur.kind = SK_DIMS;
+				cur.rank = s->rank;
+				cur.dims = tmp;
+				acc = &cur;
+				continue;
+			}
+			int64_t o[MAX_RANK];
+			int orr;
+			if (bcast(&cur, s, o, &orr, why, whylen) < 0)
+				return -1;
+			memcpy(tmp, o, (size_t)orr * sizeof(int64_t));
+			cur.rank = (uint8_t)orr;
+		}
+		if (!acc)
+			return 0;
+		return set_out(cur.dims, cur.rank, out, orank);
+	}
+	case SHAPE_MATMUL: {
+		const Shape *b = in_shape(n, 1);
+		if (!x || !b)
+			return 0;
+		if (x->rank != 2 || b->rank != 2)
+			return WHY("MatMul takes 2-D inputs, got ranks %d and %d", x->rank, b->rank);
+		int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+		int64_t m = ta ? x->dims[1] : x->dims[0], k1 = ta ? x->dims[0] : x->dims[1];
+		int64_t k2 = tb ? b->dims[1] : b->dims[0], nn = tb ? b->dims[0] : b->dims[1];
+		if (k1 != k2)
+			return WHY("MatMul reduction dimensions differ: %lld vs %lld", (long long)k1, (long long)k2);
+		d[0] = m;
+		d[1] = nn;
+		return set_out(d, 2, out, orank);
+	}
+	case SHAPE_BATCHMATMUL: {
+		const Shape *b = in_shape(n, 1);
+		if (!x || !b)
+			return 0;
+		if (x->rank < 2 || b->rank < 2)
+			return WHY("BatchMatMul takes inputs of rank >= 2");
+		int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+		int64_t m = ta ? x->dims[x->rank - 1] : x->dims[x->rank - 2];
+		int64_t k1 = ta ? x->dims[x->rank - 2] : x->dims[x->rank - 1];
+		int64_t k2 = tb ? b->dims[b->rank - 1] : b->dims[b->rank - 2];
+		int64_t nn = tb ? b->dims[b->rank - 2] : b->dims[b->rank - 1];
+		if (k1 != k2)
+			return WHY("BatchMatMul reduction dimensions differ: %lld vs %lld", (long long)k1, (long long)k2);
+		Shape ba = *x, bb = *b;
+		ba.rank = (uint8_t)(x->rank - 2);
+		bb.rank = (uint8_t)(b->rank - 2);
+		if (bcast(&ba, &bb, d, &r, why, whylen) < 0)
+			return -1;
+		d[r++] = m;
+		d[r++] = nn;
+		return set_out(d, r, out, orank);
+	}
+	case SHAPE_RESHAPE: {
+		const Value *t = operand_or_attr(n, 1, "shape");
+		if (!x || !t)
+			return 0;
+		int k = value_int_list(t, d, MAX_RANK);
+		if (k < 0)
+			return 0;
+		int64_t total, known = 1;
+		if (shape_numel(x, &total) < 0)
+			return 0;
+		int neg = -1;
+		for (int i = 0; i < k; i++) {
+			if (d[i] == -1 && neg < 0)
+				neg = i;
+			else if (d[i] <= 0)
+				return WHY("Reshape target has invalid dimension %lld", (long long)d[i]);
+			else
+				known *= d[i];
+		}
+		if (neg >= 0) {
+			if (known == 0 || total % known)
+				return WHY("Reshape cannot infer -1 dimension");
+			d[neg] = total / known;
+			known = total;
+		}
+		if (known != total)
+			return WHY("Reshape changes the element count from %lld to %lld", (long long)total, (long long)known);
+		return set_out(d, k, out, orank);
+	}
+	case SHAPE_TRANSPOSE: {
+		const Value *t = operand_or_attr(n, 1, "perm");
+		int64_t p[MAX_RANK];
+		if (!x || !t)
+			return 0;
+		int k = value_int_list(t, p, MAX_RANK);
+		if (k < 0)
+			return 0;
+		if (k != x->rank)
+			return WHY("Transpose permutation has %d entries for a rank-%d input", k, x->rank);
+		unsigned seen = 0;
+		for (int i = 0; i < k; i++) {
+			int64_t a = p[i] < 0 ? p[i] + k : p[i];
+			if (a < 0 || a >= k || (seen >> a & 1))
+				return WHY("Transpose permutation is not a permutation of 0..%d", k - 1);
+			seen |= 1u << a;
+			d[i] = x->dims[a];
+		}
+		return set_out(d, k, out, orank);
+	}
+	case SHAPE_FLATTEN: {
+		if (!x)
+			return 0;
+		if (x->rank == 0)
+			return WHY("Flatten needs an input of rank >= 1");
+		int64_t p = 1;
+		for (int i = 1; i < x->rank; i++)
+			p *= x->dims[i];
+		d[0] = x->dims[0];
+		d[1] = p;
+		return set_out(d, 2, out, orank);
+	}
+	case SHAPE_REDUCE: {
+		if (!x)
+			return 0;
+		int64_t ax[MAX_RANK];
+		int k = -1;
+		const Value *a = operand_or_attr(n, 1, "axis");
+		if (a)
+			k = value_int_list(a, ax, MAX_RANK);
+		if (k < 0 && a && a->kind != V_TUPLE && a->kind != V_LIST && a->kind != V_INT)
+			k = 0;
+		if (k < 0)
+			k = 0;
+		int keep = flag(n, 2, "keep_dims", NULL);
+		unsigned red = 0;
+		if (k == 0)
+			red = (1u << x->rank) - 1;
+		for (int i = 0; i < k; i++) {
+			int64_t v = ax[i] < 0 ? ax[i] + x->rank : ax[i];
+			if (v < 0 || v >= x->rank)
+				return WHY("reduction axis %lld out of range for rank %d", (long long)ax[i], x->rank);
+			red |= 1u << v;
+		}
+		for (int i = 0; i < x->rank; i++) {
+			if (red >> i & 1) {
+				if (keep)
+					d[r++] = 1;
+			} else {
+				d[r++] = x->dims[i];
+			}
+		}
+		return set_out(d, r, out, orank);
+	}
+	case SHAPE_GATHER: {
+		const Shape *idx = in_shape(n, 1);
+		if (!x || !idx)
+			return 0;
+		int64_t axis = 0;
+		const Value *a = operand_or_attr(n, 2, "axis");
+		if (a)
+			value_get_int(a, &axis);
+		if (axis < 0)
+			axis += x->rank;
+		if (axis < 0 || axis >= x->rank)
+			return WHY("Gather axis out of range");
+		for (int i = 0; i < axis; i++)
+			d[r++] = x->dims[i];
+		for (int i = 0; i < idx->rank && r < MAX_RANK; i++)
+			d[r++] = idx->dims[i];
+		for (int i = (int)axis + 1; i < x->rank && r < MAX_RANK; i++)
+			d[r++] = x->dims[i];
+		return set_out(d, r, out, orank);
+	}
+	case SHAPE_ONEHOT: {
+		const Value *dep = operand_or_attr(n, 1, "depth");
+		int64_t depth;
+		if (!x || !dep || !value_get_int(dep, &depth))
+			return 0;
+		memcpy(d, x->dims, x->rank * sizeof(int64_t));
+		d[x->rank] = depth;
+		return set_out(d, x->rank + 1, out, orank);
+	}
+	case SHAPE_LOSS: {
+		if (!x)
+			return 0;
+		if (n->out.shape.kind == SK_TUPLE)
+			return 0;
+		if (x->rank != 2)
+			return WHY("%s takes 2-D logits", oi->name);
+		d[0] = x->dims[0];
+		return set_out(d, 1, out, orank);
+	}
+	case SHAPE_CONV2D: {
+		const Shape *w = in_shape(n, 1);
+		if (!x || !w)
+			return 0;
+		if (x->rank != 4 || w->rank != 4)
+			return WHY("Conv2D takes 4-D input and weight");
+		int64_t group = 1;
+		const Value *gv = ir_attr_get(&n->pattrs, "group");
+		if (gv)
+			value_get_int(gv, &group);
+		if (group <= 0)
+			group = 1;
+		if (x->dims[1] != w->dims[1] * group)
+			return WHY("Conv2D input has %lld channels but the weight expects %lld", (long long)x->dims[1],
+				   (long long)(w->dims[1] * group));
+		const char *mode = str_attr(n, "pad_mode");
+		int64_t s = last_int(ir_attr_get(&n->pattrs, "stride"), 1);
+		int64_t dl = last_int(ir_attr_get(&n->pattrs, "dilation"), 1);
+		int64_t pad = 0;
+		const Value *pv = ir_attr_get(&n->pattrs, "pad");
+		if (pv && mode && strcmp(mode, "pad") == 0)
+			pad = last_int(pv, 0);
+		d[0] = x->dims[0];
+		d[1] = w->dims[0];
+		d[2] = conv_out(x->dims[2], w->dims[2], s, dl, mode, pad);
+		d[3] = conv_out(x->dims[3], w->dims[3], s, dl, mode, pad);
+		return set_out(d, 4, out, orank);
+	}
+	case SHAPE_POOL: {
+		if (!x)
+			return 0;
+		if (x->rank != 4)
+			return WHY("%s takes a 4-D input", oi->name);
+		const char *mode = str_attr(n, "pad_mode");
+		int64_t k = last_int(ir_attr_get(&n->pattrs, "kernel_size"), 1);
+		int64_t s = last_int(ir_attr_get(&n->pattrs, "strides"), 1);
+		d[0] = x->dims[0];
+		d[1] = x->dims[1];
+		d[2] = conv_out(x->dims[2], k, s, 1, mode, 0);
+		d[3] = conv_out(x->dims[3], k, s, 1, mode, 0);
+		return set_out(d, 4, out, orank);
+	}
+	case SHAPE_ALLGATHER:
+	case SHAPE_REDUCESCATTER: {
+		int64_t rs = 0;
+		const Value *v = ir_attr_get(&n->pattrs, "rank_size");
+		if (!v)
+			v = ir_attr_get(&n->pattrs, "group_rank_ids");
+		if (v && v->kind == V_TUPLE)
+			rs = v->n;
+		else if (v)
+			value_get_int(v, &rs);
+		if (!x || rs <= 0 || x->rank == 0)
+			return 0;
+		memcpy(d, x->dims, x->rank * sizeof(int64_t));
+		if (oi->shape == SHAPE_ALLGATHER)
+			d[0] *= rs;
+		else {
+			if (d[0] % rs)
+				return WHY("ReduceScatter: dimension 0 (%lld) not divisible by %lld", (long long)d[0], (long long)rs);
+			d[0] /= rs;
+		}
+		return set_out(d, x->rank, out, orank);
+	}
+	case SHAPE_STRIDEDSLICE: {
+		int64_t bg[MAX_RANK], en[MAX_RANK], st[MAX_RANK];
+		if (!x || n->nargs < 4)
+			return 0;
+		int kb = value_int_list(&n->args[1], bg, MAX_RANK);
+		int ke = value_int_list(&n->args[2], en, MAX_RANK);
+		int ks = value_int_list(&n->args[3], st, MAX_RANK);
+		if (kb < 0 || kb != ke || kb != ks || kb > x->rank)
+			return 0;
+		for (uint32_t i = 4; i < n->nargs; i++) {
+			int64_t mk;
+			if (value_get_int(&n->args[i], &mk) && mk != 0)
+				return 0;
+		}
+		for (const char *const *mk = (const char *const[]){"begin_mask", "end_mask", "ellipsis_mask",
+							      "new_axis_mask", "shrink_axis_mask", NULL};
+		     *mk; mk++) {
+			int64_t mv;
+			const Value *v = ir_attr_get(&n->pattrs, *mk);
+			if (v && value_get_int(v, &mv) && mv != 0)
+				return 0;
+		}
+		for (int i = 0; i < x->rank; i++) {
+			if (i >= kb) {
+				d[i] = x->dims[i];
+				continue;
+			}
+			int64_t b0 = bg[i] < 0 ? bg[i] + x->dims[i] : bg[i];
+			int64_t e0 = en[i] < 0 ? en[i] + x->dims[i] : en[i];
+			if (e0 > x->dims[i])
+				e0 = x->dims[i];
+			if (st[i] <= 0)
+				return 0;
+			d[i] = e0 > b0 ? (e0 - b0 + st[i] - 1) / st[i] : 0;
+		}
+		return set_out(d, x->rank, out, orank);
+	}
+	case SHAPE_EXPANDDIMS: {
+		const Value *a = operand_or_attr(n, 1, "axis");
+		int64_t ax;
+		if (!x || !a || !value_get_int(a, &ax))
+			return 0;
+		if (ax < 0)
+			ax += x->rank + 1;
+		if (ax < 0 || ax > x->rank)
+			return WHY("ExpandDims axis out of range");
+		for (int i = 0, j = 0; i <= x->rank; i++)
+			d[i] = i == ax ? 1 : x->dims[j++];
+		return set_out(d, x->rank + 1, out, orank);
+	}
+	default:
+		return 0;
+	}
+}

@@ -1,0 +1,167 @@
+/* value.c - constructors and queries for the tagged Value union that holds
+ * operands, attribute values and strategies (ir-format.md §1.5-1.6). */
+#include <string.h>
+
+#include "sappc.h"
+
+Value value_int(int64_t v, NumType nt)
+{
+	Value x = {0};
+	x.kind = V_INT;
+	x.numtype = (uint8_t)nt;
+	x.u.i = v;
+	return x;
+}
+
+Value value_word(const char *s)
+{
+	Value x = {0};
+	x.kind = V_WORD;
+	x.text = intern_cstr(s);
+	return x;
+}
+
+Value value_str(const char *s)
+{
+	Value x = {0};
+	x.kind = V_STR;
+	x.text = intern_cstr(s);
+	return x;
+}
+
+Value value_bool(int b)
+{
+	Value x = {0};
+	x.kind = V_BOOL;
+	x.u.i = b != 0;
+	return x;
+}
+
+Value value_node(Node *n)
+{
+	Value x = {0};
+	x.kind = V_NODE;
+	x.u.node = n;
+	return x;
+}
+
+Value value_tuple_of(Arena *a, const Value *elems, uint32_t n)
+{
+	Value x = {0};
+	x.kind = V_TUPLE;
+	x.n = n;
+	x.u.elems = n ? arena_dup(a, elems, n * sizeof *elems) : NULL;
+	return x;
+}
+
+Value *value_tuple_ints(Arena *a, const int64_t *v, int n, NumType nt)
+{
+	Value *t = arena_alloc(a, sizeof *t);
+	t->kind = V_TUPLE;
+	t->n = (uint32_t)n;
+	t->u.elems = n ? arena_alloc(a, (size_t)n * sizeof(Value)) : NULL;
+	for (int i = 0; i < n; i++)
+		t->u.elems[i] = value_int(v[i], nt);
+	return t;
+}
+
+int value_get_int(const Value *v, int64_t *out)
+{
+	if (!v)
+		return 0;
+	switch (v->kind) {
+	case V_INT:
+	case V_BOOL:
+		*out = v->u.i;
+		return 1;
+	case V_WORD:
+		if (value_is_word(v, "true")) {
+			*out = 1;
+			return 1;
+		}
+		if (value_is_word(v, "false")) {
+			*out = 0;
+			return 1;
+		}
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+int value_is_word(const Value *v, const char *w)
+{
+	return v && v->kind == V_WORD && strcmp(sym_str(v->text), w) == 0;
+}
+
+int value_truthy(const Value *v, int *out)
+{
+	int64_t i;
+	if (!value_get_int(v, &i))
+		return 0;
+	*out = i != 0;
+	return 1;
+}
+
+int value_int_list(const Value *v, int64_t *out, int max)
+{
+	if (!v)
+		return -1;
+	if (v->kind == V_INT) {
+		if (max < 1)
+			return -1;
+		out[0] = v->u.i;
+		return 1;
+	}
+	if (v->kind != V_TUPLE && v->kind != V_LIST)
+		return -1;
+	if ((int)v->n > max)
+		return -1;
+	for (uint32_t i = 0; i < v->n; i++) {
+		if (v->u.elems[i].kind != V_INT)
+			return -1;
+		out[i] = v->u.elems[i].u.i;
+	}
+	return (int)v->n;
+}
+
+int value_equal(const Value *a, const Value *b)
+{
+	if (a->kind != b->kind || a->n != b->n)
+		return 0;
+	switch (a->kind) {
+	case V_INT:
+	case V_BOOL:
+		return a->u.i == b->u.i && a->numtype == b->numtype;
+	case V_FLOAT:
+		return a->text == b->text && a->numtype == b->numtype;
+	case V_STR:
+	case V_WORD:
+	case V_RAW:
+	case V_EXTERN:
+		return a->text == b->text;
+	case V_NODE:
+		return a->u.node == b->u.node;
+	case V_GRAPH:
+		return a->u.graph == b->u.graph;
+	default:
+		if (a->text != b->text || a->key != b->key)
+			return 0;
+		for (uint32_t i = 0; i < a->n; i++)
+			if (!value_equal(&a->u.elems[i], &b->u.elems[i]) ||
+			    a->u.elems[i].key != b->u.elems[i].key)
+				return 0;
+		return 1;
+	}
+}
+
+Value value_clone(Arena *a, const Value *v)
+{
+	Value x = *v;
+	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL) {
+		x.u.elems = v->n ? arena_alloc(a, v->n * sizeof(Value)) : NULL;
+		for (uint32_t i = 0; i < v->n; i++)
+			x.u.elems[i] = value_clone(a, &v->u.elems[i]);
+	}
+	return x;
+}

@@ -1,0 +1,158 @@
+/* verify.c - the IR invariants every pass relies on (STYLE habit 4).
+ *
+ * Requires: a parsed module.  Provides: nothing new; checks that
+ *   - every operand reference points at a live node defined before its use
+ *     (a parameter, an earlier CNode of the same graph, or a node of another
+ *     graph of the module);
+ *   - CNode numbers %k are unique in their graph, parameters %paraN_x in the
+ *     module;
+ *   - type lines list one type per operand, operand shapes agree with their
+ *     producers' declared output shapes, and the declared output shape of
+ *     every known operator equals what ops.def's shape rule computes.
+ * On a parsed file a violation is an input error (exit 1); under
+ * --verify-each after a transforming pass it is a bug in sappc.
+ */
+#include <string.h>
+
+#include "sappc.h"
+
+static void fmt_dims(char *buf, size_t n, const int64_t *d, int r)
+{
+	size_t k = 0;
+	k += (size_t)snprintf(buf + k, n - k, "(");
+	for (int i = 0; i < r && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)d[i]);
+	if (k < n)
+		snprintf(buf + k, n - k, ")");
+}
+
+static const char *opname(const Node *n)
+{
+	return n->kind == NK_RETURN ? "Return" : n->callee_kind == CK_PRIM ? sym_str(n->prim) : "call";
+}
+
+static int check_ref(const Node *user, const Value *v, uint32_t pos)
+{
+	int bad = 0;
+	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL) {
+		for (uint32_t i = 0; i < v->n; i++)
+			bad |= check_ref(user, &v->u.elems[i], pos);
+		return bad;
+	}
+	if (v->kind != V_NODE)
+		return 0;
+	const Node *d = v->u.node;
+	if (!d || d->dead) {
+		diag_error_at(user->loc, "%s (%%%d) uses a removed node", opname(user), user->local);
+		return 1;
+	}
+	if (d->kind == NK_PARAM || d->g != user->g)
+		return 0;
+	if (d->mark >= pos) {
+		diag_error_at(user->loc, "%s (%%%d) uses %%%d, which is defined after it", opname(user), user->local,
+			      d->local);
+		return 1;
+	}
+	return 0;
+}
+
+static int check_edges(const Node *n)
+{
+	int bad = 0;
+	if (n->kind != NK_CNODE || !n->has_type_line)
+		return 0;
+	if (n->callee_kind == CK_PRIM && n->nin_types != n->nargs) {
+		diag_error_at(n->loc, "%s (%%%d): the type line lists %u input types for %u operands", opname(n),
+			      n->local, n->nin_types, n->nargs);
+		return 1;
+	}
+	for (uint32_t i = 0; i < n->nargs && i < n->nin_types; i++) {
+		if (n->args[i].kind != V_NODE)
+			continue;
+		const Node *p = n->args[i].u.node;
+		const Shape *ps = &p->out.shape, *is = &n->in_types[i].shape;
+		if (ps->kind != SK_DIMS || is->kind != SK_DIMS || !p->out.tstr)
+			continue;
+		if (!shape_equal(ps, is)) {
+			char a[128], b[128];
+			fmt_dims(a, sizeof a, ps->dims, ps->rank);
+			fmt_dims(b, sizeof b, is->dims, is->rank);
+			diag_error_at(n->loc, "%s (%%%d): operand %u has shape %s where it is produced, but %s on this type line",
+				      opname(n), n->local, i + 1, a, b);
+			bad = 1;
+		}
+	}
+	return bad;
+}
+
+static int check_shape(const Node *n)
+{
+	if (n->kind != NK_CNODE || !n->has_type_line || n->out.shape.kind != SK_DIMS)
+		return 0;
+	int64_t d[MAX_RANK];
+	int r = 0;
+	char why[256] = "";
+	int rc = ir_infer_shape(n, d, &r, why, sizeof why);
+	if (rc < 0) {
+		diag_error_at(n->loc, "%s (%%%d): contradictory shapes: %s", opname(n), n->local, why);
+		return 1;
+	}
+	if (rc == 0)
+		return 0;
+	const Shape *o = &n->out.shape;
+	if (o->rank != r || (r && memcmp(o->dims, d, (size_t)r * sizeof(int64_t)) != 0)) {
+		char a[160], b[160];
+		fmt_dims(a, sizeof a, o->dims, o->rank);
+		fmt_dims(b, sizeof b, d, r);
+		diag_error_at(n->loc, "%s (%%%d): declared output shape %s, but its inputs give %s", opname(n), n->local,
+			      a, b);
+		return 1;
+	}
+	return 0;
+}
+
+int pass_verify(Module *m, const Options *o)
+{
+	(void)o;
+	int errs0 = diag_errors();
+	ir_clear_marks(m);
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		Graph *g = m->graphs.a[gi];
+		/* mark = 1-based position in the graph; parameters 0 */
+		for (uint32_t i = 0; i < g->nodes.n; i++)
+			g->nodes.a[i]->mark = i + 1;
+		Vec(uint8_t) seen = {0};
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			Node *n = g->nodes.a[i];
+			if (n->kind != NK_CNODE || n->local < 0)
+				continue;
+			if ((uint32_t)n->local >= seen.n) {
+				uint32_t old = seen.n;
+				vec_grow(&seen, (uint32_t)n->local + 1 - old);
+				memset(seen.a + old, 0, (size_t)n->local + 1 - old);
+				seen.n = (uint32_t)n->local + 1;
+			}
+			if (seen.a[n->local])
+				diag_error_at(n->loc, "duplicate node number %%%d in graph '@%s'", n->local, sym_str(g->name));
+			seen.a[n->local] = 1;
+		}
+		vec_free(&seen);
+		for (uint32_t i = 0; i < g->params.n; i++)
+			for (uint32_t j = 0; j < i; j++)
+				if (g->params.a[i]->name == g->params.a[j]->name &&
+				    g->params.a[i]->local == g->params.a[j]->local)
+					diag_error_at(g->params.a[i]->loc, "duplicate parameter '%s'",
+						      sym_str(g->params.a[i]->name));
+		for (uint32_t i = 0; i < g->nodes.n && !diag_too_many(); i++) {
+			Node *n = g->nodes.a[i];
+			for (uint32_t k = 0; k < n->nargs; k++)
+				check_ref(n, &n->args[k], i + 1);
+			if (n->callee_kind == CK_NODE)
+				check_ref(n, &n->callee, i + 1);
+			check_edges(n);
+			check_shape(n);
+		}
+	}
+	ir_clear_marks(m);
+	return diag_errors() > errs0 ? 1 : 0;
+}

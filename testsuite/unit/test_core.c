@@ -1,0 +1,204 @@
+/* test_core.c - cmocka unit tests for the IR core: hashes, interning,
+ * values, shapes and shape inference, parse + print round trips. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sappc.h"
+
+static void test_std_hash(void **state)
+{
+	(void)state;
+	/* verified values from ir-format.md §1.10 / parallel-lowering.md Appendix A */
+	static const struct {
+		const char *s;
+		uint64_t h;
+	} v[] = {
+		{"0-1", 5004544844489628105ULL},
+		{"2-6", 511848487187618470ULL},
+		{"0-4", 16453000547691086251ULL},
+		{"0-1-2-3", 6301172352641561019ULL},
+		{"0-2-4-6", 5226697808808137312ULL},
+		{"0-1-2-3-4-5-6-7", 12158923167718251343ULL},
+		{"Default/MatMul-op1_0", 15773666391001111732ULL},
+		{"Default/network-WithLossCell/_backbone-Net/MatMul-op4_0", 11795743325248501408ULL},
+	};
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+		assert_int_equal(std_hash_bytes(v[i].s, strlen(v[i].s)), v[i].h);
+}
+
+static void test_intern(void **state)
+{
+	(void)state;
+	Sym a = intern_cstr("MatMul"), b = intern("MatMulX", 6), c = intern_cstr("BiasAdd");
+	assert_int_equal(a, b);
+	assert_int_not_equal(a, c);
+	assert_string_equal(sym_str(c), "BiasAdd");
+	assert_int_equal(sym_len(c), 7);
+	for (int i = 0; i < 20000; i++) { /* forces rehashing */
+		char buf[32];
+		snprintf(buf, sizeof buf, "sym%d", i);
+		Sym s = intern_cstr(buf);
+		assert_string_equal(sym_str(s), buf);
+	}
+	assert_int_equal(intern_cstr("MatMul"), a);
+}
+
+static void test_ops(void **state)
+{
+	(void)state;
+	assert_int_equal(op_lookup("MatMul", 6), OP_MatMul);
+	assert_int_equal(op_lookup("PrimFunc_MatMul", 15), OP_MatMul);
+	assert_int_equal(op_lookup("_VirtualDiv", 11), OP_VirtualDiv);
+	assert_int_equal(op_lookup("NoSuchOp", 8), OP_UNKNOWN);
+	assert_true(op_table[OP_ReLU].flags & OPF_ELIMINATE);
+	assert_false(op_table[OP_MatMul].flags & OPF_ELIMINATE);
+}
+
+static Module *parse(const char *text, int fragment)
+{
+	size_t n = strlen(text);
+	char *buf = malloc(n + 2);
+	memcpy(buf, text, n + 1);
+	buf[n + 1] = 0;
+	Module *m = ir_parse("<test>", buf, n, fragment);
+	/* the module keeps no pointer into the buffer */
+	free(buf);
+	return m;
+}
+
+static char *print(const Module *m)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+	ir_print_module(f, m);
+	fclose(f);
+	return out;
+}
+
+static const char *mlp =
+	"%para1_x: <Tensor[Float32], (256, 784)>\n"
+	"%para2_w: <Ref[Tensor[Float32]], (512, 784), ref_key=w>  :  has_default\n"
+	"  %0(a) = Load(%para2_w, UMonad[U])\n"
+	"      : (<Ref[Tensor[Float32]], (512, 784), ref_key=w>, <UMonad, NoShape>) -> (<Tensor[Float32], (512, 784)>)\n"
+	"  %1(b) = MatMul(%para1_x, %0) {instance name: matmul} primitive_attrs: {transpose_a: Bool(0), transpose_b: Bool(1)} {in_strategy: ((4, 2), (1, 2))}\n"
+	"      : (<Tensor[Float32], (256, 784)>, <Tensor[Float32], (512, 784)>) -> (<Tensor[Float32], (256, 512)>)\n"
+	"      # Fullname with scope: (Default/MatMul-op1)\n"
+	"  Return(%1)\n"
+	"      : (<Tensor[Float32], (256, 512)>)\n";
+
+static void test_parse_minimal(void **state)
+{
+	(void)state;
+	Module *m = parse(mlp, 0);
+	assert_non_null(m);
+	Graph *g = ir_entry(m);
+	assert_int_equal(g->params.n, 2);
+	assert_int_equal(g->nodes.n, 3);
+	Node *mm = g->nodes.a[1];
+	assert_int_equal(mm->op, OP_MatMul);
+	assert_string_equal(sym_str(mm->instance), "matmul");
+	assert_string_equal(ir_node_fullname(mm), "Default/MatMul-op1");
+	Value *s = ir_attr_get(&mm->strat, "in_strategy");
+	assert_non_null(s);
+	assert_int_equal(s->kind, V_TUPLE);
+	int64_t d[4];
+	assert_int_equal(value_int_list(&s->u.elems[0], d, 4), 2);
+	assert_int_equal(d[0], 4);
+	assert_int_equal(d[1], 2);
+	assert_true(mm->args[0].kind == V_NODE && mm->args[0].u.node == g->params.a[0]);
+	assert_true(g->params.a[1]->has_default);
+	assert_int_equal(pass_verify(m, NULL), 0);
+	/* print -> parse -> print is a fixed point */
+	char *p1 = print(m);
+	Module *m2 = parse(p1, 0);
+	assert_non_null(m2);
+	char *p2 = print(m2);
+	assert_string_equal(p1, p2);
+	free(p1);
+	free(p2);
+	ir_module_free(m2);
+	ir_module_free(m);
+}
+
+static void test_infer(void **state)
+{
+	(void)state;
+	const char *bad = "%para1_x: <Tensor[Float32], (256, 784)>\n"
+			  "%para2_w: <Tensor[Float32], (512, 784)>\n"
+			  "  %0(b) = MatMul(%para1_x, %para2_w) primitive_attrs: {transpose_b: Bool(1)}\n"
+			  "      : (<Tensor[Float32], (256, 784)>, <Tensor[Float32], (512, 784)>) -> (<Tensor[Float32], (256, 513)>)\n";
+	diag_set_quiet(1);
+	Module *m = parse(bad, 0);
+	assert_non_null(m);
+	int e0 = diag_errors();
+	assert_int_equal(pass_verify(m, NULL), 1);
+	assert_int_equal(diag_errors(), e0 + 1);
+	int64_t d[MAX_RANK];
+	int r;
+	char why[128];
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[0], d, &r, why, sizeof why), 1);
+	assert_int_equal(r, 2);
+	assert_int_equal(d[0], 256);
+	assert_int_equal(d[1], 512);
+	ir_module_free(m);
+}
+
+static void test_values(void **state)
+{
+	(void)state;
+	Arena *a = arena_new();
+	int64_t v[3] = {4, 2, 1};
+	Value *t = value_tuple_ints(a, v, 3, NT_I64);
+	int64_t out[3];
+	assert_int_equal(value_int_list(t, out, 3), 3);
+	assert_int_equal(out[2], 1);
+	assert_int_equal(value_int_list(t, out, 2), -1);
+	Value c = value_clone(a, t);
+	assert_true(value_equal(&c, t));
+	c.u.elems[0].u.i = 5;
+	assert_false(value_equal(&c, t));
+	Value w = value_word("true");
+	int b;
+	assert_true(value_truthy(&w, &b));
+	assert_int_equal(b, 1);
+	int64_t big[2] = {INT64_MAX / 2, 4};
+	Shape s = shape_dims(a, big, 2);
+	int64_t numel;
+	assert_int_equal(shape_numel(&s, &numel), -1); /* overflow is reported, not wrapped */
+	arena_free(a);
+}
+
+static void test_fragment(void **state)
+{
+	(void)state;
+	const char *frag = "  %2(logits) = Flatten(%1) {in_strategy: ((8, 1, 1, 1))}\n"
+			   "      : (<Tensor[Float32], (256, 1, 28, 28)>) -> (<Tensor[Float32], (256, 784)>)\n";
+	diag_set_quiet(1);
+	int e0 = diag_errors();
+	assert_null(parse(frag, 0)); /* %1 is undefined */
+	assert_true(diag_errors() > e0);
+	Module *m = parse(frag, 1);
+	assert_non_null(m);
+	Node *n = ir_entry(m)->nodes.a[0];
+	assert_int_equal(n->args[0].kind, V_EXTERN);
+	assert_string_equal(sym_str(n->args[0].text), "%1");
+	ir_module_free(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_std_hash), cmocka_unit_test(test_intern),
+		cmocka_unit_test(test_ops),      cmocka_unit_test(test_parse_minimal),
+		cmocka_unit_test(test_infer),    cmocka_unit_test(test_values),
+		cmocka_unit_test(test_fragment),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
