@@ -40,8 +40,14 @@ struct BuildCtx {
 	LineVec xlines;
 	Vec(Node *) hparams;         /* "# Params:" lines: entry graph parameters */
 	Vec(Node *) locals;          /* %k -> node in cur */
-	Vec(VList *) vlists;
+	Vec(VList *) vlists;   /* every list ever made (owned; freed at the end) */
 	Vec(Groups *) groups;
+	Vec(VList *) vfree;    /* lists ready for reuse */
+	Vec(Groups *) gfree;
+	Vec(Abs *) afree;      /* parsed abstracts are copied into nodes, then reused */
+	Vec(Abs *) aall;
+	Node **ptab;           /* parameter lookup: (name, number) -> node */
+	uint32_t pmask, pcount;
 	int nforeign;
 	Sym cycle;
 	Sym funcunion;
@@ -51,6 +57,10 @@ struct BuildCtx {
 };
 
 /* ------------------------------------------------------------ helpers */
+
+static void vrelease(BuildCtx *b, VList *l);
+static void grelease(BuildCtx *b, Groups *g);
+static void ptab_insert(BuildCtx *b, Node *p);
 
 static char *adup(BuildCtx *b, const char *p, size_t n)
 {
@@ -129,6 +139,13 @@ static void attach_header_params(BuildCtx *b, Graph *g)
 	}
 	b->hparams.n = 0;
 	g->is_entry = 1;
+	/* the parameters changed graph: rebuild the lookup table */
+	free(b->ptab);
+	b->ptab = NULL;
+	b->pmask = b->pcount = 0;
+	for (uint32_t gi = 0; gi < b->m->graphs.n; gi++)
+		for (uint32_t i = 0; i < b->m->graphs.a[gi]->params.n; i++)
+			ptab_insert(b, b->m->graphs.a[gi]->params.a[i]);
 }
 
 /* The graph that receives a node line: the open one, or an implicit graph
@@ -455,21 +472,63 @@ static Node *new_param(BuildCtx *b, Graph *g, Tok *t, Loc loc)
 	return n;
 }
 
+/* Parameters are found by (graph, name, number) through a hash table: a
+ * training graph reads tens of thousands of weights. */
+static uint32_t phash(const Graph *g, int64_t num, Sym name)
+{
+	uint64_t h = ((uint64_t)name * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)num * 0xc2b2ae3d27d4eb4fULL) ^
+		     ((uint64_t)(uintptr_t)g * 0x165667b19e3779f9ULL);
+	return (uint32_t)(h ^ (h >> 29));
+}
+
+static void ptab_insert(BuildCtx *b, Node *p)
+{
+	if ((b->pcount + 1) * 2 > b->pmask) {
+		uint32_t ncap = b->pmask ? (b->pmask + 1) * 2 : 1024;
+		Node **nt = xcalloc(ncap, sizeof *nt);
+		for (uint32_t i = 0; b->ptab && i <= b->pmask; i++) {
+			Node *q = b->ptab[i];
+			if (!q)
+				continue;
+			uint32_t j = phash(q->g, q->local, q->name) & (ncap - 1);
+			while (nt[j])
+				j = (j + 1) & (ncap - 1);
+			nt[j] = q;
+		}
+		free(b->ptab);
+		b->ptab = nt;
+		b->pmask = ncap - 1;
+	}
+	uint32_t j = phash(p->g, p->local, p->name) & b->pmask;
+	while (b->ptab[j])
+		j = (j + 1) & b->pmask;
+	b->ptab[j] = p;
+	b->pcount++;
+}
+
+static Node *ptab_find(BuildCtx *b, const Graph *g, int64_t num, Sym name)
+{
+	if (!b->ptab)
+		return NULL;
+	for (uint32_t j = phash(g, num, name) & b->pmask; b->ptab[j]; j = (j + 1) & b->pmask) {
+		Node *q = b->ptab[j];
+		if (q->g == g && q->local == num && q->name == name)
+			return q;
+	}
+	return NULL;
+}
+
 static Node *find_param(BuildCtx *b, Graph *g, int64_t num, Sym name)
 {
-	if (g)
-		for (uint32_t i = 0; i < g->params.n; i++)
-			if (g->params.a[i]->name == name && g->params.a[i]->local == num)
-				return g->params.a[i];
-	for (uint32_t i = 0; i < b->hparams.n; i++)
-		if (b->hparams.a[i]->name == name && b->hparams.a[i]->local == num)
-			return b->hparams.a[i];
-	Graph *e = ir_entry(b->m);
-	if (e && e != g)
-		for (uint32_t i = 0; i < e->params.n; i++)
-			if (e->params.a[i]->name == name && e->params.a[i]->local == num)
-				return e->params.a[i];
-	return NULL;
+	Node *p = g ? ptab_find(b, g, num, name) : NULL;
+	if (!p) /* header parameters (graph not known yet) */
+		p = ptab_find(b, NULL, num, name);
+	if (!p) {
+		Graph *e = ir_entry(b->m);
+		if (e && e != g)
+			p = ptab_find(b, e, num, name);
+	}
+	return p;
 }
 
 void b_paramdef(BuildCtx *b, Loc loc, Tok *t, Abs *type, VList *tail)
@@ -480,19 +539,23 @@ void b_paramdef(BuildCtx *b, Loc loc, Tok *t, Abs *type, VList *tail)
 		return;
 	}
 	Node *n = new_param(b, g, t, loc);
-	if (type)
+	if (type) {
 		n->out = *type;
+		vec_push(&b->afree, type);
+	}
 	if (tail) {
 		n->nargs = tail->v.n;
 		n->args = arena_dup(b->m->arena, tail->v.a, tail->v.n * sizeof(Value));
 		for (uint32_t i = 0; i < tail->v.n; i++)
 			if (value_is_word(&tail->v.a[i], "has_default"))
 				n->has_default = 1;
+		vrelease(b, tail);
 	}
 	if (g)
 		vec_push(&g->params, n);
 	else
 		vec_push(&b->hparams, n);
+	ptab_insert(b, n);
 }
 
 void b_indirect(BuildCtx *b, Tok *t)
@@ -585,8 +648,11 @@ void b_sg_open(BuildCtx *b, Loc loc, Tok *name, Tok *parent, VList *params)
 			if (b->param_types && i < b->param_types->abs.n)
 				p->out = *b->param_types->abs.a[i];
 			vec_push(&g->params, p);
+			ptab_insert(b, p);
 		}
 	}
+	vrelease(b, b->param_types);
+	vrelease(b, params);
 	b->param_types = NULL;
 	b->cur = g;
 	b->in_braces = 1;
@@ -706,6 +772,7 @@ static void apply_groups(BuildCtx *b, Node *n, Groups *g)
 		dst[i]->n = g->attrs[i].n;
 		dst[i]->a = g->attrs[i].n ? arena_dup(b->m->arena, g->attrs[i].a, g->attrs[i].n * sizeof(Attr)) : NULL;
 	}
+	grelease(b, g);
 	/* pipeline stage written as a node attribute */
 	Value *st = ir_attr_get(&n->cattrs, "stage");
 	if (!st)
@@ -740,6 +807,7 @@ static void set_args(BuildCtx *b, Node *n, VList *args)
 		return;
 	n->nargs = args->v.n;
 	n->args = arena_dup(b->m->arena, args->v.a, args->v.n * sizeof(Value));
+	vrelease(b, args);
 }
 
 void b_node(BuildCtx *b, Loc loc, Tok *def, Value *callee, VList *args, Groups *g)
@@ -805,7 +873,7 @@ void b_return(BuildCtx *b, Loc loc, VList *args, Groups *g)
 	b->last = n;
 }
 
-void b_typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out)
+static void typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out)
 {
 	Node *n = b->last;
 	if (!n) {
@@ -860,6 +928,14 @@ void b_typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out)
 		return;
 	}
 	n->out = *out;
+}
+
+void b_typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out)
+{
+	typeline(b, loc, ins, out);
+	vrelease(b, ins);
+	if (out)
+		vec_push(&b->afree, out);
 }
 
 Value b_callee_prim(BuildCtx *b, Tok *t)
@@ -936,6 +1012,8 @@ void b_funcunion(BuildCtx *b, Tok *t)
 
 Groups *b_groups(BuildCtx *b)
 {
+	if (b->gfree.n)
+		return b->gfree.a[--b->gfree.n];
 	Groups *g = xcalloc(1, sizeof *g);
 	vec_push(&b->groups, g);
 	return g;
@@ -949,10 +1027,10 @@ void b_group_instance(BuildCtx *b, Groups *g, Tok *t)
 
 void b_group_merge(BuildCtx *b, Groups *g, Groups *attrs, int which)
 {
-	(void)b;
 	g->has[which] = 1;
 	for (uint32_t i = 0; i < attrs->attrs[0].n; i++)
 		vec_push(&g->attrs[which], attrs->attrs[0].a[i]);
+	grelease(b, attrs);
 }
 
 void b_group_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest)
@@ -963,6 +1041,16 @@ void b_group_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest)
 	vec_push(&g->attrs[3], a);
 	for (uint32_t i = 0; i < rest->attrs[0].n; i++)
 		vec_push(&g->attrs[3], rest->attrs[0].a[i]);
+	grelease(b, rest);
+}
+
+/* move the strategy group's attributes into slot 0 (a plain attribute list) */
+void b_group_flatten(Groups *g)
+{
+	for (uint32_t i = 0; i < g->attrs[3].n; i++)
+		vec_push(&g->attrs[0], g->attrs[3].a[i]);
+	g->attrs[3].n = 0;
+	g->has[3] = 0;
 }
 
 void b_attr_push(BuildCtx *b, Groups *g, Tok *key, Value *v)
@@ -1039,7 +1127,7 @@ static const struct {
 	{"F16", NT_F16, 1}, {"F32", NT_F32, 1}, {"F64", NT_F64, 1}, {"BF16", NT_BF16, 1},
 };
 
-Value b_call(BuildCtx *b, Loc loc, Tok *name, VList *args)
+static Value call_value(BuildCtx *b, Loc loc, Tok *name, VList *args)
 {
 	const char *s = sym_str(name->s);
 	uint32_t n = args ? args->v.n : 0;
@@ -1077,6 +1165,14 @@ Value b_call(BuildCtx *b, Loc loc, Tok *name, VList *args)
 	return v;
 }
 
+Value b_call(BuildCtx *b, Loc loc, Tok *name, VList *args)
+{
+	Value v = call_value(b, loc, name, args);
+	if (v.kind != V_CALL)
+		vrelease(b, args); /* a typed scalar: the list was not copied */
+	return v;
+}
+
 Value b_seq(BuildCtx *b, ValueKind k, VList *l)
 {
 	Value v = {0};
@@ -1085,14 +1181,43 @@ Value b_seq(BuildCtx *b, ValueKind k, VList *l)
 		v.n = l->v.n;
 		v.u.elems = arena_dup(b->m->arena, l->v.a, l->v.n * sizeof(Value));
 	}
+	vrelease(b, l);
 	return v;
 }
 
 VList *b_vlist(BuildCtx *b)
 {
+	if (b->vfree.n)
+		return b->vfree.a[--b->vfree.n];
 	VList *l = xcalloc(1, sizeof *l);
 	vec_push(&b->vlists, l);
 	return l;
+}
+
+/* A list whose contents were copied into the module goes back to the pool
+ * (lists are made for every operand list, tuple and type line: reusing them
+ * keeps the parser's memory flat). */
+static void vrelease(BuildCtx *b, VList *l)
+{
+	if (!l)
+		return;
+	for (uint32_t i = 0; i < l->abs.n; i++)
+		vec_push(&b->afree, l->abs.a[i]);
+	l->v.n = 0;
+	l->abs.n = 0;
+	vec_push(&b->vfree, l);
+}
+
+static void grelease(BuildCtx *b, Groups *g)
+{
+	if (!g)
+		return;
+	g->instance = 0;
+	for (int i = 0; i < 4; i++) {
+		g->has[i] = 0;
+		g->attrs[i].n = 0;
+	}
+	vec_push(&b->gfree, g);
 }
 
 void b_vpush(VList *l, Value v)
@@ -1175,7 +1300,14 @@ static int to_shape(BuildCtx *b, Loc loc, const Value *v, Shape *s)
 
 Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 {
-	Abs *a = arena_alloc(b->m->arena, sizeof *a);
+	Abs *a;
+	if (b->afree.n) {
+		a = b->afree.a[--b->afree.n];
+		memset(a, 0, sizeof *a);
+	} else {
+		a = xcalloc(1, sizeof *a);
+		vec_push(&b->aall, a);
+	}
 	a->tstr = tstr;
 	const char *t = sym_str(tstr);
 	a->is_ref = strncmp(t, "Ref[", 4) == 0;
@@ -1220,6 +1352,7 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 		a->nextras = extras.n;
 	}
 	vec_free(&extras);
+	vrelease(b, items);
 	return a;
 }
 
@@ -1414,6 +1547,13 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	}
 	vec_free(&b->vlists);
 	vec_free(&b->groups);
+	vec_free(&b->vfree);
+	vec_free(&b->gfree);
+	for (uint32_t i = 0; i < b->aall.n; i++)
+		free(b->aall.a[i]);
+	vec_free(&b->aall);
+	vec_free(&b->afree);
+	free(b->ptab);
 	vec_free(&b->pend);
 	vec_free(&b->nodelines);
 	vec_free(&b->xlines);

@@ -82,6 +82,7 @@ Groups *b_groups(BuildCtx *b);
 void b_group_instance(BuildCtx *b, Groups *g, Tok *t);
 void b_group_merge(BuildCtx *b, Groups *g, Groups *attrs, int which);
 void b_group_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest);
+void b_group_flatten(Groups *g);
 void b_attr_push(BuildCtx *b, Groups *g, Tok *key, Value *v);
 Value b_int(Tok *t);
 Value b_float(Tok *t, NumType nt);

@@ -49,7 +49,7 @@ static void ir_yyerror(IR_YYLTYPE *l, void *scanner, BuildCtx *b, const char *ms
 %type <v> value callee titem shape_el
 %type <vl> vals vals_opt cargs cargs_opt dict dict_opt titems shape_list int_list abs_list abs_list_opt ptail sg_params
 %type <abs> abstract
-%type <gr> groups attrlist attrlist_opt strat_rest
+%type <gr> groups attrlist attrlist_opt strat_rest attrblock
 %type <s> tstr tstr_list
 
 %%
@@ -110,10 +110,15 @@ callee:	  IDENT				{ $$ = b_callee_prim(b, &$1); }
 
 groups:	  %empty			{ $$ = b_groups(b); }
 	| groups INSTANCE		{ $$ = $1; b_group_instance(b, $$, &$2); }
-	| groups PATTRS '{' attrlist_opt '}'	{ $$ = $1; b_group_merge(b, $$, $4, 0); }
-	| groups CATTRS '{' attrlist_opt '}'	{ $$ = $1; b_group_merge(b, $$, $4, 1); }
-	| groups PRIMAL '{' attrlist_opt '}'	{ $$ = $1; b_group_merge(b, $$, $4, 2); }
+	| groups PATTRS attrblock	{ $$ = $1; b_group_merge(b, $$, $3, 0); }
+	| groups CATTRS attrblock	{ $$ = $1; b_group_merge(b, $$, $3, 1); }
+	| groups PRIMAL attrblock	{ $$ = $1; b_group_merge(b, $$, $3, 2); }
 	| groups STRAT_OPEN value strat_rest '}'	{ $$ = $1; b_group_strategy(b, $$, &$3, $4); }
+	;
+
+/* "{in_strategy:" is one token; inside an attribute group it is just the first key */
+attrblock: '{' attrlist_opt '}'		{ $$ = $2; }
+	| STRAT_OPEN value strat_rest '}'	{ $$ = b_groups(b); b_group_strategy(b, $$, &$2, $3); b_group_flatten($$); }
 	;
 
 attrlist_opt: %empty			{ $$ = b_groups(b); }

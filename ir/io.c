@@ -30,13 +30,13 @@ int io_read_file(const char *path, char **buf, size_t *len)
 	char *b = xmalloc(cap);
 	size_t n = 0;
 	for (;;) {
-		if (cap - n < 2) {
+		if (cap - n <= 2) { /* always room for the data plus two NULs */
 			cap *= 2;
 			b = xrealloc(b, cap);
 		}
 		size_t r = fread(b + n, 1, cap - n - 2, f);
 		n += r;
-		if (r == 0)
+		if (r == 0 && (feof(f) || ferror(f)))
 			break;
 	}
 	int err = ferror(f);
