@@ -280,6 +280,7 @@ void lex_nodedef(LexState *ls, const char *t, union IR_YYSTYPE *lv)
 	lv->tok.i = v;
 	lv->tok.s = intern(open + 1, (size_t)(close - open - 1));
 	lv->tok.p = p;
+	lv->tok.k = (int)(p - ls->line_start) + 1; /* column of the '%' */
 }
 
 static void split_param(const char *p, size_t n, Tok *tok)
@@ -814,6 +815,8 @@ void b_node(BuildCtx *b, Loc loc, Tok *def, Value *callee, VList *args, Groups *
 {
 	flush_node(b);
 	b->in_order = 0;
+	if (def->k > 0)
+		loc.col = (uint32_t)def->k;
 	Graph *gr = node_graph(b, loc);
 	Node *n = ir_node_new(b->m, gr, NK_CNODE);
 	n->loc = loc;

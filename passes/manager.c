@@ -2,6 +2,7 @@
  * --print-after, --print-after-all, --verify-each and --time-passes are
  * handled here, once, for every pass (LLVM's pass-manager options). */
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "sappc.h"
@@ -69,6 +70,9 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm)
 			fprintf(stderr, "  %10.4f  %5.1f%%  %s\n", times[i], t_total > 0 ? 100 * times[i] / t_total : 0.0,
 				pm->passes[i]->name);
 		fprintf(stderr, "  %10.4f  %5.1f%%  %s\n", t_total, 100.0, "total (passes)");
+		struct rusage ru;
+		if (getrusage(RUSAGE_SELF, &ru) == 0)
+			fprintf(stderr, "  peak RSS: %.1f MB\n", ru.ru_maxrss / 1024.0);
 	}
 	return 0;
 }

@@ -111,6 +111,28 @@ static int check_shape(const Node *n)
 	return 0;
 }
 
+/* (name, number) pairs of a graph's parameters are unique: hash set */
+static void check_params(const Graph *g)
+{
+	uint32_t cap = 16;
+	while (cap < g->params.n * 2)
+		cap *= 2;
+	const Node **set = xcalloc(cap, sizeof *set);
+	for (uint32_t i = 0; i < g->params.n; i++) {
+		const Node *p = g->params.a[i];
+		uint64_t h = ((uint64_t)p->name * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(uint32_t)p->local * 0xc2b2ae3d27d4eb4fULL);
+		uint32_t j = (uint32_t)(h ^ (h >> 31)) & (cap - 1);
+		for (; set[j]; j = (j + 1) & (cap - 1))
+			if (set[j]->name == p->name && set[j]->local == p->local)
+				break;
+		if (set[j])
+			diag_error_at(p->loc, "duplicate parameter '%s'", sym_str(p->name));
+		else
+			set[j] = p;
+	}
+	free(set);
+}
+
 int pass_verify(Module *m, const Options *o)
 {
 	(void)o;
@@ -137,12 +159,7 @@ int pass_verify(Module *m, const Options *o)
 			seen.a[n->local] = 1;
 		}
 		vec_free(&seen);
-		for (uint32_t i = 0; i < g->params.n; i++)
-			for (uint32_t j = 0; j < i; j++)
-				if (g->params.a[i]->name == g->params.a[j]->name &&
-				    g->params.a[i]->local == g->params.a[j]->local)
-					diag_error_at(g->params.a[i]->loc, "duplicate parameter '%s'",
-						      sym_str(g->params.a[i]->name));
+		check_params(g);
 		for (uint32_t i = 0; i < g->nodes.n && !diag_too_many(); i++) {
 			Node *n = g->nodes.a[i];
 			for (uint32_t k = 0; k < n->nargs; k++)

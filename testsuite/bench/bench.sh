@@ -1,0 +1,43 @@
+#!/bin/bash
+# bench.sh BUILDDIR - `make bench`: speed and memory of sappc on generated
+# transformer training graphs (testsuite/gen/gen-transformer).  Not part of
+# make check: figures depend on the machine.  Each time is the median of
+# BENCH_RUNS runs (default 3).  Columns:
+#   layers ops MB devices | parse+print s, MB/s | full pipeline s | full/parse | peak RSS MB (full)
+# Configurations: BENCH_CONFIGS="layers:devices ..." (default below).
+set -u
+build=${1:-.}
+sappc=$build/sappc
+gen=$build/testsuite/gen/gen-transformer
+runs=${BENCH_RUNS:-3}
+configs=${BENCH_CONFIGS:-"64:8 512:1024 3700:8 4096:4096 4096:6144"}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sappc-bench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+export LC_ALL=C
+
+median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+now() { date +%s.%N; }
+run_timed() { # args...: prints wall seconds; stderr of the run goes to $tmp/err
+	local t0 t1
+	t0=$(now)
+	"$sappc" "$@" >/dev/null 2>"$tmp/err" || { echo "sappc $* failed:" >&2; cat "$tmp/err" >&2; return 1; }
+	t1=$(now)
+	awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f\n", b - a }' 
+}
+
+printf '%-7s %8s %7s %7s | %9s %7s | %9s %6s | %8s\n' layers ops MB devices parse+prt MB/s full full/pp RSS_MB
+for c in $configs; do
+	L=${c%%:*}
+	N=${c##*:}
+	f=$tmp/t$L.ir
+	[ -f "$f" ] || "$gen" -L "$L" -o "$f"
+	mb=$(awk -v s="$(stat -c %s "$f")" 'BEGIN { print s / 1048576 }')
+	ops=$(grep -c '^  %' "$f")
+	pp=$(for i in $(seq "$runs"); do run_timed --passes= -q "$f"; done | median)
+	full=$(for i in $(seq "$runs"); do run_timed -q -n "$N" --time-passes "$f"; done | median)
+	rss=$(sed -n 's/.*peak RSS: \([0-9.]*\) MB.*/\1/p' "$tmp/err")
+	printf '%-7s %8s %7.1f %7s | %9.3f %7.1f | %9.3f %6.2f | %8s\n' "$L" "$ops" "$mb" "$N" "$pp" \
+		"$(awk -v a="$mb" -v b="$pp" 'BEGIN { print a / b }')" "$full" \
+		"$(awk -v a="$full" -v b="$pp" 'BEGIN { print a / b }')" "${rss:-?}"
+	echo "  passes ($L layers, $N devices, last run):" && grep -E '^ +[0-9.]+ +[0-9.]+% ' "$tmp/err" | sed 's/^/  /'
+done
