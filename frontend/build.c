@@ -1499,7 +1499,9 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	b->ls.scan = b->ls.line_start = buf;
 	b->ls.line = 1;
 	b->ls.b = b;
+	diag_defer(1);
 	int rc = lex_run(&b->ls, (char *)buf, len);
+	diag_flush();
 	flush_node(b);
 	if (b->cur && b->in_braces && !diag_errors())
 		diag_error_at(b->cur->loc, "subgraph '@%s' is not closed with '}'", sym_str(b->cur->name));

@@ -10,7 +10,28 @@
 #define MAX_ERRORS 20
 
 static Source cur;
-static int nerrors, quiet;
+static int nerrors, quiet, silent;
+
+/* While the scanner runs it holds a NUL inside the source buffer (flex's
+ * yy_hold_char), so the source line of a diagnostic is printed only after
+ * the parse: messages are queued until diag_flush(). */
+typedef struct Deferred {
+	const char *kind;
+	Loc loc;
+	char *msg;
+} Deferred;
+static int deferring;
+static Vec(Deferred) queue;
+
+void diag_defer(int on)
+{
+	deferring = on;
+}
+
+void diag_set_silent(int s)
+{
+	silent = s;
+}
 
 void diag_set_source(const Source *src)
 {
@@ -69,6 +90,19 @@ static void show_line(Loc loc)
 
 static void vreport(const char *kind, Loc loc, int located, const char *fmt, va_list ap)
 {
+	if (silent)
+		return;
+	if (deferring && located) {
+		Deferred d = {kind, loc, NULL};
+		va_list aq;
+		va_copy(aq, ap);
+		int n = vsnprintf(NULL, 0, fmt, aq);
+		va_end(aq);
+		d.msg = xmalloc((size_t)n + 1);
+		vsnprintf(d.msg, (size_t)n + 1, fmt, ap);
+		vec_push(&queue, d);
+		return;
+	}
 	if (located && cur.name)
 		fprintf(stderr, "%s:%u:%u: %s: ", cur.name, loc.line, loc.col, kind);
 	else if (cur.name && located)
@@ -81,6 +115,23 @@ static void vreport(const char *kind, Loc loc, int located, const char *fmt, va_
 		show_line(loc);
 }
 
+void diag_flush(void)
+{
+	deferring = 0;
+	for (uint32_t i = 0; i < queue.n; i++) {
+		Deferred *d = &queue.a[i];
+		if (cur.name)
+			fprintf(stderr, "%s:%u:%u: %s: %s\n", cur.name, d->loc.line, d->loc.col, d->kind, d->msg);
+		else
+			fprintf(stderr, "sappc: %s: %s\n", d->kind, d->msg);
+		show_line(d->loc);
+		free(d->msg);
+	}
+	if (queue.n && nerrors >= MAX_ERRORS)
+		fprintf(stderr, "sappc: too many errors, stopping\n");
+	vec_free(&queue);
+}
+
 void diag_error_at(Loc loc, const char *fmt, ...)
 {
 	nerrors++;
@@ -90,7 +141,7 @@ void diag_error_at(Loc loc, const char *fmt, ...)
 	va_start(ap, fmt);
 	vreport("error", loc, 1, fmt, ap);
 	va_end(ap);
-	if (nerrors == MAX_ERRORS)
+	if (nerrors == MAX_ERRORS && !silent && !deferring)
 		fprintf(stderr, "sappc: too many errors, stopping\n");
 }
 

@@ -375,6 +375,9 @@ int diag_errors(void);
 int diag_too_many(void); /* the 20-error limit was reached */
 void diag_reset(void);
 void diag_set_quiet(int q);
+void diag_set_silent(int s); /* print nothing at all (fuzzing) */
+void diag_defer(int on);      /* queue located messages (while the scanner holds the buffer) */
+void diag_flush(void);        /* print the queue, with source lines */
 NORETURN void die(const char *fmt, ...) PRINTF(1, 2); /* internal bug */
 
 /* --------------------------------------------------------- frontend/build.c */

@@ -130,6 +130,13 @@ static int set_out(int64_t *d, int r, int64_t *out, int *orank)
 	return 1;
 }
 
+/* memcpy of dims: rank-0 shapes have no dims array */
+static void copy_dims(int64_t *dst, const int64_t *src, int n)
+{
+	if (n > 0)
+		memcpy(dst, src, (size_t)n * sizeof(int64_t));
+}
+
 #define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -1)
 
 static int bcast(const Shape *a, const Shape *b, int64_t *out, int *orank, char *why, size_t whylen)
@@ -203,7 +210,7 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			if (!s || !n->in_types[i].is_tensor)
 				continue;
 			if (!acc) {
-				memcpy(tmp, s->dims, s->rank * sizeof(int64_t));
+				copy_dims(tmp, s->dims, s->rank);
 				cur.kind = SK_DIMS;
 				cur.rank = s->rank;
 				cur.dims = tmp;
@@ -214,7 +221,7 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			int orr;
 			if (bcast(&cur, s, o, &orr, why, whylen) < 0)
 				return -1;
-			memcpy(tmp, o, (size_t)orr * sizeof(int64_t));
+			copy_dims(tmp, o, orr);
 			cur.rank = (uint8_t)orr;
 		}
 		if (!acc)
@@ -376,7 +383,7 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		int64_t depth;
 		if (!x || !dep || !value_get_int(dep, &depth))
 			return 0;
-		memcpy(d, x->dims, x->rank * sizeof(int64_t));
+		copy_dims(d, x->dims, x->rank);
 		d[x->rank] = depth;
 		return set_out(d, x->rank + 1, out, orank);
 	}
@@ -444,7 +451,7 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			value_get_int(v, &rs);
 		if (!x || rs <= 0 || x->rank == 0)
 			return 0;
-		memcpy(d, x->dims, x->rank * sizeof(int64_t));
+		copy_dims(d, x->dims, x->rank);
 		if (oi->shape == SHAPE_ALLGATHER)
 			d[0] *= rs;
 		else {
