@@ -1,0 +1,428 @@
+/* report.c - what a plan costs: communication volume per operator and per
+ * category, per-device memory, and an alpha-beta estimate of communication
+ * time, computed from a lowered (per-rank, local-shape) module.
+ *
+ * Volumes are the bytes one device sends with ring algorithms over a group
+ * of p devices holding S bytes (S = the local tensor on this device):
+ *   AllReduce      2 (p-1)/p * S          (reduce-scatter + all-gather)
+ *   AllGather        (p-1)   * S_in       (= (p-1)/p * S_out)
+ *   ReduceScatter    (p-1)/p * S_in
+ *   AlltoAll         (p-1)/p * S
+ *   Send / Receive   S (counted once, on the sender)
+ * and take alpha*steps + bytes/beta, with 2(p-1) steps for AllReduce and p-1
+ * for the others; a group whose ranks span more than one node
+ * (--devices-per-node) uses the inter-node alpha and beta.
+ *
+ * Categories come from MindSpore's naming of the inserted operators
+ * (ir-format.md §1.10): forward_op_* forward collectives,
+ * redistribution_op_* tensor redistribution, parallel_optimizer_allgather*
+ * optimizer-shard gathers, Send/Receive pipeline traffic.  The gradient
+ * all-reduce of a trainable parameter is not in a forward graph; it is
+ * derived from the mirror group its consumers name in related_fusion_key
+ * (all_reduce_<group>_<fusion>): 2 (p-1)/p * its local size.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "report.h"
+
+static int64_t tensor_bytes(const Abs *a)
+{
+	int64_t n;
+	if (!a || !a->is_tensor || shape_numel(&a->shape, &n) != 0)
+		return 0;
+	return n * dtype_size(a->dtype);
+}
+
+/* ranks of a communication operator's group, from its attributes */
+static int group_ranks(const Node *n, int64_t *ranks, int max, int world)
+{
+	const Value *v = ir_attr_get(&n->pattrs, "group_rank_ids");
+	if (!v)
+		v = ir_attr_get(&n->pattrs, "rank_list");
+	int k = v ? value_int_list(v, ranks, max) : -1;
+	if (k > 0)
+		return k;
+	v = ir_attr_get(&n->pattrs, "group_ranks");
+	if (v && (v->kind == V_STR || v->kind == V_WORD || v->kind == V_RAW)) {
+		const char *s = sym_str(v->text);
+		if (strcmp(s, "WORLD_GROUP") != 0) {
+			k = 0;
+			while (*s && k < max) {
+				ranks[k++] = strtoll(s, (char **)&s, 10);
+				if (*s == '-')
+					s++;
+				else if (*s)
+					break;
+			}
+			if (k > 0)
+				return k;
+		}
+	}
+	for (k = 0; k < world && k < max; k++)
+		ranks[k] = k;
+	return k;
+}
+
+static const char *kind_name(int op)
+{
+	switch (op) {
+	case OP_AllReduce:
+		return "AllReduce";
+	case OP_AllGather:
+		return "AllGather";
+	case OP_ReduceScatter:
+		return "ReduceScatter";
+	case OP_AlltoAll:
+		return "AlltoAll";
+	case OP_Send:
+		return "Send";
+	case OP_Receive:
+		return "Receive";
+	default:
+		return "?";
+	}
+}
+
+const char *const report_category_names[RC_COUNT] = {
+	"forward collectives", "redistribution", "gradient all-reduce (mirrors)", "optimizer all-gather",
+	"pipeline send/receive", "other communication",
+};
+
+static int category(const Node *n)
+{
+	const char *inst = sym_str(n->instance);
+	if (n->op == OP_Send || n->op == OP_Receive)
+		return RC_PIPELINE;
+	if (strncmp(inst, "forward_op_", 11) == 0)
+		return RC_FORWARD;
+	if (strncmp(inst, "redistribution_op_", 18) == 0)
+		return RC_REDIST;
+	if (strncmp(inst, "parallel_optimizer_allgather", 28) == 0)
+		return RC_OPTIMIZER;
+	if (strncmp(inst, "grad_mirror", 11) == 0)
+		return RC_GRADIENT;
+	return RC_OTHER;
+}
+
+void report_cost(const ReportConfig *c, int op, int p, int64_t bytes, int inter, double *vol, double *secs)
+{
+	double v = 0, steps = 0;
+	if (p <= 1 && op != OP_Send && op != OP_Receive) {
+		*vol = 0;
+		*secs = 0;
+		return;
+	}
+	switch (op) {
+	case OP_AllReduce:
+		v = 2.0 * (p - 1) / p * (double)bytes;
+		steps = 2.0 * (p - 1);
+		break;
+	case OP_AllGather:
+		v = (double)(p - 1) * (double)bytes;
+		steps = p - 1;
+		break;
+	case OP_ReduceScatter:
+	case OP_AlltoAll:
+		v = (double)(p - 1) / p * (double)bytes;
+		steps = p - 1;
+		break;
+	case OP_Send:
+		v = (double)bytes;
+		steps = 1;
+		break;
+	default: /* Receive: the sender counts the volume */
+		v = 0;
+		steps = 0;
+		break;
+	}
+	double bw = (inter ? c->bw_inter : c->bw_intra) * 1e9; /* bytes/s */
+	double lat = (inter ? c->lat_inter : c->lat_intra) * 1e-6;
+	*vol = v;
+	*secs = steps * lat + (bw > 0 ? v / bw : 0);
+}
+
+static int spans_nodes(const int64_t *ranks, int k, int per_node)
+{
+	if (per_node <= 0)
+		return 0;
+	for (int i = 1; i < k; i++)
+		if (ranks[i] / per_node != ranks[0] / per_node)
+			return 1;
+	return 0;
+}
+
+/* "all_reduce_<group>_<fusion>" -> group size (world group = devices) */
+static int mirror_group_size(const char *key, int world, const char *world_name)
+{
+	if (strncmp(key, "all_reduce_", 11) != 0)
+		return 0;
+	const char *g = key + 11;
+	if (strncmp(g, world_name, strlen(world_name)) == 0 || strstr(g, "world_group"))
+		return world;
+	return atoi(g);
+}
+
+static Node *param_of(Node *n)
+{
+	while (n && n->kind == NK_CNODE && (ir_node_is_op(n, OP_Load) || ir_node_is_op(n, OP_Cast) ||
+					    ir_node_is_op(n, OP_Depend)) && n->nargs && n->args[0].kind == V_NODE)
+		n = n->args[0].u.node;
+	return n && n->kind == NK_PARAM ? n : NULL;
+}
+
+void report_collect(const Module *m, const ReportConfig *c, Report *r)
+{
+	memset(r->cat_bytes, 0, sizeof r->cat_bytes);
+	memset(r->cat_secs, 0, sizeof r->cat_secs);
+	r->param_bytes = r->act_bytes = 0;
+	r->ncomm = 0;
+	r->nops = 0;
+	int world = c->world;
+	int64_t ranks[4096];
+	/* parameters: local size, and the mirror group named by a consumer */
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		const Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->params.n; i++) {
+			Node *p = g->params.a[i];
+			p->mark = 0;
+			if (p->has_default)
+				r->param_bytes += tensor_bytes(&p->out);
+		}
+	}
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		const Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			const Node *n = g->nodes.a[i];
+			if (n->dead || n->kind != NK_CNODE)
+				continue;
+			const Value *key = ir_attr_get(&n->primal, "related_fusion_key");
+			if (key && key->kind == V_STR) {
+				int gs = mirror_group_size(sym_str(key->text), world, c->world_group);
+				for (uint32_t k = 0; k < n->nargs; k++) {
+					if (n->args[k].kind != V_NODE)
+						continue;
+					Node *p = param_of(n->args[k].u.node);
+					if (p && p->has_default && !p->mark && gs > 1) {
+						p->mark = 1;
+						double v, t;
+						report_cost(c, OP_AllReduce, gs, tensor_bytes(&p->out), gs > c->per_node, &v, &t);
+						r->cat_bytes[RC_GRADIENT] += v;
+						r->cat_secs[RC_GRADIENT] += t;
+					}
+				}
+			}
+			const OpInfo *oi = ir_opinfo(n);
+			if (oi->family == FAM_COMM || oi->family == FAM_P2P) {
+				ReportComm *rc = r->ncomm < REPORT_MAX_COMM ? &r->comm[r->ncomm] : NULL;
+				int k = group_ranks(n, ranks, 4096, world);
+				int64_t bytes = tensor_bytes(n->op == OP_Receive ? &n->out : ir_in_abs(n, 0));
+				int p = n->op == OP_Send || n->op == OP_Receive ? 2 : k;
+				double v, t;
+				report_cost(c, n->op, p, bytes, spans_nodes(ranks, k, c->per_node), &v, &t);
+				int cat = category(n);
+				r->cat_bytes[cat] += v;
+				r->cat_secs[cat] += t;
+				if (rc) {
+					rc->node = n;
+					rc->kind = kind_name(n->op);
+					rc->group = p;
+					rc->bytes = v;
+					rc->secs = t;
+					rc->category = cat;
+					r->ncomm++;
+				}
+			} else if (oi->family != FAM_STRUCT && n->callee_kind == CK_PRIM) {
+				r->act_bytes += tensor_bytes(&n->out);
+				if (n->strat.n)
+					r->nops++;
+			}
+		}
+	}
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+		for (uint32_t i = 0; i < m->graphs.a[gi]->params.n; i++)
+			m->graphs.a[gi]->params.a[i]->mark = 0;
+}
+
+static void fmt_shape(char *buf, size_t n, const Abs *a)
+{
+	size_t k = 0;
+	if (!a || a->shape.kind != SK_DIMS) {
+		snprintf(buf, n, "-");
+		return;
+	}
+	k += (size_t)snprintf(buf + k, n - k, "(");
+	for (int i = 0; i < a->shape.rank && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)a->shape.dims[i]);
+	if (k < n)
+		snprintf(buf + k, n - k, ")");
+}
+
+static void human(char *buf, size_t n, double bytes)
+{
+	const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int i = 0;
+	while (bytes >= 1024 && i < 4) {
+		bytes /= 1024;
+		i++;
+	}
+	snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", bytes, u[i]);
+}
+
+static double total(const double *a)
+{
+	double t = 0;
+	for (int i = 0; i < RC_COUNT; i++)
+		t += a[i];
+	return t;
+}
+
+void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp)
+{
+	char a[128], b[128], s1[64], s2[64];
+	fprintf(f, "sappc plan report: %d devices, rank %d\n\n", c->world, c->rank);
+	fprintf(f, "Operators (strategy, local input shapes -> local output shape)\n");
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		const Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			const Node *n = g->nodes.a[i];
+			const Value *st = ir_attr_get(&n->strat, "in_strategy");
+			if (n->dead || !st)
+				continue;
+			char strat[256] = "";
+			FILE *sf = fmemopen(strat, sizeof strat - 1, "w");
+			if (sf) {
+				ir_print_value(sf, st);
+				fclose(sf);
+			}
+			fprintf(f, "  %%%-4d %-22s %-26s", n->local, sym_str(n->prim), strat);
+			for (uint32_t k = 0; k < n->nin_types; k++) {
+				if (!n->in_types[k].is_tensor)
+					continue;
+				fmt_shape(a, sizeof a, &n->in_types[k]);
+				fprintf(f, " %s", a);
+			}
+			fmt_shape(b, sizeof b, &n->out);
+			fprintf(f, " -> %s\n", b);
+		}
+	}
+	fprintf(f, "\nCommunication operators (bytes sent per device, ring algorithms)\n");
+	fprintf(f, "  %-6s %-14s %-22s %6s %14s %12s\n", "node", "kind", "category", "group", "bytes", "time (us)");
+	for (int i = 0; i < r->ncomm; i++) {
+		const ReportComm *rc = &r->comm[i];
+		fprintf(f, "  %%%-5d %-14s %-22.22s %6d %14.0f %12.2f\n", rc->node->local, rc->kind,
+			report_category_names[rc->category], rc->group, rc->bytes, rc->secs * 1e6);
+	}
+	fprintf(f, "\nTotals per device%s\n", dp ? " (this plan | pure data parallel)" : "");
+	for (int i = 0; i < RC_COUNT; i++) {
+		human(s1, sizeof s1, r->cat_bytes[i]);
+		if (dp) {
+			human(s2, sizeof s2, dp->cat_bytes[i]);
+			fprintf(f, "  %-30s %12s %10.2f us | %12s %10.2f us\n", report_category_names[i], s1,
+				r->cat_secs[i] * 1e6, s2, dp->cat_secs[i] * 1e6);
+		} else {
+			fprintf(f, "  %-30s %12s %10.2f us\n", report_category_names[i], s1, r->cat_secs[i] * 1e6);
+		}
+	}
+	human(s1, sizeof s1, total(r->cat_bytes));
+	if (dp) {
+		human(s2, sizeof s2, total(dp->cat_bytes));
+		fprintf(f, "  %-30s %12s %10.2f us | %12s %10.2f us\n", "communication", s1, total(r->cat_secs) * 1e6,
+			s2, total(dp->cat_secs) * 1e6);
+	} else {
+		fprintf(f, "  %-30s %12s %10.2f us\n", "communication", s1, total(r->cat_secs) * 1e6);
+	}
+	human(s1, sizeof s1, (double)r->param_bytes);
+	human(s2, sizeof s2, dp ? (double)dp->param_bytes : 0);
+	fprintf(f, "  %-30s %12s%s%s\n", "parameters", s1, dp ? " | " : "", dp ? s2 : "");
+	human(s1, sizeof s1, (double)r->act_bytes);
+	human(s2, sizeof s2, dp ? (double)dp->act_bytes : 0);
+	fprintf(f, "  %-30s %12s%s%s\n", "activations (no reuse)", s1, dp ? " | " : "", dp ? s2 : "");
+	fprintf(f, "\nModel: alpha-beta, intra-node %.1f GB/s and %.2f us, inter-node %.1f GB/s and %.2f us, "
+		   "%d devices per node\n",
+		c->bw_intra, c->lat_intra, c->bw_inter, c->lat_inter, c->per_node);
+}
+
+static json_t *cats_json(const Report *r)
+{
+	json_t *o = json_object();
+	for (int i = 0; i < RC_COUNT; i++) {
+		json_t *e = json_object();
+		json_object_set_new(e, "bytes", json_real(r->cat_bytes[i]));
+		json_object_set_new(e, "seconds", json_real(r->cat_secs[i]));
+		json_object_set_new(o, report_category_names[i], e);
+	}
+	json_object_set_new(o, "parameters_bytes", json_integer(r->param_bytes));
+	json_object_set_new(o, "activations_bytes", json_integer(r->act_bytes));
+	return o;
+}
+
+int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp)
+{
+	json_t *root = json_object();
+	json_object_set_new(root, "device_num", json_integer(c->world));
+	json_object_set_new(root, "rank", json_integer(c->rank));
+	json_t *model = json_object();
+	json_object_set_new(model, "bandwidth_intra_gbps", json_real(c->bw_intra));
+	json_object_set_new(model, "bandwidth_inter_gbps", json_real(c->bw_inter));
+	json_object_set_new(model, "latency_intra_us", json_real(c->lat_intra));
+	json_object_set_new(model, "latency_inter_us", json_real(c->lat_inter));
+	json_object_set_new(model, "devices_per_node", json_integer(c->per_node));
+	json_object_set_new(root, "model", model);
+	json_t *ops = json_array();
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		const Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			const Node *n = g->nodes.a[i];
+			const Value *st = ir_attr_get(&n->strat, "in_strategy");
+			if (n->dead || !st)
+				continue;
+			json_t *o = json_object();
+			char buf[512] = "";
+			FILE *sf = fmemopen(buf, sizeof buf - 1, "w");
+			if (sf) {
+				ir_print_value(sf, st);
+				fclose(sf);
+			}
+			json_object_set_new(o, "node", json_integer(n->local));
+			json_object_set_new(o, "operator", json_string(sym_str(n->prim)));
+			json_object_set_new(o, "fullname", json_string(ir_node_fullname(n)));
+			json_object_set_new(o, "in_strategy", json_string(buf));
+			json_t *shp = json_array();
+			for (uint32_t k = 0; k < n->nin_types; k++) {
+				if (!n->in_types[k].is_tensor || n->in_types[k].shape.kind != SK_DIMS)
+					continue;
+				json_t *d = json_array();
+				for (int j = 0; j < n->in_types[k].shape.rank; j++)
+					json_array_append_new(d, json_integer(n->in_types[k].shape.dims[j]));
+				json_array_append_new(shp, d);
+			}
+			json_object_set_new(o, "local_input_shapes", shp);
+			json_array_append_new(ops, o);
+		}
+	}
+	json_object_set_new(root, "operators", ops);
+	json_t *comm = json_array();
+	for (int i = 0; i < r->ncomm; i++) {
+		const ReportComm *rc = &r->comm[i];
+		json_t *o = json_object();
+		json_object_set_new(o, "node", json_integer(rc->node->local));
+		json_object_set_new(o, "kind", json_string(rc->kind));
+		json_object_set_new(o, "instance", json_string(sym_str(rc->node->instance)));
+		json_object_set_new(o, "category", json_string(report_category_names[rc->category]));
+		json_object_set_new(o, "group_size", json_integer(rc->group));
+		json_object_set_new(o, "bytes", json_real(rc->bytes));
+		json_object_set_new(o, "seconds", json_real(rc->secs));
+		json_array_append_new(comm, o);
+	}
+	json_object_set_new(root, "communication", comm);
+	json_object_set_new(root, "totals", cats_json(r));
+	if (dp)
+		json_object_set_new(root, "data_parallel_totals", cats_json(dp));
+	int rc = json_dumpf(root, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+	fputc('\n', f);
+	json_decref(root);
+	return rc;
+}

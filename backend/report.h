@@ -1,0 +1,41 @@
+/* report.h - communication and memory report of a lowered plan. */
+#ifndef SAPPC_REPORT_H
+#define SAPPC_REPORT_H
+
+#include "../ir/sappc.h"
+
+enum { RC_FORWARD, RC_REDIST, RC_GRADIENT, RC_OPTIMIZER, RC_PIPELINE, RC_OTHER, RC_COUNT };
+extern const char *const report_category_names[RC_COUNT];
+
+typedef struct ReportConfig {
+	int world;           /* devices */
+	int rank;            /* the rank whose graph is reported */
+	int per_node;        /* devices per node */
+	double bw_intra, bw_inter;   /* GB/s */
+	double lat_intra, lat_inter; /* microseconds */
+	const char *world_group;
+} ReportConfig;
+
+#define REPORT_MAX_COMM 100000
+
+typedef struct ReportComm {
+	const Node *node;
+	const char *kind;
+	int group, category;
+	double bytes, secs;
+} ReportComm;
+
+typedef struct Report {
+	double cat_bytes[RC_COUNT], cat_secs[RC_COUNT];
+	int64_t param_bytes, act_bytes;
+	int nops, ncomm;
+	ReportComm comm[REPORT_MAX_COMM];
+} Report;
+
+/* volume (bytes sent per device) and alpha-beta time of one operation */
+void report_cost(const ReportConfig *c, int op, int group, int64_t bytes, int inter, double *vol, double *secs);
+void report_collect(const Module *m, const ReportConfig *c, Report *r);
+void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp);
+int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp);
+
+#endif
