@@ -22,6 +22,9 @@ enum {
 	OPT_DOT,
 	OPT_SVG,
 	OPT_FRAGMENT,
+	OPT_VIEW,
+	OPT_MAX_NODES,
+	OPT_FOCUS,
 	OPT_VERSION,
 	OPT_HELP,
 };
@@ -39,6 +42,9 @@ static const struct option longopts[] = {
 	{"dot", required_argument, NULL, OPT_DOT},
 	{"svg", required_argument, NULL, OPT_SVG},
 	{"fragment", no_argument, NULL, OPT_FRAGMENT},
+	{"view", required_argument, NULL, OPT_VIEW},
+	{"max-nodes", required_argument, NULL, OPT_MAX_NODES},
+	{"focus", required_argument, NULL, OPT_FOCUS},
 	{"version", no_argument, NULL, OPT_VERSION},
 	{"help", no_argument, NULL, OPT_HELP},
 	{NULL, 0, NULL, 0},
@@ -54,6 +60,10 @@ static void usage(FILE *f)
 	      "  -o, --output=FILE       write the resulting IR to FILE ('-' = stdout, the default)\n"
 	      "      --dot=FILE          write the graph as Graphviz DOT (before layout)\n"
 	      "      --svg=FILE          render the graph to SVG through libgvc\n"
+	      "      --view=rank|plan    what --dot/--svg draw: the graph as printed (rank), or the\n"
+	      "                          global graph with every operator's strategy (plan)\n"
+	      "      --max-nodes=N       above N operators, draw one box per scope (default 1500)\n"
+	      "      --focus=SCOPE       keep the operators under SCOPE expanded when collapsing\n"
 	      "  -q, --quiet             no warnings or notes on stderr\n"
 	      "\n"
 	      "Parallel configuration:\n"
@@ -143,6 +153,7 @@ int main(int argc, char **argv)
 	o.device_num = 1;
 	o.mem_coef = 0.1;
 	o.world_group = "hccl_world_group";
+	o.max_nodes = 1500;
 
 	int c;
 	while ((c = getopt_long(argc, argv, "o:n:q", longopts, NULL)) != -1) {
@@ -187,6 +198,20 @@ int main(int argc, char **argv)
 			break;
 		case OPT_FRAGMENT:
 			o.fragment = 1;
+			break;
+		case OPT_VIEW:
+			if (strcmp(optarg, "plan") == 0)
+				o.view_plan = 1;
+			else if (strcmp(optarg, "rank") == 0)
+				o.view_plan = 0;
+			else
+				bad_usage("invalid --view '%s' (expected rank or plan)", optarg);
+			break;
+		case OPT_MAX_NODES:
+			o.max_nodes = (int)parse_long("--max-nodes", optarg, 1, 100000000);
+			break;
+		case OPT_FOCUS:
+			o.focus = optarg;
 			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);

@@ -1,12 +1,33 @@
-/* dot.c - builds the Graphviz picture of a module with libcgraph: one
- * cluster per subgraph, operators as boxes labelled with operator, instance
- * name and output shape, parameters and graph inputs as ellipses, data edges
- * labelled with the shape they carry.  Node names are "n<id>", so the DOT
- * text is deterministic.  Layout and rendering live in render.c. */
+/* dot.c - builds the Graphviz picture of a module with libcgraph.
+ *
+ * Every kind of node has its own shape and colour (see the legend):
+ * compute operators are boxes, communication operators (AllReduce,
+ * AllGather, ReduceScatter, AlltoAll) red octagons labelled with their
+ * group's ranks, redistribution operators (StridedSlice, Split, Concat,
+ * Reshape inserted by the lowering) yellow parallelograms, pipeline
+ * Send/Receive blue house shapes, weights and graph inputs ellipses.  Edges
+ * carry the shape they transport (the local shape after the lowering).
+ * Operators are grouped in one cluster per pipeline stage when stages are
+ * known, otherwise one cluster per subgraph.
+ *
+ * Large graphs stay readable: above Options.max_nodes operators, nodes are
+ * collapsed by scope (the full name without its last segment, cut at the
+ * deepest level that yields at most max_nodes groups); each group is one box
+ * with its operator count and the communication it contains, and edges
+ * between groups are merged.  --focus=SCOPE keeps the operators under SCOPE
+ * expanded.  Names are "n<id>" / "g<k>", so the DOT text is deterministic.
+ * Layout and rendering live in render.c.
+ */
 #include <graphviz/cgraph.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "render.h"
+
+static void set(void *obj, const char *k, const char *v)
+{
+	agsafeset(obj, (char *)k, (char *)v, (char *)"");
+}
 
 static void shape_text(char *buf, size_t n, const Abs *a)
 {
@@ -23,96 +44,464 @@ static void shape_text(char *buf, size_t n, const Abs *a)
 		snprintf(buf + k, n - k, ")");
 }
 
-static void set(void *obj, const char *k, const char *v)
+typedef enum { K_PARAM, K_INPUT, K_COMPUTE, K_COMM, K_REDIST, K_P2P, K_RETURN, K_STRUCT, K_COUNT } Kind;
+
+static const struct {
+	const char *name, *shape, *fill;
+} kind_style[K_COUNT] = {
+	[K_PARAM] = {"weight", "ellipse", "#fff2cc"},
+	[K_INPUT] = {"graph input", "ellipse", "#d9ead3"},
+	[K_COMPUTE] = {"operator", "box", "#ffffff"},
+	[K_COMM] = {"collective", "octagon", "#f4cccc"},
+	[K_REDIST] = {"redistribution", "parallelogram", "#fce5cd"},
+	[K_P2P] = {"pipeline send/receive", "house", "#cfe2f3"},
+	[K_RETURN] = {"return", "box", "#eeeeee"},
+	[K_STRUCT] = {"load / tuple", "box", "#f3f3f3"},
+};
+
+static Kind kind_of(const Node *n)
 {
-	agsafeset(obj, (char *)k, (char *)v, (char *)"");
+	if (n->kind == NK_PARAM)
+		return n->has_default ? K_PARAM : K_INPUT;
+	if (n->kind == NK_RETURN)
+		return K_RETURN;
+	const OpInfo *oi = ir_opinfo(n);
+	if (oi->family == FAM_P2P)
+		return K_P2P;
+	if (oi->family == FAM_COMM)
+		return strncmp(sym_str(n->instance), "redistribution_op_", 18) == 0 ? K_REDIST : K_COMM;
+	if (strncmp(sym_str(n->instance), "redistribution_op_", 18) == 0)
+		return K_REDIST;
+	if (oi->family == FAM_STRUCT)
+		return K_STRUCT;
+	return K_COMPUTE;
 }
 
-static Agnode_t *mknode(Agraph_t *sg, const Node *n)
+static int hidden(const Node *n)
 {
-	char name[32];
-	snprintf(name, sizeof name, "n%u", n->id);
-	return agnode(sg, name, 1);
+	if (n->dead || ir_node_is_op(n, OP_UpdateState))
+		return 1;
+	return n->kind == NK_PARAM && n->out.tstr && strcmp(sym_str(n->out.tstr), "UMonad") == 0;
 }
 
-static void label_node(Agnode_t *an, const Node *n)
+static void group_text(char *buf, size_t n, const Node *c)
 {
-	char shp[256], lab[1024];
+	int64_t r[64];
+	const Value *v = ir_attr_get(&c->pattrs, "group_rank_ids");
+	if (!v)
+		v = ir_attr_get(&c->pattrs, "rank_list");
+	int k = v ? value_int_list(v, r, 64) : -1;
+	if (k > 0) {
+		size_t p = (size_t)snprintf(buf, n, "ranks ");
+		for (int i = 0; i < k && p < n; i++)
+			p += (size_t)snprintf(buf + p, n - p, i ? ",%lld" : "%lld", (long long)r[i]);
+		return;
+	}
+	v = ir_attr_get(&c->pattrs, "group");
+	snprintf(buf, n, "%s", v ? sym_str(v->text) : "");
+}
+
+static void label_node(Agnode_t *an, const Node *n, const Options *o)
+{
+	char shp[256], lab[1024], extra[512] = "";
+	Kind k = kind_of(n);
 	shape_text(shp, sizeof shp, &n->out);
+	set(an, "shape", kind_style[k].shape);
+	set(an, "style", "filled");
+	set(an, "fillcolor", kind_style[k].fill);
 	if (n->kind == NK_PARAM) {
 		snprintf(lab, sizeof lab, "%s\n%s", sym_str(n->name), shp);
-		set(an, "shape", "ellipse");
-		set(an, "style", "filled");
-		set(an, "fillcolor", n->has_default ? "#fff2cc" : "#d9ead3");
 	} else if (n->kind == NK_RETURN) {
 		snprintf(lab, sizeof lab, "Return\n%s", shp);
-		set(an, "shape", "box");
-		set(an, "style", "rounded");
 	} else {
 		const char *op = n->callee_kind == CK_PRIM ? sym_str(n->prim) : "call";
+		if (k == K_COMM || (k == K_REDIST && ir_opinfo(n)->family == FAM_COMM))
+			group_text(extra, sizeof extra, n);
+		else if (k == K_P2P) {
+			const Value *peer = ir_attr_get(&n->pattrs, n->op == OP_Send ? "dest_rank" : "src_rank");
+			int64_t pr = 0;
+			if (peer && value_get_int(peer, &pr))
+				snprintf(extra, sizeof extra, "%s rank %lld", n->op == OP_Send ? "to" : "from", (long long)pr);
+		} else if (o && o->view_plan) {
+			const Value *st = ir_attr_get(&n->strat, "in_strategy");
+			if (st) {
+				FILE *f = fmemopen(extra, sizeof extra - 1, "w");
+				if (f) {
+					ir_print_value(f, st);
+					fclose(f);
+				}
+			}
+			const char *how = ir_strategy_origin(n);
+			if (how && strcmp(how, "pinned") == 0) {
+				set(an, "penwidth", "3");
+				set(an, "color", "#990000");
+			} else if (how && strcmp(how, "propagated") == 0) {
+				set(an, "style", "filled,dashed");
+			}
+			if (how && *extra) {
+				size_t l = strlen(extra);
+				snprintf(extra + l, sizeof extra - l, "\n%s", how);
+			}
+		}
 		if (n->instance)
-			snprintf(lab, sizeof lab, "%s\n%s\n%s", op, sym_str(n->instance), shp);
+			snprintf(lab, sizeof lab, "%s\n%s\n%s%s%s", op, sym_str(n->instance), shp, *extra ? "\n" : "", extra);
 		else
-			snprintf(lab, sizeof lab, "%s\n%s", op, shp);
-		set(an, "shape", "box");
+			snprintf(lab, sizeof lab, "%s\n%s%s%s", op, shp, *extra ? "\n" : "", extra);
 	}
 	set(an, "label", lab);
 }
 
+/* ------------------------------------------------------------ collapsing */
+
+/* scope of a node: its full name without the last "/Op-opN" segment */
+static size_t scope_len(const Node *n)
+{
+	const char *s = ir_node_fullname(n);
+	const char *slash = strrchr(s, '/');
+	return slash ? (size_t)(slash - s) : 0;
+}
+
+/* the prefix of s made of its first `depth` '/'-separated segments, within len */
+static size_t prefix_at(const char *s, size_t len, int depth)
+{
+	size_t i = 0;
+	for (int d = 0; d < depth; d++) {
+		const char *slash = memchr(s + i, '/', len - i);
+		if (!slash)
+			return len;
+		i = (size_t)(slash - s) + 1;
+	}
+	return i ? i - 1 : 0;
+}
+
+typedef struct {
+	Sym key;
+	uint32_t count, comm;
+	uint32_t ncomm_kind[4];
+	int first;
+} Group;
+
+static int count_ops(const Module *m)
+{
+	int c = 0;
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++)
+			c += !hidden(m->graphs.a[gi]->nodes.a[i]);
+	return c;
+}
+
+/* assign every visible node a group (mark = group index + 1) or 0 when shown alone */
+static int collapse(const Module *m, const Options *o, Group **out)
+{
+	int maxn = o && o->max_nodes > 0 ? o->max_nodes : 1500;
+	const char *focus = o ? o->focus : NULL;
+	size_t flen = focus ? strlen(focus) : 0;
+	Vec(Group) groups = {0};
+	/* deepest depth whose number of distinct scope prefixes fits */
+	int depth = 12;
+	for (; depth >= 1; depth--) {
+		uint32_t cap = 1024, used = 0, distinct = 0;
+		Sym *set = xcalloc(cap, sizeof *set);
+		for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+			for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
+				const Node *n = m->graphs.a[gi]->nodes.a[i];
+				if (hidden(n) || n->kind != NK_CNODE)
+					continue;
+				const char *s = ir_node_fullname(n);
+				if (focus && strncmp(s, focus, flen) == 0) {
+					distinct++;
+					continue;
+				}
+				size_t l = prefix_at(s, scope_len(n), depth);
+				Sym k = intern(s, l);
+				uint32_t j = (k * 2654435761u) & (cap - 1);
+				while (set[j] && set[j] != k)
+					j = (j + 1) & (cap - 1);
+				if (!set[j]) {
+					set[j] = k;
+					distinct++;
+					if (++used * 2 > cap) {
+						uint32_t ncap = cap * 2;
+						Sym *ns = xcalloc(ncap, sizeof *ns);
+						for (uint32_t q = 0; q < cap; q++)
+							if (set[q]) {
+								uint32_t z = (set[q] * 2654435761u) & (ncap - 1);
+								while (ns[z])
+									z = (z + 1) & (ncap - 1);
+								ns[z] = set[q];
+							}
+						free(set);
+						set = ns;
+						cap = ncap;
+					}
+				}
+			}
+		free(set);
+		if ((int)distinct <= maxn)
+			break;
+	}
+	if (depth < 1)
+		depth = 1;
+	/* when the next level down has too many groups (e.g. 4096 layers for
+	 * 1500 boxes), use it anyway and merge runs of consecutive groups */
+	int chunking = depth < 12;
+	if (chunking)
+		depth++;
+	/* assign groups in node order */
+	uint32_t cap = 1024;
+	int32_t *idx = xmalloc(cap * sizeof *idx);
+	Sym *keys = xcalloc(cap, sizeof *keys);
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
+			Node *n = m->graphs.a[gi]->nodes.a[i];
+			n->mark = 0;
+			if (hidden(n) || n->kind != NK_CNODE)
+				continue;
+			const char *s = ir_node_fullname(n);
+			if (focus && strncmp(s, focus, flen) == 0)
+				continue;
+			Sym k = intern(s, prefix_at(s, scope_len(n), depth));
+			uint32_t j = (k * 2654435761u) & (cap - 1);
+			while (keys[j] && keys[j] != k)
+				j = (j + 1) & (cap - 1);
+			if (!keys[j]) {
+				keys[j] = k;
+				idx[j] = (int32_t)groups.n;
+				Group g = {k, 0, 0, {0}, (int)n->id};
+				vec_push(&groups, g);
+				if (groups.n * 2 > cap) {
+					uint32_t ncap = cap * 2;
+					int32_t *ni = xmalloc(ncap * sizeof *ni);
+					Sym *nk = xcalloc(ncap, sizeof *nk);
+					for (uint32_t q = 0; q < cap; q++)
+						if (keys[q]) {
+							uint32_t z = (keys[q] * 2654435761u) & (ncap - 1);
+							while (nk[z])
+								z = (z + 1) & (ncap - 1);
+							nk[z] = keys[q];
+							ni[z] = idx[q];
+						}
+					free(idx);
+					free(keys);
+					idx = ni;
+					keys = nk;
+					cap = ncap;
+					j = (k * 2654435761u) & (cap - 1);
+					while (keys[j] != k)
+						j = (j + 1) & (cap - 1);
+				}
+			}
+			Group *g = &groups.a[idx[j]];
+			g->count++;
+			Kind kd = kind_of(n);
+			if (kd == K_COMM || kd == K_P2P || (kd == K_REDIST && ir_opinfo(n)->family == FAM_COMM)) {
+				g->comm++;
+				int ck = n->op == OP_AllReduce ? 0 : n->op == OP_AllGather ? 1 : n->op == OP_ReduceScatter ? 2 : 3;
+				g->ncomm_kind[ck]++;
+			}
+			n->mark = (uint32_t)idx[j] + 1;
+		}
+	free(idx);
+	free(keys);
+	if (chunking && (int)groups.n > maxn) {
+		uint32_t c = (groups.n + (uint32_t)maxn - 1) / (uint32_t)maxn;
+		uint32_t nn = (groups.n + c - 1) / c;
+		Group *merged = xcalloc(nn, sizeof *merged);
+		for (uint32_t i = 0; i < groups.n; i++) {
+			Group *d = &merged[i / c], *g = &groups.a[i];
+			if (i % c == 0) {
+				*d = *g;
+				continue;
+			}
+			d->count += g->count;
+			d->comm += g->comm;
+			for (int k = 0; k < 4; k++)
+				d->ncomm_kind[k] += g->ncomm_kind[k];
+			if (i % c == c - 1 || i == groups.n - 1) {
+				char lab[1024];
+				snprintf(lab, sizeof lab, "%s\n... %s", sym_str(d->key), sym_str(g->key));
+				d->key = intern_cstr(lab);
+			}
+		}
+		for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+			for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
+				Node *n = m->graphs.a[gi]->nodes.a[i];
+				if (n->mark)
+					n->mark = (n->mark - 1) / c + 1;
+			}
+		vec_free(&groups);
+		*out = merged;
+		return (int)nn;
+	}
+	*out = groups.a;
+	return (int)groups.n;
+}
+
+static const char *stage_cluster_label(int s, char *buf, size_t n)
+{
+	if (s < 0)
+		snprintf(buf, n, "no stage");
+	else
+		snprintf(buf, n, "pipeline stage %d", s);
+	return buf;
+}
+
+static void add_legend(Agraph_t *g)
+{
+	Agraph_t *lg = agsubg(g, (char *)"cluster_legend", 1);
+	set(lg, "label", "legend");
+	set(lg, "style", "dashed");
+	Agnode_t *prev = NULL;
+	for (int k = 0; k < K_COUNT; k++) {
+		char name[32];
+		snprintf(name, sizeof name, "legend_%d", k);
+		Agnode_t *ln = agnode(lg, name, 1);
+		set(ln, "label", kind_style[k].name);
+		set(ln, "shape", kind_style[k].shape);
+		set(ln, "style", "filled");
+		set(ln, "fillcolor", kind_style[k].fill);
+		if (prev) {
+			char en[32];
+			snprintf(en, sizeof en, "legend_e%d", k);
+			Agedge_t *e = agedge(lg, prev, ln, en, 1);
+			set(e, "style", "invis");
+		}
+		prev = ln;
+	}
+}
+
 void *dot_build(const Module *m, const Options *o)
 {
-	(void)o;
 	Agraph_t *g = agopen((char *)"sappc", Agdirected, NULL);
 	set(g, "rankdir", "TB");
 	agattr(g, AGNODE, (char *)"fontname", (char *)"Helvetica");
 	agattr(g, AGEDGE, (char *)"fontname", (char *)"Helvetica");
 	agattr(g, AGEDGE, (char *)"fontsize", (char *)"10");
+	int total = count_ops(m);
+	int maxn = o && o->max_nodes > 0 ? o->max_nodes : 1500;
+	Group *groups = NULL;
+	int ngroups = 0;
+	ir_clear_marks((Module *)m);
+	if (total > maxn)
+		ngroups = collapse(m, o, &groups);
+	int staged = 0;
+	for (uint32_t gi = 0; gi < m->graphs.n && !staged; gi++)
+		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++)
+			if (m->graphs.a[gi]->nodes.a[i]->stage >= 0) {
+				staged = 1;
+				break;
+			}
+	/* clusters: per stage, else per subgraph */
+	Vec(Agraph_t *) stage_cl = {0};
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		const Graph *gr = m->graphs.a[gi];
-		char cname[64];
+		char cname[64], lab[512];
 		snprintf(cname, sizeof cname, "cluster_%u", gi);
 		Agraph_t *sg = agsubg(g, cname, 1);
-		char lab[512];
 		snprintf(lab, sizeof lab, "@%s", sym_str(gr->name));
 		set(sg, "label", lab);
 		for (uint32_t i = 0; i < gr->params.n; i++) {
 			const Node *p = gr->params.a[i];
-			if (p->out.tstr && strcmp(sym_str(p->out.tstr), "UMonad") == 0)
+			if (hidden(p))
 				continue;
-			label_node(mknode(sg, p), p);
+			char name[32];
+			snprintf(name, sizeof name, "n%u", p->id);
+			label_node(agnode(sg, name, 1), p, o);
 		}
 		for (uint32_t i = 0; i < gr->nodes.n; i++) {
 			const Node *n = gr->nodes.a[i];
-			if (n->dead || ir_node_is_op(n, OP_UpdateState))
+			if (hidden(n))
 				continue;
-			label_node(mknode(sg, n), n);
+			Agraph_t *home = sg;
+			if (staged) {
+				int s = n->stage < 0 ? -1 : n->stage;
+				uint32_t slot = (uint32_t)(s + 1);
+				while (stage_cl.n <= slot) {
+					char sn[64], sl[64];
+					snprintf(sn, sizeof sn, "cluster_%u_stage%d", gi, (int)stage_cl.n - 1);
+					Agraph_t *c = agsubg(sg, sn, 1);
+					set(c, "label", stage_cluster_label((int)stage_cl.n - 1, sl, sizeof sl));
+					set(c, "style", "rounded");
+					vec_push(&stage_cl, c);
+				}
+				home = stage_cl.a[slot];
+			}
+			if (n->mark) { /* collapsed into a group box */
+				Group *grp = &groups[n->mark - 1];
+				char name[32];
+				snprintf(name, sizeof name, "g%u", n->mark - 1);
+				if (!agnode(g, name, 0)) {
+					char lab2[1024];
+					const char *k = sym_str(grp->key);
+					int len = snprintf(lab2, sizeof lab2, "%s\n%u operators", *k ? k : "(no scope)", grp->count);
+					if (grp->comm)
+						snprintf(lab2 + len, sizeof lab2 - (size_t)len,
+							 "\n%u communication: %u AllReduce, %u AllGather, %u ReduceScatter, %u other",
+							 grp->comm, grp->ncomm_kind[0], grp->ncomm_kind[1], grp->ncomm_kind[2],
+							 grp->ncomm_kind[3]);
+					Agnode_t *an = agnode(home, name, 1);
+					set(an, "shape", "box3d");
+					set(an, "style", "filled");
+					set(an, "fillcolor", grp->comm ? "#f4cccc" : "#ffffff");
+					set(an, "label", lab2);
+				}
+				continue;
+			}
+			char name[32];
+			snprintf(name, sizeof name, "n%u", n->id);
+			label_node(agnode(home, name, 1), n, o);
 		}
+		stage_cl.n = 0;
 	}
-	/* data edges, consumer order */
+	vec_free(&stage_cl);
+	/* data edges, consumer order; collapsed groups merge their edges */
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		const Graph *gr = m->graphs.a[gi];
 		for (uint32_t i = 0; i < gr->nodes.n; i++) {
 			const Node *n = gr->nodes.a[i];
-			if (n->dead || ir_node_is_op(n, OP_UpdateState))
+			if (hidden(n))
 				continue;
 			for (uint32_t k = 0; k < n->nargs; k++) {
 				if (n->args[k].kind != V_NODE)
 					continue;
 				const Node *p = n->args[k].u.node;
-				if (p->kind == NK_PARAM && p->out.tstr && strcmp(sym_str(p->out.tstr), "UMonad") == 0)
+				if (hidden(p))
 					continue;
-				if (ir_node_is_op(p, OP_UpdateState))
+				char an[32], bn[32];
+				if (p->mark)
+					snprintf(an, sizeof an, "g%u", p->mark - 1);
+				else
+					snprintf(an, sizeof an, "n%u", p->id);
+				if (n->mark)
+					snprintf(bn, sizeof bn, "g%u", n->mark - 1);
+				else
+					snprintf(bn, sizeof bn, "n%u", n->id);
+				if (p->mark && p->mark == n->mark)
+					continue; /* inside one group */
+				Agnode_t *a = agnode(g, an, 0), *b = agnode(g, bn, 0);
+				if (!a || !b)
 					continue;
-				Agnode_t *a = mknode(g, p), *b = mknode(g, n);
-				char ename[32];
+				if ((p->mark || n->mark) && agedge(g, a, b, NULL, 0))
+					continue; /* merged */
+				char ename[48];
 				snprintf(ename, sizeof ename, "e%u_%u", n->id, k);
 				Agedge_t *e = agedge(g, a, b, ename, 1);
 				char shp[256];
 				const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
 				shape_text(shp, sizeof shp, ab);
-				set(e, "label", shp);
+				if (!p->mark && !n->mark)
+					set(e, "label", shp);
 			}
 		}
+	}
+	ir_clear_marks((Module *)m);
+	free(groups);
+	add_legend(g);
+	if (total > maxn) {
+		char lab[256];
+		snprintf(lab, sizeof lab, "%d operators, collapsed by scope into %d groups (--max-nodes=%d)", total,
+			 ngroups, maxn);
+		set(g, "label", lab);
 	}
 	return g;
 }
