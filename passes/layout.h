@@ -99,4 +99,12 @@ void redist_plan_free(RedistPlan *plan);
 int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, int64_t rank, int enable_alltoall,
 		int keep_reshape, RedistPlan *plan, char *err, size_t errlen);
 
+/* §4.5: the cost the strategy searcher charges for a transfer (before the
+ * element byte size is applied).  Rank-independent. */
+typedef struct RedistCost {
+	double forward_comm, backward_comm, comm, computation, memory;
+} RedistCost;
+int redist_cost(const Layout *from, const Layout *to, int enable_alltoall, int keep_reshape, RedistCost *cost,
+		char *err, size_t errlen);
+
 #endif
