@@ -95,7 +95,12 @@ void redist_plan_free(RedistPlan *plan);
  * prod(D)); `rank` must be in it.  keep_reshape: emit a Reshape even when no
  * communication is needed and the local shapes differ (ReshapeInfo).
  * Returns 0, or -1 with a message in err (element counts differ, layouts
- * invalid, device counts differ). */
+ * invalid, device counts differ, device matrices without a common refinement
+ * such as [2,3] and [3,2], which MindSpore rejects too).
+ * `plan` needs no initialisation; call redist_plan_free after either result.
+ * Groups list the ranks in device-coordinate order, which is ascending
+ * because stage dev_lists are.  Every rank gets the same op kinds in the same
+ * order; only groups and StridedSlice bounds differ. */
 int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, int64_t rank, int enable_alltoall,
 		int keep_reshape, RedistPlan *plan, char *err, size_t errlen);
 

@@ -21,6 +21,10 @@
  * same operator sequence (only groups and slice offsets differ): this is what
  * lets the collectives match up.  Nothing here allocates except the group
  * storage of a plan that communicates.
+ *
+ * Limits: unified layouts live in Layout, so a unification that would need
+ * more than LAYOUT_MAX_DIM tensor or LAYOUT_MAX_DEV device dimensions is
+ * treated as unexpandable (step 2b), which is still a correct plan.
  */
 #include <stdio.h>
 #include <string.h>
@@ -69,7 +73,14 @@ static int64_t numel(const int64_t *s, int r)
  * Outer loop: (split pass, then permute passes until they add nothing) until
  * a split pass adds nothing; then one concat pass for values the target does
  * not use; if the whole round added nothing (a cycle such as swapping two
- * dims), the first remaining entry is gathered to break it. */
+ * dims), the first remaining entry is gathered to break it.
+ *
+ * Caveat: MindSpore erases with `map_.erase(iter++)`.  robin_hood's erase
+ * shifts a displaced successor back into the freed slot, so for r >= 6 (where
+ * a fresh map has displaced keys: key 5 for r = 6, key 6 for r >= 7) the real
+ * loop may visit that successor through a stale slot.  We follow the spec's
+ * model (order kept, nothing skipped); the two can differ only for unified
+ * ranks >= 6 when the erased key sits just before a displaced one. */
 static int infer(const Layout *u, const int64_t *to_map, int alltoall, double P, AbsOp *ops)
 {
 	int r = u->rank, ord[LAYOUT_MAX_DIM], alive[LAYOUT_MAX_DIM], nalive = r, n = 0;
