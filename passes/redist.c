@@ -90,13 +90,12 @@ static int infer(const Layout *u, const int64_t *to_map, int alltoall, double P,
 		alive[i] = 1;
 		m[i] = u->map[i];
 	}
-#define EMIT(K, D, C, V)                                                 \
-	do {                                                             \
-		if (n >= ABS_MAX)                                        \
-			return -1;                                       \
-		ops[n] = (AbsOp){(K), (int8_t)(D), (int8_t)(C), (int8_t)(V), \
-				 dev_size(u, (V)), P};                   \
-		n++;                                                     \
+#define EMIT(K, D, C, V)                                                                                               \
+	do {                                                                                                           \
+		if (n >= ABS_MAX)                                                                                      \
+			return -1;                                                                                     \
+		ops[n] = (AbsOp){(K), (int8_t)(D), (int8_t)(C), (int8_t)(V), dev_size(u, (V)), P};                     \
+		n++;                                                                                                   \
 	} while (0)
 #define ERASE(k) (alive[k] = 0, nalive--)
 	while (nalive > 0) {
@@ -335,9 +334,9 @@ static int construct(Builder *b, const Layout *u, const AbsOp *ops, int nops, in
 /* Both layouts standardised, squeezed and unified.  expandable = 0 selects
  * the step-2b path. */
 typedef struct Unified {
-	Layout fo, to;   /* standardised originals */
-	Layout fs, ts;   /* squeezed */
-	Layout fu, tu;   /* unified: same device matrix, same shape */
+	Layout fo, to; /* standardised originals */
+	Layout fs, ts; /* squeezed */
+	Layout fu, tu; /* unified: same device matrix, same shape */
 	int expandable;
 } Unified;
 
@@ -408,8 +407,7 @@ static int unify(const Layout *from, const Layout *to, Unified *U, char *err, si
 		fmt_layout(a, sizeof a, from);
 		fmt_layout(b, sizeof b, to);
 		snprintf(err, errlen, "cannot redistribute %s to %s: %s differ", a, b,
-			 numel(from->dev, from->ndev) != numel(to->dev, to->ndev) ? "device counts"
-										 : "element counts");
+		         numel(from->dev, from->ndev) != numel(to->dev, to->ndev) ? "device counts" : "element counts");
 		return -1;
 	}
 	/* step 0 */
@@ -422,8 +420,8 @@ static int unify(const Layout *from, const Layout *to, Unified *U, char *err, si
 	    layout_expand_dev(&U->ts, udev, nu, &U->tu) < 0) {
 		fmt_layout(a, sizeof a, &U->fo);
 		fmt_layout(b, sizeof b, &U->to);
-		snprintf(err, errlen, "cannot redistribute %s to %s: the device matrices have no common refinement",
-			 a, b);
+		snprintf(err, errlen, "cannot redistribute %s to %s: the device matrices have no common refinement", a,
+		         b);
 		return -1;
 	}
 	/* step 2 */
@@ -449,7 +447,7 @@ void redist_plan_free(RedistPlan *plan)
 }
 
 int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, int64_t rank, int enable_alltoall,
-		int keep_reshape, RedistPlan *plan, char *err, size_t errlen)
+                int keep_reshape, RedistPlan *plan, char *err, size_t errlen)
 {
 	Unified U;
 	AbsOp abs[ABS_MAX];
@@ -525,7 +523,7 @@ fail:
  * runs step 3 without updating the tracked layout, so every abstract step is
  * charged on the element count of the layout inference started from. */
 int redist_cost(const Layout *from, const Layout *to, int enable_alltoall, int keep_reshape, RedistCost *cost,
-		char *err, size_t errlen)
+                char *err, size_t errlen)
 {
 	Unified U;
 	AbsOp abs[2 * ABS_MAX];
@@ -540,8 +538,8 @@ int redist_cost(const Layout *from, const Layout *to, int enable_alltoall, int k
 		replicated(&U.to, &rt);
 		layout_slice_shape(&U.fo, s);
 		int n1 = infer(&U.fo, rf.map, enable_alltoall, (double)numel(s, U.fo.rank), abs);
-		int n2 = n1 < 0 ? -1
-				: infer(&rt, U.to.map, enable_alltoall, (double)numel(rt.shape, rt.rank), abs + n1);
+		int n2 =
+		    n1 < 0 ? -1 : infer(&rt, U.to.map, enable_alltoall, (double)numel(rt.shape, rt.rank), abs + n1);
 		if (n2 < 0) {
 			snprintf(err, errlen, "redistribution failed: operator list too long");
 			return -1;

@@ -55,7 +55,8 @@ static void expect_list(const int64_t *got, int n, const char *want)
 	}
 	for (int i = 0; i < n; i++)
 		if (got[i] != w[i]) {
-			print_error("element %d is %lld, want %lld (%s)\n", i, (long long)got[i], (long long)w[i], want);
+			print_error("element %d is %lld, want %lld (%s)\n", i, (long long)got[i], (long long)w[i],
+			            want);
 			fail();
 		}
 }
@@ -111,8 +112,8 @@ static void test_rh_int_orders(void **state)
 {
 	(void)state;
 	/* parallel-lowering.md §4.2 step 3 item 2, measured on the real library */
-	static const char *const want[] = {"0", "0 1", "0 1 2", "0 1 3 2", "0 1 4 3 2", "0 1 4 5 3 2",
-					   "0 4 3 1 5 6 2", "0 4 3 1 5 6 7 2"};
+	static const char *const want[] = {"0",         "0 1",         "0 1 2",         "0 1 3 2",
+	                                   "0 1 4 3 2", "0 1 4 5 3 2", "0 4 3 1 5 6 2", "0 4 3 1 5 6 7 2"};
 	for (int r = 1; r <= 8; r++) {
 		int o[8];
 		int64_t g[8];
@@ -166,36 +167,36 @@ static void test_rh_attr_orders(void **state)
 	(void)state;
 	/* every row of ir-format.md §1.9 */
 	expect_attr_order("op group fusion index no_eliminate group_ranks group_rank_ids comm_reuse rank_list",
-			  "comm_reuse, group, fusion, op, rank_list, group_ranks, index, group_rank_ids, no_eliminate");
+	                  "comm_reuse, group, fusion, op, rank_list, group_ranks, index, group_rank_ids, no_eliminate");
 	expect_attr_order("op group fusion index no_eliminate rank_list group_ranks group_rank_ids",
-			  "group, fusion, op, rank_list, group_ranks, index, group_rank_ids, no_eliminate");
+	                  "group, fusion, op, rank_list, group_ranks, index, group_rank_ids, no_eliminate");
 	expect_attr_order("op group fusion index group_ranks", "group, fusion, op, group_ranks, index");
 	expect_attr_order("transpose_a transpose_b input_names output_names transpose_x1 transpose_x2",
-			  "output_names, transpose_a, input_names, transpose_x2, transpose_x1, transpose_b");
+	                  "output_names, transpose_a, input_names, transpose_x2, transpose_x1, transpose_b");
 	expect_attr_order("transpose_a transpose_b input_names output_names transpose_x1 transpose_x2 in_strategy "
-			  "out_strategy",
-			  "input_names, out_strategy, transpose_x2, transpose_b, in_strategy, output_names, "
-			  "transpose_a, transpose_x1");
+	                  "out_strategy",
+	                  "input_names, out_strategy, transpose_x2, transpose_b, in_strategy, output_names, "
+	                  "transpose_a, transpose_x1");
 	expect_attr_order("begin_mask end_mask ellipsis_mask new_axis_mask shrink_axis_mask input_names output_names "
-			  "keep_value_node_input",
-			  "new_axis_mask, shrink_axis_mask, end_mask, input_names, output_names, "
-			  "keep_value_node_input, begin_mask, ellipsis_mask");
+	                  "keep_value_node_input",
+	                  "new_axis_mask, shrink_axis_mask, end_mask, input_names, output_names, "
+	                  "keep_value_node_input, begin_mask, ellipsis_mask");
 	expect_attr_order("input_names output_names", "output_names, input_names");
 	expect_attr_order("format input_names output_names data_format",
-			  "output_names, format, input_names, data_format");
+	                  "output_names, format, input_names, data_format");
 	expect_attr_order("unique_id related_fusion_key related_node_id",
-			  "unique_id, related_fusion_key, related_node_id");
+	                  "unique_id, related_fusion_key, related_node_id");
 	expect_attr_order("unique_id micro origin_output_shape origin_input_shapes",
-			  "unique_id, origin_output_shape, micro, origin_input_shapes");
+	                  "unique_id, origin_output_shape, micro, origin_input_shapes");
 	expect_attr_order("recompute_sub_graph recompute_id recompute need_cse_after_recompute",
-			  "recompute_sub_graph, recompute_id, recompute, need_cse_after_recompute");
+	                  "recompute_sub_graph, recompute_id, recompute, need_cse_after_recompute");
 	expect_attr_order("has_shard has_attached jit_level check_set_strategy_valid_once_only FLASH_SP_RUN_ONCE_ONLY "
-			  "pynative_run_in_graph less_bn auto_parallel_finish_pre_action",
-			  "has_shard, has_attached, jit_level, check_set_strategy_valid_once_only, "
-			  "FLASH_SP_RUN_ONCE_ONLY, pynative_run_in_graph, less_bn, auto_parallel_finish_pre_action");
+	                  "pynative_run_in_graph less_bn auto_parallel_finish_pre_action",
+	                  "has_shard, has_attached, jit_level, check_set_strategy_valid_once_only, "
+	                  "FLASH_SP_RUN_ONCE_ONLY, pynative_run_in_graph, less_bn, auto_parallel_finish_pre_action");
 	/* "200 random insertion orders of each set all gave the same result" */
 	expect_attr_order("rank_list comm_reuse group_rank_ids group_ranks no_eliminate index fusion group op",
-			  "comm_reuse, group, fusion, op, rank_list, group_ranks, index, group_rank_ids, no_eliminate");
+	                  "comm_reuse, group, fusion, op, rank_list, group_ranks, index, group_rank_ids, no_eliminate");
 }
 
 /* Big and awkward maps: the heap path, growth past the overflow tail and
@@ -333,10 +334,10 @@ static void test_expand_dev(void **state)
 	static const struct {
 		const char *map, *ndev, *nmap, *nshape;
 	} rows[] = {
-		{"1,0", "4,2,2,2", "3,2,1,0", "4,128,2,512"},
-		{"0,1", "4,2,2,2", "1,0,3,2", "2,256,4,256"},
-		{"1,-1", "4,2,2,2", "3,2,-1", "4,128,1024"},
-		{"0,1", "4,2,4", "0,2,1", "512,4,256"},
+	    {"1,0", "4,2,2,2", "3,2,1,0", "4,128,2,512"},
+	    {"0,1", "4,2,2,2", "1,0,3,2", "2,256,4,256"},
+	    {"1,-1", "4,2,2,2", "3,2,-1", "4,128,1024"},
+	    {"0,1", "4,2,4", "0,2,1", "512,4,256"},
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		Layout l = lay("8,4", rows[i].map, "512,1024"), e;
@@ -356,15 +357,15 @@ static void test_unify_and_expand_shape(void **state)
 	int64_t o[16];
 	/* step 1: [2,4,2] and [4,2,2] -> [2,2,2,2] */
 	expect_list(o, layout_unify_dev((const int64_t[]){2, 4, 2}, 3, (const int64_t[]){4, 2, 2}, 3, o, 16),
-		    "2,2,2,2");
+	            "2,2,2,2");
 	expect_list(o, layout_unify_dev((const int64_t[]){8}, 1, (const int64_t[]){4, 2}, 2, o, 16), "4,2");
 	assert_int_equal(layout_unify_dev((const int64_t[]){2, 3}, 2, (const int64_t[]){3, 2}, 2, o, 16), -1);
 	assert_int_equal(layout_unify_dev((const int64_t[]){8}, 1, (const int64_t[]){4}, 1, o, 16), -1);
 	/* step 2: ExpandShape */
 	expect_list(o, layout_expand_shape((const int64_t[]){512, 1024}, 2, (const int64_t[]){2, 256, 1024}, 3, o, 16),
-		    "2,256,1024");
+	            "2,256,1024");
 	expect_list(o, layout_expand_shape((const int64_t[]){32, 64}, 2, (const int64_t[]){32, 8, 8}, 3, o, 16),
-		    "32,8,8");
+	            "32,8,8");
 	assert_int_equal(layout_expand_shape((const int64_t[]){6, 4}, 2, (const int64_t[]){4, 6}, 2, o, 16), -1);
 	assert_true(layout_refines((const int64_t[]){512, 1024}, 2, (const int64_t[]){2, 256, 1024}, 3));
 	assert_false(layout_refines((const int64_t[]){2, 256, 1024}, 3, (const int64_t[]){512, 1024}, 2));
@@ -894,7 +895,7 @@ static int run_case(const Layout *from, const Layout *to, int a2a, int keep, Sta
 			Buf *b = &cur[p], *o = &nxt[p];
 			if (!same(op->in_shape, op->rank_in, b->shape, b->rank)) {
 				print_error("op %d (%s) on position %lld: recorded input shape differs\n", k,
-					    kind_name(op->kind), (long long)p);
+				            kind_name(op->kind), (long long)p);
 				fail();
 			}
 			*o = *b;
@@ -1082,9 +1083,9 @@ static void test_property(void **state)
 		redist_plan_free(&p);
 	}
 	print_message("property: %d cases run on %d ranks (%lld ops; %d communicate, %d reshape, %d AlltoAll); "
-		      "%d refused (device matrices without a common refinement)\n",
-		      st.cases, st.ranks_checked, (long long)st.ops, st.with_comm, st.with_reshape, st.alltoall_ops,
-		      st.unify_errors);
+	              "%d refused (device matrices without a common refinement)\n",
+	              st.cases, st.ranks_checked, (long long)st.ops, st.with_comm, st.with_reshape, st.alltoall_ops,
+	              st.unify_errors);
 	assert_true(st.cases > ncases / 2);
 }
 
@@ -1094,16 +1095,16 @@ static void test_hard_cases(void **state)
 {
 	(void)state;
 	static const char *const c[][6] = {
-		{"2,4", "1,0", "8,8", "2,4", "0,1", "8,8"},
-		{"2,2,2", "2,1,0", "4,4,4", "2,2,2", "0,2,1", "4,4,4"},
-		{"2,2,2", "2,1,0", "4,4,4", "2,2,2", "1,0,2", "4,4,4"},
-		{"2,3", "1,0", "6,6", "2,3", "-1,1", "6,6"},
-		{"4", "0,-1", "8,6", "4", "-1,0", "6,8"},
-		{"2,2", "1,0", "6,4", "2,2", "0,1", "4,6"},
-		{"8", "0,-1", "64,32", "2,2,2", "2,0,-1", "16,4,32"},
-		{"16", "0,-1", "512,1024", "2,8", "1,0", "512,1024"},
-		{"2,4,2", "2,0", "512,1024", "4,2,2", "2,1", "512,1024"},
-		{"4,2", "-1,1,0", "3,8,2", "8", "0,-1", "16,3"},
+	    {"2,4", "1,0", "8,8", "2,4", "0,1", "8,8"},
+	    {"2,2,2", "2,1,0", "4,4,4", "2,2,2", "0,2,1", "4,4,4"},
+	    {"2,2,2", "2,1,0", "4,4,4", "2,2,2", "1,0,2", "4,4,4"},
+	    {"2,3", "1,0", "6,6", "2,3", "-1,1", "6,6"},
+	    {"4", "0,-1", "8,6", "4", "-1,0", "6,8"},
+	    {"2,2", "1,0", "6,4", "2,2", "0,1", "4,6"},
+	    {"8", "0,-1", "64,32", "2,2,2", "2,0,-1", "16,4,32"},
+	    {"16", "0,-1", "512,1024", "2,8", "1,0", "512,1024"},
+	    {"2,4,2", "2,0", "512,1024", "4,2,2", "2,1", "512,1024"},
+	    {"4,2", "-1,1,0", "3,8,2", "8", "0,-1", "16,3"},
 	};
 	Stats st;
 	memset(&st, 0, sizeof st);
@@ -1119,32 +1120,32 @@ static void test_hard_cases(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_rh_int_orders),
-		cmocka_unit_test(test_rh_attr_orders),
-		cmocka_unit_test(test_rh_stress),
-		cmocka_unit_test(test_standardize),
-		cmocka_unit_test(test_check),
-		cmocka_unit_test(test_coord_slice),
-		cmocka_unit_test(test_groups),
-		cmocka_unit_test(test_expand_dev),
-		cmocka_unit_test(test_unify_and_expand_shape),
-		cmocka_unit_test(test_expand_tensor_shape),
-		cmocka_unit_test(test_squeeze),
-		cmocka_unit_test(test_e1),
-		cmocka_unit_test(test_e2),
-		cmocka_unit_test(test_e3),
-		cmocka_unit_test(test_e4_e5),
-		cmocka_unit_test(test_e6),
-		cmocka_unit_test(test_e7),
-		cmocka_unit_test(test_e8),
-		cmocka_unit_test(test_e9),
-		cmocka_unit_test(test_e10),
-		cmocka_unit_test(test_equal_and_keep_reshape),
-		cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_unexpandable),
-		cmocka_unit_test(test_cost),
-		cmocka_unit_test(test_hard_cases),
-		cmocka_unit_test(test_property),
+	    cmocka_unit_test(test_rh_int_orders),
+	    cmocka_unit_test(test_rh_attr_orders),
+	    cmocka_unit_test(test_rh_stress),
+	    cmocka_unit_test(test_standardize),
+	    cmocka_unit_test(test_check),
+	    cmocka_unit_test(test_coord_slice),
+	    cmocka_unit_test(test_groups),
+	    cmocka_unit_test(test_expand_dev),
+	    cmocka_unit_test(test_unify_and_expand_shape),
+	    cmocka_unit_test(test_expand_tensor_shape),
+	    cmocka_unit_test(test_squeeze),
+	    cmocka_unit_test(test_e1),
+	    cmocka_unit_test(test_e2),
+	    cmocka_unit_test(test_e3),
+	    cmocka_unit_test(test_e4_e5),
+	    cmocka_unit_test(test_e6),
+	    cmocka_unit_test(test_e7),
+	    cmocka_unit_test(test_e8),
+	    cmocka_unit_test(test_e9),
+	    cmocka_unit_test(test_e10),
+	    cmocka_unit_test(test_equal_and_keep_reshape),
+	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_unexpandable),
+	    cmocka_unit_test(test_cost),
+	    cmocka_unit_test(test_hard_cases),
+	    cmocka_unit_test(test_property),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
