@@ -396,6 +396,19 @@ void ir_print_node(FILE *f, const Node *n);
 uint64_t std_hash_bytes(const void *p, size_t len); /* libstdc++ std::hash<std::string> */
 uint64_t rh_hash_bytes(const void *p, size_t len);  /* robin_hood hash_bytes */
 
+/* ---------------------------------------------------------------- rhmap.c */
+/* Iteration order of robin_hood::unordered_map v3.11.5 (ir-format.md §1.9),
+ * the order MindSpore prints attribute dicts and visits HashMaps in. */
+uint64_t rh_hash_int(uint64_t x); /* robin_hood::hash<uint64_t> */
+/* Insert keys 0..n-1 (hash[k], identity id[k]) into a fresh map in that order;
+ * writes the key indices in iteration order, returns the number of distinct keys. */
+uint32_t rh_order(const uint64_t *hash, const uint32_t *id, uint32_t n, uint32_t *order);
+/* Reorder an attribute list in place into MindSpore's print order (the list's
+ * current order is taken as the insertion order). */
+void rh_order_attrs(Attr *a, uint32_t n);
+/* Iteration order of a fresh map holding integer keys 0..r-1 inserted in order. */
+void rh_order_ints(int r, int *order);
+
 /* ------------------------------------------------------ passes/manager.c */
 typedef struct Options {
 	int device_num;

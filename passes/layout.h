@@ -8,6 +8,7 @@
 #ifndef SAPPC_LAYOUT_H
 #define SAPPC_LAYOUT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define LAYOUT_MAX_DEV 32   /* device-matrix dimensions */
@@ -41,6 +42,21 @@ int layout_group_along(const Layout *l, int64_t p, int a, int64_t *out);
 int layout_replica_group(const Layout *l, int64_t p, int64_t *out);
 /* offset of p's block along every tensor dimension (in elements) */
 void layout_slice_offset(const Layout *l, int64_t p, int64_t *off);
+
+/* Helpers of §4.2 steps 0-2, exposed for the unit tests and for callers that
+ * want the unified layouts.  All return 0 (or a length) on success, -1 when
+ * the transform does not exist or would exceed LAYOUT_MAX_DEV/LAYOUT_MAX_DIM. */
+void layout_squeeze(const Layout *in, Layout *out); /* drop size-1 tensor dims; all-1 -> [1] */
+/* fine refines coarse: fine splits into consecutive runs whose products are coarse's entries */
+int layout_refines(const int64_t *coarse, int nc, const int64_t *fine, int nf);
+/* coarsest device matrix refining both (merged prefix products); length or -1 */
+int layout_unify_dev(const int64_t *a, int na, const int64_t *b, int nb, int64_t *out, int max);
+/* ExpandShape: coarsest shape refining both (merged suffix products); length or -1 */
+int layout_expand_shape(const int64_t *a, int na, const int64_t *b, int nb, int64_t *out, int max);
+/* ExpandDeviceArrangement onto dev (which must refine l->dev) */
+int layout_expand_dev(const Layout *l, const int64_t *dev, int ndev, Layout *out);
+/* ExpandTensorShape to shape (which must refine l->shape) */
+int layout_expand_tensor_shape(const Layout *l, const int64_t *shape, int rank, Layout *out);
 
 /* ---- redist.c: the redistribution planner of §4.2 (steps 0-5; step 6 optional) ---- */
 typedef enum {
@@ -79,8 +95,21 @@ void redist_plan_free(RedistPlan *plan);
  * prod(D)); `rank` must be in it.  keep_reshape: emit a Reshape even when no
  * communication is needed and the local shapes differ (ReshapeInfo).
  * Returns 0, or -1 with a message in err (element counts differ, layouts
- * invalid, device counts differ). */
+ * invalid, device counts differ, device matrices without a common refinement
+ * such as [2,3] and [3,2], which MindSpore rejects too).
+ * `plan` needs no initialisation; call redist_plan_free after either result.
+ * Groups list the ranks in device-coordinate order, which is ascending
+ * because stage dev_lists are.  Every rank gets the same op kinds in the same
+ * order; only groups and StridedSlice bounds differ. */
 int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, int64_t rank, int enable_alltoall,
 		int keep_reshape, RedistPlan *plan, char *err, size_t errlen);
+
+/* §4.5: the cost the strategy searcher charges for a transfer (before the
+ * element byte size is applied).  Rank-independent. */
+typedef struct RedistCost {
+	double forward_comm, backward_comm, comm, computation, memory;
+} RedistCost;
+int redist_cost(const Layout *from, const Layout *to, int enable_alltoall, int keep_reshape, RedistCost *cost,
+		char *err, size_t errlen);
 
 #endif
