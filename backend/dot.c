@@ -174,6 +174,8 @@ static size_t prefix_at(const char *s, size_t len, int depth)
 	return i ? i - 1 : 0;
 }
 
+#define PARAM_SHOWN 0xffffffffu
+
 typedef struct {
 	Sym key;
 	uint32_t count, comm;
@@ -384,6 +386,18 @@ void *dot_build(const Module *m, const Options *o)
 	ir_clear_marks((Module *)m);
 	if (total > maxn)
 		ngroups = collapse(m, o, &groups);
+	/* when collapsing, draw a parameter only if an expanded operator uses it
+	 * (params of collapsed operators are inside their group's box) */
+	if (ngroups)
+		for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+			for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
+				const Node *n = m->graphs.a[gi]->nodes.a[i];
+				if (n->mark || hidden(n))
+					continue;
+				for (uint32_t k = 0; k < n->nargs; k++)
+					if (n->args[k].kind == V_NODE && n->args[k].u.node->kind == NK_PARAM)
+						n->args[k].u.node->mark = PARAM_SHOWN;
+			}
 	int staged = 0;
 	for (uint32_t gi = 0; gi < m->graphs.n && !staged; gi++)
 		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++)
@@ -402,7 +416,7 @@ void *dot_build(const Module *m, const Options *o)
 		set(sg, "label", lab);
 		for (uint32_t i = 0; i < gr->params.n; i++) {
 			const Node *p = gr->params.a[i];
-			if (hidden(p))
+			if (hidden(p) || (ngroups && p->mark != PARAM_SHOWN))
 				continue;
 			char name[32];
 			snprintf(name, sizeof name, "n%u", p->id);
@@ -465,10 +479,10 @@ void *dot_build(const Module *m, const Options *o)
 				if (n->args[k].kind != V_NODE)
 					continue;
 				const Node *p = n->args[k].u.node;
-				if (hidden(p))
+				if (hidden(p) || (ngroups && p->kind == NK_PARAM && p->mark != PARAM_SHOWN))
 					continue;
 				char an[32], bn[32];
-				if (p->mark)
+				if (p->mark && p->mark != PARAM_SHOWN)
 					snprintf(an, sizeof an, "g%u", p->mark - 1);
 				else
 					snprintf(an, sizeof an, "n%u", p->id);
@@ -476,12 +490,13 @@ void *dot_build(const Module *m, const Options *o)
 					snprintf(bn, sizeof bn, "g%u", n->mark - 1);
 				else
 					snprintf(bn, sizeof bn, "n%u", n->id);
-				if (p->mark && p->mark == n->mark)
+				uint32_t pm = p->mark == PARAM_SHOWN ? 0 : p->mark;
+				if (pm && pm == n->mark)
 					continue; /* inside one group */
 				Agnode_t *a = agnode(g, an, 0), *b = agnode(g, bn, 0);
 				if (!a || !b)
 					continue;
-				if ((p->mark || n->mark) && agedge(g, a, b, NULL, 0))
+				if ((pm || n->mark) && agedge(g, a, b, NULL, 0))
 					continue; /* merged */
 				char ename[48];
 				snprintf(ename, sizeof ename, "e%u_%u", n->id, k);
@@ -489,7 +504,7 @@ void *dot_build(const Module *m, const Options *o)
 				char shp[256];
 				const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
 				shape_text(shp, sizeof shp, ab);
-				if (!p->mark && !n->mark)
+				if (!pm && !n->mark)
 					set(e, "label", shp);
 			}
 		}
