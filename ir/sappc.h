@@ -447,6 +447,11 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
 #include "../passes/passes.def"
 #undef PASS
 
+/* ------------------------------------------------------ passes/sapp/ */
+/* where the sapp pass got a node's strategy: "pinned", "searched",
+ * "propagated", "default"; NULL when the node has none */
+const char *sapp_strategy_source(const Node *n);
+
 /* ---------------------------------------------------------------- io.c */
 int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */
 /* Atomic output: opens a temporary beside path; commit renames, abort removes. */

@@ -1,0 +1,697 @@
+/* graph.c - SAPP's two views of the module: the operator list and the rec
+ * graph (spec sapp-search.md §1).
+ *
+ * Operator list: every primitive CNode that MindSpore would give an
+ * OperatorInfo (compute operators; not Load/Depend/UpdateState/MakeTuple/
+ * TupleGetItem/Return, communication or parameters), in module order, after
+ * the VirtualDataset.  Graph inputs (entry parameters without a default) are
+ * the dataset: unless the graph has an explicit _VirtualDataset node, an
+ * implicit one (operator 0, no IR node) produces all of them.  Producers are
+ * found by looking through Load/Depend/TupleGetItem/StopGradient.
+ *
+ * Rec graph (§1.2-1.7): one RecNode per operator with 4-D tensors, then the
+ * eliminated operators (OPF_ELIMINATE in ops.def, unless pinned) are
+ * contracted in index order: their producers are wired to their consumers,
+ * Transpose/Reshape mappings compose along the contracted edges, a consumer's
+ * input slot is taken over by the eliminated node's first producer and the
+ * other producers become "aux" producers of that slot.
+ * Deviation from MindSpore, for linear size on residual networks: an edge
+ * that can never be "adjacent" (its mapping is unknown, or, towards a kept
+ * operator, the mapped shape equals none of the operator's inputs) is not
+ * materialised, and neither is an aux entry without an edge.  Such edges
+ * never add a redistribution cost (§1.7 ONLY_REDIST_WITH_SAME_SHAPE).
+ */
+#include <string.h>
+
+#include "sapp.h"
+
+const char *const sapp_rectype_name[REC_COUNT_] = {
+#define X(t) #t,
+	SAPP_RECTYPES(X)
+#undef X
+};
+
+/* ------------------------------------------------------------ operator types (§1.1) */
+
+/* ops.def family -> rec type; the per-op exceptions follow in sapp_rectype_of */
+static const uint8_t family_rectype[] = {
+	[FAM_OPAQUE] = REC_UnknownType,     [FAM_STRUCT] = REC_UnknownType,
+	[FAM_MATMUL] = REC_MatMul,          [FAM_BATCHMATMUL] = REC_BatchMatMul,
+	[FAM_CONV] = REC_Convolution,       [FAM_POOL] = REC_Pooling,
+	[FAM_BATCHNORM] = REC_BatchNorm,    [FAM_LAYERNORM] = REC_LayerNorm,
+	[FAM_RMSNORM] = REC_RmsNorm,        [FAM_ELEMWISE] = REC_ElmWiseOp,
+	[FAM_UNARY] = REC_ElmWiseOp,        [FAM_BIASADD] = REC_BiasAdd,
+	[FAM_SOFTMAX] = REC_Softmax,        [FAM_REDUCE] = REC_Reduce,
+	[FAM_RESHAPE] = REC_Reshape,        [FAM_TRANSPOSE] = REC_ElmWiseOp, /* sic, §1.1 */
+	[FAM_FLATTEN] = REC_Flatten,        [FAM_GATHER] = REC_GatherV2,
+	[FAM_ONEHOT] = REC_OneHot,          [FAM_STRIDEDSLICE] = REC_StridedSlice,
+	[FAM_CONCAT] = REC_ElmWiseOp,       [FAM_SPLIT] = REC_ElmWiseOp,
+	[FAM_CAST] = REC_Cast,              [FAM_LOSS] = REC_SoftmaxCrossEntropyWithLogits,
+	[FAM_SPARSELOSS] = REC_SparseSoftmaxCrossEntropyWithLogits,
+	[FAM_COMM] = REC_UnknownType,       [FAM_P2P] = REC_UnknownType,
+	[FAM_VIRTUAL] = REC_Virtual,        [FAM_EXPANDDIMS] = REC_ExpandDims,
+	[FAM_SQUEEZE] = REC_Squeeze,        [FAM_ARGWITHVALUE] = REC_ArgWithValue,
+};
+
+int sapp_rectype_of(const Node *n)
+{
+	if (!n)
+		return REC_Virtual;
+	const OpInfo *oi = ir_opinfo(n);
+	if (n->op == OP_UNKNOWN)
+		return REC_UnknownType;
+	if (oi->flags & OPF_ACTIVATION)
+		return REC_ReLU;
+	switch (n->op) {
+	case OP_SigmoidCrossEntropyWithLogits:
+		return REC_ReLU;
+	case OP_Tile:
+	case OP_Assign:
+		return REC_ElmWiseOp;
+	default:
+		break;
+	}
+	return oi->family < sizeof family_rectype ? family_rectype[oi->family] : REC_UnknownType;
+}
+
+int sapp_dataset_param(const Node *p)
+{
+	return p && p->kind == NK_PARAM && !p->has_default && p->g && p->g->is_entry &&
+	       p->out.shape.kind == SK_DIMS;
+}
+
+/* ------------------------------------------------------------ attribute helpers */
+
+static const Value *operand(const Node *n, int i)
+{
+	return i >= 0 && (uint32_t)i < n->nargs ? &n->args[i] : NULL;
+}
+
+/* an integer from operand `opnd` (literal) or primitive attribute `attr`: 1 found */
+int sapp_attr_int(const Node *n, int opnd, const char *attr, int64_t *out)
+{
+	const Value *v = operand(n, opnd);
+	if (v && v->kind != V_NODE && value_get_int(v, out))
+		return 1;
+	v = attr ? ir_attr_get(&n->pattrs, attr) : NULL;
+	return v && value_get_int(v, out);
+}
+
+/* an int list (tuple, list or one int): count, or -1 if absent */
+int sapp_attr_ints(const Node *n, int opnd, const char *attr, int64_t *out, int max)
+{
+	const Value *v = operand(n, opnd);
+	int k = -1;
+	if (v && v->kind != V_NODE)
+		k = value_int_list(v, out, max);
+	if (k < 0 && attr && (v = ir_attr_get(&n->pattrs, attr)) != NULL)
+		k = value_int_list(v, out, max);
+	return k;
+}
+
+int sapp_attr_bool(const Node *n, int opnd, const char *attr, int dflt)
+{
+	const Value *v = operand(n, opnd);
+	int b;
+	if (v && v->kind != V_NODE && value_truthy(v, &b))
+		return b;
+	if (attr && (v = ir_attr_get(&n->pattrs, attr)) != NULL && value_truthy(v, &b))
+		return b;
+	return dflt;
+}
+
+/* ------------------------------------------------------------ operator list */
+
+static const Abs *arg_abs(const Node *n, uint32_t i)
+{
+	if (i < n->nin_types)
+		return &n->in_types[i];
+	if (i < n->nargs && n->args[i].kind == V_NODE && n->args[i].u.node)
+		return &n->args[i].u.node->out;
+	return NULL;
+}
+
+static int is_tensor_abs(const Abs *a)
+{
+	return a && a->shape.kind == SK_DIMS;
+}
+
+static int is_strategy_op(const Node *n)
+{
+	if (n->dead || n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+		return 0;
+	switch (op_table[n->op].family) {
+	case FAM_STRUCT:
+	case FAM_COMM:
+	case FAM_P2P:
+		return 0;
+	default:
+		break;
+	}
+	if (n->op == OP_Partial || n->op == OP_Switch || n->op == OP_VirtualDiv || n->op == OP_MirrorOperator)
+		return 0;
+	for (uint32_t i = 0; i < n->nargs; i++)
+		if (is_tensor_abs(arg_abs(n, i)))
+			return 1;
+	return 0;
+}
+
+static int32_t producer_of(const Sapp *S, const Value *v)
+{
+	if (v->kind != V_NODE || !v->u.node)
+		return -1;
+	Node *p = ir_look_through(v->u.node);
+	if (!p)
+		return -1;
+	if (p->kind == NK_PARAM)
+		return sapp_dataset_param(p) ? S->vd : -1;
+	return p->id < S->m->next_id ? S->op_of_node[p->id] : -1;
+}
+
+static void fill_op(Sapp *S, SappOp *X, Node *n)
+{
+	Arena *a = S->arena;
+	X->n = n;
+	X->type = (uint8_t)sapp_rectype_of(n);
+	X->nspos = -1;
+	uint32_t nin = 0, total = 0;
+	if (n) {
+		for (uint32_t i = 0; i < n->nargs; i++) {
+			const Abs *ab = arg_abs(n, i);
+			if (is_tensor_abs(ab)) {
+				nin++;
+				total += ab->shape.rank;
+			}
+		}
+	} else {
+		const Graph *g = ir_entry(S->m);
+		for (uint32_t i = 0; g && i < g->params.n; i++)
+			if (sapp_dataset_param(g->params.a[i])) {
+				nin++;
+				total += g->params.a[i]->out.shape.rank;
+			}
+	}
+	X->nin = nin;
+	X->arg = arena_alloc(a, (nin + 1) * sizeof *X->arg);
+	X->rank = arena_alloc(a, nin + 1);
+	X->dims = arena_alloc(a, (nin + 1) * sizeof *X->dims);
+	X->prod = arena_alloc(a, (nin + 1) * sizeof *X->prod);
+	X->off = arena_alloc(a, (nin + 1) * sizeof *X->off);
+	X->s = arena_alloc(a, (total + 1) * sizeof *X->s);
+	uint32_t k = 0, off = 0;
+	if (n) {
+		for (uint32_t i = 0; i < n->nargs; i++) {
+			const Abs *ab = arg_abs(n, i);
+			if (!is_tensor_abs(ab))
+				continue;
+			X->arg[k] = i;
+			X->rank[k] = ab->shape.rank;
+			X->dims[k] = ab->shape.dims;
+			X->off[k] = off;
+			off += ab->shape.rank;
+			k++;
+		}
+		const Shape *os = &n->out.shape;
+		if (os->kind != SK_DIMS && (os->kind == SK_TUPLE || os->kind == SK_LIST) && os->rank && os->sub &&
+		    os->sub[0].kind == SK_DIMS)
+			os = &os->sub[0];
+		if (os->kind == SK_DIMS) {
+			X->orank = os->rank;
+			X->odims = os->dims;
+		}
+		if (X->type == REC_MatMul || X->type == REC_BatchMatMul) {
+			X->ta = (uint8_t)(sapp_attr_bool(n, 2, "transpose_a", 0) || sapp_attr_bool(n, -1, "transpose_x1", 0));
+			X->tb = (uint8_t)(sapp_attr_bool(n, 3, "transpose_b", 0) || sapp_attr_bool(n, -1, "transpose_x2", 0));
+		}
+	} else {
+		const Graph *g = ir_entry(S->m);
+		for (uint32_t i = 0; g && i < g->params.n; i++) {
+			const Node *p = g->params.a[i];
+			if (!sapp_dataset_param(p))
+				continue;
+			X->arg[k] = i;
+			X->rank[k] = p->out.shape.rank;
+			X->dims[k] = p->out.shape.dims;
+			X->off[k] = off;
+			off += p->out.shape.rank;
+			if (k == 0) {
+				X->orank = p->out.shape.rank;
+				X->odims = p->out.shape.dims;
+			}
+			k++;
+		}
+	}
+	X->os = arena_alloc(a, (X->orank + 1u) * sizeof *X->os);
+	for (uint32_t i = 0; i < total; i++)
+		X->s[i] = 1;
+}
+
+int sapp_build(Sapp *S)
+{
+	Module *m = S->m;
+	S->op_of_node = xmalloc((m->next_id + 1) * sizeof *S->op_of_node);
+	for (uint32_t i = 0; i <= m->next_id; i++)
+		S->op_of_node[i] = -1;
+	/* count operators; look for an explicit VirtualDataset and for graph inputs */
+	uint32_t count = 0;
+	Node *explicit_vd = NULL;
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			Node *n = g->nodes.a[i];
+			if (!is_strategy_op(n))
+				continue;
+			count++;
+			if (n->op == OP_VirtualDataset && !explicit_vd)
+				explicit_vd = n;
+		}
+	}
+	int have_inputs = 0;
+	const Graph *eg = ir_entry(m);
+	for (uint32_t i = 0; eg && i < eg->params.n; i++)
+		have_inputs |= sapp_dataset_param(eg->params.a[i]);
+	int implicit_vd = have_inputs && !explicit_vd;
+	S->nops = count + (uint32_t)implicit_vd;
+	S->ops = arena_alloc(S->arena, (S->nops + 1) * sizeof *S->ops);
+	S->vd = -1;
+	uint32_t k = 0;
+	if (implicit_vd) {
+		S->vd = 0;
+		fill_op(S, &S->ops[k++], NULL);
+	}
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			Node *n = g->nodes.a[i];
+			if (!is_strategy_op(n))
+				continue;
+			if (n == explicit_vd)
+				S->vd = (int32_t)k;
+			S->op_of_node[n->id] = (int32_t)k;
+			fill_op(S, &S->ops[k++], n);
+		}
+	}
+	/* producers, then consumers in operator order */
+	uint32_t *ncons = xcalloc(S->nops + 1, sizeof *ncons);
+	for (uint32_t x = 0; x < S->nops; x++) {
+		SappOp *X = &S->ops[x];
+		for (uint32_t i = 0; i < X->nin; i++) {
+			X->prod[i] = X->n ? producer_of(S, &X->n->args[X->arg[i]]) : -1;
+			if (X->prod[i] == (int32_t)x)
+				X->prod[i] = -1;
+			if (X->prod[i] >= 0)
+				ncons[X->prod[i]]++;
+		}
+	}
+	for (uint32_t x = 0; x < S->nops; x++) {
+		S->ops[x].cons_op = arena_alloc(S->arena, (ncons[x] + 1) * sizeof(uint32_t));
+		S->ops[x].cons_slot = arena_alloc(S->arena, (ncons[x] + 1) * sizeof(uint32_t));
+	}
+	for (uint32_t y = 0; y < S->nops; y++) {
+		SappOp *Y = &S->ops[y];
+		for (uint32_t i = 0; i < Y->nin; i++) {
+			if (Y->prod[i] < 0)
+				continue;
+			SappOp *P = &S->ops[Y->prod[i]];
+			P->cons_op[P->ncons] = y;
+			P->cons_slot[P->ncons] = i;
+			P->ncons++;
+		}
+	}
+	free(ncons);
+	return 0;
+}
+
+/* ------------------------------------------------------------ mappings (§1.7) */
+
+RecMap sapp_map_identity(void)
+{
+	RecMap m = {{1, 2, 4, 8}, 0};
+	return m;
+}
+
+static RecMap map_bad(void)
+{
+	RecMap m = {{0, 0, 0, 0}, 1};
+	return m;
+}
+
+Dim4 sapp_dim4(const int64_t *d, int r)
+{
+	Dim4 x = {{1, 1, 1, 1}};
+	if (r > 4 || r < 0)
+		return x;
+	for (int i = 0; i < r; i++)
+		x.d[4 - r + i] = d[i];
+	return x;
+}
+
+RecMap sapp_map_transpose(const int64_t *perm, int r)
+{
+	if (r > 4 || r < 0)
+		return map_bad();
+	RecMap m = sapp_map_identity();
+	int pad = 4 - r, seen = 0;
+	for (int i = 0; i < r; i++) {
+		int64_t p = perm[i] < 0 ? perm[i] + r : perm[i];
+		if (p < 0 || p >= r || (seen & (1 << p)))
+			return map_bad();
+		seen |= 1 << p;
+		m.g[pad + i] = (uint8_t)(1u << (pad + p));
+	}
+	return m;
+}
+
+/* Reshape: "split" (rank in <= rank out): each output dim is carved from one
+ * input dim; "merge": each output dim is the product of consecutive input
+ * dims.  Returns 0 when the walk fails (then the mapping is unknown). */
+int sapp_map_reshape(const int64_t *in, int rin, const int64_t *out, int rout, RecMap *mp)
+{
+	*mp = map_bad();
+	if (rin > 4 || rout > 4 || rin < 0 || rout < 0)
+		return 0;
+	Dim4 a = sapp_dim4(in, rin), b = sapp_dim4(out, rout);
+	RecMap m = {{0, 0, 0, 0}, 0};
+	int f = 0;
+	if (rin <= rout) {
+		int64_t rem = a.d[0];
+		for (int t = 0; t < 4; t++) {
+			if (b.d[t] == 1)
+				continue;
+			while (rem == 1 && f < 3)
+				rem = a.d[++f];
+			if (b.d[t] <= 0 || rem % b.d[t] != 0)
+				return 0;
+			m.g[t] = (uint8_t)(1u << f);
+			rem /= b.d[t];
+		}
+		while (rem == 1 && f < 3)
+			rem = a.d[++f];
+		if (rem != 1)
+			return 0;
+	} else {
+		for (int t = 0; t < 4; t++) {
+			if (b.d[t] == 1)
+				continue;
+			int64_t prod = 1;
+			while (prod < b.d[t] && f < 4) {
+				if (a.d[f] != 1) {
+					m.g[t] |= (uint8_t)(1u << f);
+					prod *= a.d[f];
+				}
+				f++;
+			}
+			if (prod != b.d[t])
+				return 0;
+		}
+		for (; f < 4; f++)
+			if (a.d[f] != 1)
+				return 0;
+	}
+	*mp = m;
+	return 1;
+}
+
+RecMap sapp_map_compose(RecMap first, RecMap then)
+{
+	if (first.bad || then.bad)
+		return map_bad();
+	RecMap r = {{0, 0, 0, 0}, 0};
+	for (int i = 0; i < 4; i++)
+		for (int k = 0; k < 4; k++)
+			if (then.g[i] & (1u << k))
+				r.g[i] |= first.g[k];
+	return r;
+}
+
+/* dst[i] = product of the src dims in group i; 0 if the mapping is unknown */
+int sapp_map_shape(const RecMap *m, const Dim4 *src, Dim4 *dst)
+{
+	if (m->bad)
+		return 0;
+	for (int i = 0; i < 4; i++) {
+		int64_t p = 1;
+		for (int k = 0; k < 4; k++)
+			if (m->g[i] & (1u << k))
+				p *= src->d[k];
+		dst->d[i] = p;
+	}
+	return 1;
+}
+
+/* ------------------------------------------------------------ rec graph */
+
+static void rec_node_init(Sapp *S, uint32_t x)
+{
+	SappOp *X = &S->ops[x];
+	RecNode *R = &S->rec[x];
+	R->op = x;
+	R->type = X->type;
+	R->pinned = X->pinned;
+	R->lvl = -1;
+	uint32_t na = X->nin < (uint32_t)S->conf.max_inputs ? X->nin : (uint32_t)S->conf.max_inputs;
+	R->nargs = (uint8_t)na;
+	R->arg = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
+	R->acut = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
+	Dim4 ones = {{1, 1, 1, 1}};
+	for (uint32_t i = 0; i < na + 2; i++) {
+		R->arg[i] = ones;
+		R->acut[i] = ones;
+	}
+	for (uint32_t i = 0; i < na; i++)
+		if (X->rank[i] <= 4)
+			R->arg[i] = sapp_dim4(X->dims[i], X->rank[i]);
+	R->out = sapp_dim4(X->odims, X->orank <= 4 ? X->orank : 0);
+	R->ocut = ones;
+	R->ta = X->ta;
+	R->tb = X->tb;
+	/* MatMul and BatchMatMul operands are stored logically: A = I x K, B = K x J */
+	if (R->type == REC_MatMul || R->type == REC_BatchMatMul) {
+		for (int i = 0; i < 2 && i < (int)na; i++)
+			if ((i == 0 ? R->ta : R->tb) && X->rank[i] >= 2) {
+				int64_t t = R->arg[i].d[2];
+				R->arg[i].d[2] = R->arg[i].d[3];
+				R->arg[i].d[3] = t;
+			}
+	}
+	R->own = sapp_map_identity();
+	if (X->n && X->n->op == OP_Transpose && X->nin) {
+		int64_t perm[MAX_RANK];
+		int r = sapp_attr_ints(X->n, 1, "perm", perm, MAX_RANK);
+		R->own = r == X->rank[0] ? sapp_map_transpose(perm, r) : map_bad();
+	} else if (X->n && X->n->op == OP_Reshape && X->nin) {
+		sapp_map_reshape(X->dims[0], X->rank[0], X->odims, X->orank, &R->own);
+	}
+}
+
+static RecEdge *find_edge(RecNode *P, uint32_t to)
+{
+	for (uint32_t i = 0; i < P->outs.n; i++)
+		if (P->outs.a[i].to == to)
+			return &P->outs.a[i];
+	return NULL;
+}
+
+/* would an edge with this mapping ever count (§1.7)?  Only decidable for a
+ * consumer that stays in the graph. */
+static int edge_useful(const Sapp *S, const RecNode *P, const RecNode *C, const RecMap *map)
+{
+	if (map->bad)
+		return 0;
+	if (!C->kept || !S->conf.only_same_shape)
+		return 1;
+	Dim4 t;
+	sapp_map_shape(map, &P->out, &t);
+	for (uint32_t a = 0; a < C->nargs; a++)
+		if (memcmp(&t, &C->arg[a], sizeof t) == 0)
+			return 1;
+	return 0;
+}
+
+static int aux_has(const RecNode *C, uint32_t node)
+{
+	for (uint32_t i = 0; i < C->aux.n; i++)
+		if (C->aux.a[i].node == node)
+			return 1;
+	return 0;
+}
+
+static int in_has(const RecNode *C, uint32_t node)
+{
+	for (uint32_t i = 0; i < C->in.n; i++)
+		if (C->in.a[i] == node)
+			return 1;
+	return 0;
+}
+
+static void aux_remove(RecNode *C, uint32_t node)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < C->aux.n; i++)
+		if (C->aux.a[i].node != node)
+			C->aux.a[k++] = C->aux.a[i];
+	C->aux.n = k;
+}
+
+static void aux_add(RecNode *C, uint32_t c, RecNode *nodes, uint32_t q, uint32_t idx)
+{
+	if (aux_has(C, q) || !find_edge(&nodes[q], c))
+		return;
+	RecAux a = {q, idx};
+	vec_push(&C->aux, a);
+	vec_push(&nodes[q].users, c);
+}
+
+/* Contract eliminated node x (§1.6). */
+static void eliminate(Sapp *S, uint32_t x)
+{
+	RecNode *nodes = S->rec, *X = &nodes[x];
+	/* producers of X, main then aux, without repeats */
+	U32Vec prods = {0};
+	for (uint32_t i = 0; i < X->in.n; i++) {
+		int dup = 0;
+		for (uint32_t j = 0; j < prods.n; j++)
+			dup |= prods.a[j] == X->in.a[i];
+		if (!dup)
+			vec_push(&prods, X->in.a[i]);
+	}
+	for (uint32_t i = 0; i < X->aux.n; i++) {
+		int dup = 0;
+		for (uint32_t j = 0; j < prods.n; j++)
+			dup |= prods.a[j] == X->aux.a[i].node;
+		if (!dup)
+			vec_push(&prods, X->aux.a[i].node);
+	}
+	/* 2: wire every producer to every consumer */
+	for (uint32_t pi = 0; pi < prods.n; pi++) {
+		RecNode *P = &nodes[prods.a[pi]];
+		RecMap pmap = sapp_map_identity();
+		int had = 0;
+		uint32_t k = 0;
+		for (uint32_t i = 0; i < P->outs.n; i++) {
+			if (P->outs.a[i].to == x) {
+				pmap = P->outs.a[i].map;
+				had = 1;
+				continue;
+			}
+			P->outs.a[k++] = P->outs.a[i];
+		}
+		P->outs.n = k;
+		if (!had)
+			continue; /* the edge was never useful: neither are its continuations */
+		RecMap through = sapp_map_compose(pmap, X->own);
+		for (uint32_t j = 0; j < X->outs.n; j++) {
+			uint32_t c = X->outs.a[j].to;
+			if (c == prods.a[pi] || find_edge(P, c))
+				continue;
+			RecEdge e = {c, sapp_map_compose(through, X->outs.a[j].map)};
+			if (edge_useful(S, P, &nodes[c], &e.map))
+				vec_push(&P->outs, e);
+		}
+	}
+	/* 3: consumers take over X's slots (every node that lists X, whether or
+	 * not an edge to it was worth keeping) */
+	for (uint32_t j = 0; j < X->users.n; j++) {
+		uint32_t c = X->users.a[j];
+		RecNode *C = &nodes[c];
+		if (!C->kept && C->in.n == 0 && C->aux.n == 0)
+			continue;
+		if (S->stamp[c] == x + 1)
+			continue;
+		S->stamp[c] = x + 1;
+		for (uint32_t s = 0; s < C->in.n; s++) {
+			if (C->in.a[s] != x)
+				continue;
+			if (X->in.n) {
+				C->in.a[s] = X->in.a[0];
+				vec_push(&nodes[X->in.a[0]].users, c);
+				aux_remove(C, X->in.a[0]);
+				for (uint32_t i = 1; i < X->in.n; i++)
+					if (X->in.a[i] != X->in.a[0])
+						aux_add(C, c, nodes, X->in.a[i], s);
+				for (uint32_t i = 0; i < X->aux.n; i++)
+					aux_add(C, c, nodes, X->aux.a[i].node, s);
+			} else {
+				memmove(&C->in.a[s], &C->in.a[s + 1], (C->in.n - s - 1) * sizeof(uint32_t));
+				C->in.n--;
+				s--;
+			}
+		}
+		for (uint32_t i = 0; i < C->aux.n; i++) {
+			if (C->aux.a[i].node != x)
+				continue;
+			uint32_t idx = C->aux.a[i].idx;
+			if (X->in.n && !in_has(C, X->in.a[0]) && !aux_has(C, X->in.a[0]) &&
+			    find_edge(&nodes[X->in.a[0]], c)) {
+				C->aux.a[i].node = X->in.a[0];
+				vec_push(&nodes[X->in.a[0]].users, c);
+			} else {
+				memmove(&C->aux.a[i], &C->aux.a[i + 1], (C->aux.n - i - 1) * sizeof(RecAux));
+				C->aux.n--;
+				i--;
+			}
+			for (uint32_t q = 1; q < X->in.n; q++)
+				aux_add(C, c, nodes, X->in.a[q], idx);
+		}
+	}
+	vec_free(&prods);
+	vec_free(&X->outs);
+	vec_free(&X->in);
+	vec_free(&X->aux);
+	vec_free(&X->users);
+}
+
+void sapp_rec_build(Sapp *S)
+{
+	S->rec = arena_alloc(S->arena, (S->nops + 1) * sizeof *S->rec);
+	for (uint32_t x = 0; x < S->nops; x++) {
+		rec_node_init(S, x);
+		const SappOp *X = &S->ops[x];
+		int elim = X->n && (ir_opinfo(X->n)->flags & OPF_ELIMINATE) && !X->pinned;
+		S->rec[x].kept = (uint8_t)!elim;
+		S->ops[x].elim = (uint8_t)elim;
+	}
+	/* edges: one per (producer, consumer) pair, slots one per operator input */
+	for (uint32_t x = 0; x < S->nops; x++) {
+		const SappOp *X = &S->ops[x];
+		RecNode *R = &S->rec[x];
+		for (uint32_t i = 0; i < X->nin; i++) {
+			int32_t p = X->prod[i];
+			if (p < 0)
+				continue;
+			vec_push(&R->in, (uint32_t)p);
+			RecNode *P = &S->rec[p];
+			if (!P->users.n || P->users.a[P->users.n - 1] != x)
+				vec_push(&P->users, x);
+			if (find_edge(P, x))
+				continue;
+			RecEdge e = {x, sapp_map_identity()};
+			if (edge_useful(S, P, R, &e.map))
+				vec_push(&P->outs, e);
+		}
+	}
+	S->stamp = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
+	S->elim_order = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
+	S->kept = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
+	for (uint32_t x = 0; x < S->nops; x++) {
+		if (S->rec[x].kept) {
+			S->kept[S->nkept++] = x;
+			continue;
+		}
+		S->elim_order[S->nelim++] = x;
+		eliminate(S, x);
+	}
+}
+
+void sapp_free(Sapp *S)
+{
+	for (uint32_t x = 0; S->rec && x < S->nops; x++) {
+		vec_free(&S->rec[x].in);
+		vec_free(&S->rec[x].aux);
+		vec_free(&S->rec[x].outs);
+		vec_free(&S->rec[x].users);
+	}
+	free(S->op_of_node);
+	if (S->arena)
+		arena_free(S->arena);
+}
