@@ -83,41 +83,51 @@ static int same4(const Dim4 *a, const Dim4 *b)
 	return memcmp(a, b, sizeof *a) == 0;
 }
 
-static const RecEdge *edge_to(const RecNode *P, uint32_t to)
+/* One decided neighbour's demand on the node being decided: an option whose
+ * pattern on `row` (0, 1: inputs, 2: output, 3: a tensor the node never cuts)
+ * differs from `pat` pays `cost`.  Collected once per node and level, then
+ * checked against every option. */
+typedef struct Demand {
+	int row;
+	Dim4 pat;
+	double cost;
+} Demand;
+
+static void demand(Sapp *S, uint32_t *n, int row, const Dim4 *pat, double cost)
 {
-	for (uint32_t i = 0; i < P->outs.n; i++)
-		if (P->outs.a[i].to == to)
-			return &P->outs.a[i];
-	return NULL;
+	if (*n == S->ncons_cap) {
+		S->ncons_cap = S->ncons_cap ? 2 * S->ncons_cap : 64;
+		S->cons = xrealloc(S->cons, S->ncons_cap * sizeof(Demand));
+	}
+	Demand *d = (Demand *)S->cons + (*n)++;
+	d->row = row;
+	d->pat = *pat;
+	d->cost = cost;
 }
 
-/* penalty from one decided producer Q feeding slot `slot` of N */
-static double producer_penalty(const Sapp *S, const RecNode *N, const RecNode *Q, uint32_t slot, const Dim4 *row,
-			       double in0size)
+/* a decided producer Q feeding slot `slot` of N through `map` */
+static void producer_demand(Sapp *S, uint32_t *n, const RecNode *N, const RecNode *Q, const RecMap *map,
+			    uint32_t slot, double in0size)
 {
-	const RecEdge *e = edge_to(Q, N->op);
-	if (!e || slot >= N->nargs)
-		return 0;
 	Dim4 shp;
-	if (!sapp_map_shape(&e->map, &Q->out, &shp))
-		return 0;
+	if (slot >= N->nargs || !sapp_map_shape(map, &Q->out, &shp))
+		return;
 	if (S->conf.only_same_shape && !same4(&shp, &N->arg[slot]))
-		return 0;
-	Dim4 pat = map_pattern(&e->map, &Q->one[2]);
-	return same4(&pat, row) ? 0 : in0size * S->conf.redis_coef;
+		return;
+	Dim4 pat = map_pattern(map, &Q->one[2]);
+	demand(S, n, slot < 2 ? (int)slot : 3, &pat, in0size * S->conf.redis_coef);
 }
 
-double sapp_redis(const Sapp *S, const RecNode *N, const Dim4 mode[3], int level)
+static uint32_t collect_demands(Sapp *S, const RecNode *N, int level)
 {
 	const RecNode *rec = S->rec;
-	double cost = 0;
+	uint32_t n = 0;
 	double in0 = N->nargs ? size_of(&N->arg[0], &N->acut[0]) : 0;
 	double outsz = size_of(&N->out, &N->ocut);
 	for (uint32_t s = 0; s < N->in.n; s++) {
 		const RecNode *P = &rec[N->in.a[s]];
-		if (P->lvl != level)
-			continue;
-		cost += producer_penalty(S, N, P, s, s < 2 ? &mode[s] : &ONES, in0);
+		if (P->lvl == level)
+			producer_demand(S, &n, N, P, &N->inmap.a[s], s, in0);
 	}
 	for (uint32_t i = 0; i < N->outs.n; i++) {
 		const RecEdge *e = &N->outs.a[i];
@@ -130,28 +140,52 @@ double sapp_redis(const Sapp *S, const RecNode *N, const Dim4 mode[3], int level
 		for (uint32_t a = 0; a < C->nargs; a++) {
 			if (S->conf.only_same_shape && !same4(&shp, &C->arg[a]))
 				continue;
-			Dim4 pat = map_pattern(&e->map, &mode[2]);
-			if (!same4(&pat, &C->one[0]))
-				cost += outsz * S->conf.redis_coef;
+			/* compared in the consumer's space: the mapped output pattern
+			 * against the consumer's input-0 pattern */
+			Demand d = {2, C->one[0], outsz * S->conf.redis_coef};
+			demand(S, &n, d.row, &d.pat, d.cost);
+			((Demand *)S->cons)[n - 1].row = 4 + (int)i; /* mapped through edge i */
 			break;
 		}
 	}
 	for (uint32_t i = 0; i < N->aux.n; i++) {
 		const RecNode *Q = &rec[N->aux.a[i].node];
-		uint32_t idx = N->aux.a[i].idx;
-		if (Q->lvl != level)
-			continue;
-		cost += producer_penalty(S, N, Q, idx, idx < 2 ? &mode[idx] : &ONES, in0);
+		if (Q->lvl == level)
+			producer_demand(S, &n, N, Q, &N->aux.a[i].map, N->aux.a[i].idx, in0);
+	}
+	return n;
+}
+
+static double eval_demands(const Sapp *S, const RecNode *N, const Dim4 mode[3], uint32_t n)
+{
+	static const Dim4 ones = {{1, 1, 1, 1}};
+	const Demand *d = S->cons;
+	double cost = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (d[i].row >= 4) {
+			Dim4 pat = map_pattern(&N->outs.a[d[i].row - 4].map, &mode[2]);
+			if (!same4(&pat, &d[i].pat))
+				cost += d[i].cost;
+		} else if (!same4(d[i].row == 3 ? &ones : &mode[d[i].row], &d[i].pat)) {
+			cost += d[i].cost;
+		}
 	}
 	return cost;
+}
+
+double sapp_redis(Sapp *S, const RecNode *N, const Dim4 mode[3], int level)
+{
+	uint32_t n = collect_demands(S, N, level);
+	return eval_demands(S, N, mode, n);
 }
 
 /* ------------------------------------------------------------ options */
 
 typedef struct Ctx {
-	const Sapp *S;
+	Sapp *S;
 	const RecNode *N;
 	int level, p;
+	uint32_t ndemands;
 	SappChoice *c;
 } Ctx;
 
@@ -180,7 +214,7 @@ static void add_opt(Ctx *x, const char *name, int valid, double opcost, Dim4 m0,
 		return;
 	}
 	c->opcost[k] = opcost;
-	c->redis[k] = with_redis ? sapp_redis(x->S, x->N, c->mode[k], x->level) : 0;
+	c->redis[k] = with_redis && x->ndemands ? eval_demands(x->S, x->N, c->mode[k], x->ndemands) : 0;
 	c->total[k] = fabs((opcost + c->redis[k]) / divisor);
 }
 
@@ -368,11 +402,11 @@ static int is_batch_parallel(int t)
 	}
 }
 
-void sapp_choose(const Sapp *S, const RecNode *N, int p, int level, SappChoice *c)
+void sapp_choose(Sapp *S, const RecNode *N, int p, int level, SappChoice *c)
 {
-	memset(c, 0, sizeof *c);
+	c->nopt = 0;
 	c->best = -1;
-	Ctx x = {S, N, level, p, c};
+	Ctx x = {S, N, level, p, collect_demands(S, N, level), c};
 	if (N->type == REC_MatMul)
 		choose_matmul(&x);
 	else if (N->type == REC_BatchMatMul)

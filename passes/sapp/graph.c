@@ -15,11 +15,13 @@
  * Transpose/Reshape mappings compose along the contracted edges, a consumer's
  * input slot is taken over by the eliminated node's first producer and the
  * other producers become "aux" producers of that slot.
- * Deviation from MindSpore, for linear size on residual networks: an edge
- * that can never be "adjacent" (its mapping is unknown, or, towards a kept
- * operator, the mapped shape equals none of the operator's inputs) is not
- * materialised, and neither is an aux entry without an edge.  Such edges
- * never add a redistribution cost (§1.7 ONLY_REDIST_WITH_SAME_SHAPE).
+ * Deviations from MindSpore, for linear size on deep residual networks:
+ *   - an edge that can never be "adjacent" (its mapping is unknown, or,
+ *     towards a kept operator, the mapped shape equals none of the
+ *     operator's inputs) is not materialised; such edges never add a
+ *     redistribution cost (§1.7 ONLY_REDIST_WITH_SAME_SHAPE);
+ *   - each input slot and aux entry carries the mapping of its own path;
+ *   - aux producers stop at a join (see eliminate()).
  */
 #include <string.h>
 
@@ -192,12 +194,17 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 			}
 	}
 	X->nin = nin;
-	X->arg = arena_alloc(a, (nin + 1) * sizeof *X->arg);
-	X->rank = arena_alloc(a, nin + 1);
-	X->dims = arena_alloc(a, (nin + 1) * sizeof *X->dims);
-	X->prod = arena_alloc(a, (nin + 1) * sizeof *X->prod);
-	X->off = arena_alloc(a, (nin + 1) * sizeof *X->off);
-	X->s = arena_alloc(a, (total + 1) * sizeof *X->s);
+	/* one block: s, os, dims, arg, prod, off, rank */
+	size_t orank_max = n && n->out.shape.kind == SK_DIMS ? n->out.shape.rank : MAX_RANK;
+	char *blk = arena_alloc(a, (total + 1 + orank_max + 1) * sizeof(int64_t) + (nin + 1) * sizeof(int64_t *) +
+					   3 * (nin + 1) * sizeof(uint32_t) + nin + 1);
+	X->s = (int64_t *)blk;
+	X->os = X->s + total + 1;
+	X->dims = (const int64_t **)(X->os + orank_max + 1);
+	X->arg = (uint32_t *)(X->dims + nin + 1);
+	X->prod = (int32_t *)(X->arg + nin + 1);
+	X->off = (uint32_t *)(X->prod + nin + 1);
+	X->rank = (uint8_t *)(X->off + nin + 1);
 	uint32_t k = 0, off = 0;
 	if (n) {
 		for (uint32_t i = 0; i < n->nargs; i++) {
@@ -241,7 +248,8 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 			k++;
 		}
 	}
-	X->os = arena_alloc(a, (X->orank + 1u) * sizeof *X->os);
+	if (X->orank > orank_max)
+		X->os = arena_alloc(a, (X->orank + 1u) * sizeof *X->os);
 	for (uint32_t i = 0; i < total; i++)
 		X->s[i] = 1;
 }
@@ -252,8 +260,8 @@ int sapp_build(Sapp *S)
 	S->op_of_node = xmalloc((m->next_id + 1) * sizeof *S->op_of_node);
 	for (uint32_t i = 0; i <= m->next_id; i++)
 		S->op_of_node[i] = -1;
-	/* count operators; look for an explicit VirtualDataset and for graph inputs */
-	uint32_t count = 0;
+	/* the operators, an explicit VirtualDataset, and graph inputs */
+	Vec(Node *) opn = {0};
 	Node *explicit_vd = NULL;
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		Graph *g = m->graphs.a[gi];
@@ -261,7 +269,7 @@ int sapp_build(Sapp *S)
 			Node *n = g->nodes.a[i];
 			if (!is_strategy_op(n))
 				continue;
-			count++;
+			vec_push(&opn, n);
 			if (n->op == OP_VirtualDataset && !explicit_vd)
 				explicit_vd = n;
 		}
@@ -271,7 +279,7 @@ int sapp_build(Sapp *S)
 	for (uint32_t i = 0; eg && i < eg->params.n; i++)
 		have_inputs |= sapp_dataset_param(eg->params.a[i]);
 	int implicit_vd = have_inputs && !explicit_vd;
-	S->nops = count + (uint32_t)implicit_vd;
+	S->nops = opn.n + (uint32_t)implicit_vd;
 	S->ops = arena_alloc(S->arena, (S->nops + 1) * sizeof *S->ops);
 	S->vd = -1;
 	uint32_t k = 0;
@@ -279,18 +287,14 @@ int sapp_build(Sapp *S)
 		S->vd = 0;
 		fill_op(S, &S->ops[k++], NULL);
 	}
-	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
-		Graph *g = m->graphs.a[gi];
-		for (uint32_t i = 0; i < g->nodes.n; i++) {
-			Node *n = g->nodes.a[i];
-			if (!is_strategy_op(n))
-				continue;
-			if (n == explicit_vd)
-				S->vd = (int32_t)k;
-			S->op_of_node[n->id] = (int32_t)k;
-			fill_op(S, &S->ops[k++], n);
-		}
+	for (uint32_t i = 0; i < opn.n; i++) {
+		Node *n = opn.a[i];
+		if (n == explicit_vd)
+			S->vd = (int32_t)k;
+		S->op_of_node[n->id] = (int32_t)k;
+		fill_op(S, &S->ops[k++], n);
 	}
+	vec_free(&opn);
 	/* producers, then consumers in operator order */
 	uint32_t *ncons = xcalloc(S->nops + 1, sizeof *ncons);
 	for (uint32_t x = 0; x < S->nops; x++) {
@@ -484,12 +488,114 @@ static void rec_node_init(Sapp *S, uint32_t x)
 	}
 }
 
-static RecEdge *find_edge(RecNode *P, uint32_t to)
+void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n)
 {
-	for (uint32_t i = 0; i < P->outs.n; i++)
-		if (P->outs.a[i].to == to)
-			return &P->outs.a[i];
-	return NULL;
+	uint32_t nc = *cap ? *cap * 2 : 4;
+	void *q = arena_alloc(a, nc * elt);
+	if (n)
+		memcpy(q, *p, n * elt);
+	*p = q;
+	*cap = nc;
+}
+
+/* (producer, consumer) -> position in the producer's out list: edge
+ * lookups stay O(1) however many consumers a node collects */
+#define EDGE_EMPTY 0
+#define EDGE_GONE UINT64_MAX
+
+static uint64_t edge_key(uint32_t p, uint32_t c)
+{
+	return (((uint64_t)p << 32) | c) + 1;
+}
+
+static uint32_t edge_slot(const EdgeSet *e, uint64_t k)
+{
+	uint64_t h = k * 0x9E3779B97F4A7C15ULL;
+	return (uint32_t)(h >> 32) & (e->cap - 1);
+}
+
+static int32_t edge_find_i(const EdgeSet *e, uint32_t p, uint32_t c)
+{
+	if (!e->cap)
+		return -1;
+	uint64_t k = edge_key(p, c);
+	for (uint32_t i = edge_slot(e, k);; i = (i + 1) & (e->cap - 1)) {
+		if (e->keys[i] == EDGE_EMPTY)
+			return -1;
+		if (e->keys[i] == k)
+			return (int32_t)i;
+	}
+}
+
+static void edge_put(EdgeSet *e, uint32_t p, uint32_t c, uint32_t pos);
+
+static void edge_grow(EdgeSet *e)
+{
+	EdgeSet old = *e;
+	e->cap = old.cap ? old.cap * 2 : 1024;
+	while (e->live * 2 >= e->cap)
+		e->cap *= 2;
+	e->keys = xcalloc(e->cap, sizeof *e->keys);
+	e->vals = xmalloc(e->cap * sizeof *e->vals);
+	e->used = e->live = 0;
+	for (uint32_t i = 0; i < old.cap; i++)
+		if (old.keys[i] != EDGE_EMPTY && old.keys[i] != EDGE_GONE) {
+			uint64_t k = old.keys[i] - 1;
+			edge_put(e, (uint32_t)(k >> 32), (uint32_t)k, old.vals[i]);
+		}
+	free(old.keys);
+	free(old.vals);
+}
+
+static void edge_put(EdgeSet *e, uint32_t p, uint32_t c, uint32_t pos)
+{
+	if ((e->used + 1) * 2 > e->cap)
+		edge_grow(e);
+	uint64_t k = edge_key(p, c);
+	uint32_t i = edge_slot(e, k);
+	while (e->keys[i] != EDGE_EMPTY && e->keys[i] != k)
+		i = (i + 1) & (e->cap - 1);
+	if (e->keys[i] == EDGE_EMPTY) {
+		e->used++;
+		e->live++;
+	}
+	e->keys[i] = k;
+	e->vals[i] = pos;
+}
+
+static RecEdge *find_edge(const Sapp *S, uint32_t p, uint32_t c)
+{
+	int32_t i = edge_find_i(&S->edges, p, c);
+	return i < 0 ? NULL : &S->rec[p].outs.a[S->edges.vals[i]];
+}
+
+static void add_edge(Sapp *S, uint32_t p, uint32_t c, RecMap map)
+{
+	RecNode *P = &S->rec[p];
+	RecEdge e = {c, map};
+	edge_put(&S->edges, p, c, P->outs.n);
+	avec_push(S->arena, &P->outs, e);
+}
+
+/* remove p -> c; returns its mapping through *map, 0 if there was none */
+static int remove_edge(Sapp *S, uint32_t p, uint32_t c, RecMap *map)
+{
+	int32_t i = edge_find_i(&S->edges, p, c);
+	if (i < 0)
+		return 0;
+	RecNode *P = &S->rec[p];
+	uint32_t pos = S->edges.vals[i];
+	*map = P->outs.a[pos].map;
+	S->edges.keys[i] = EDGE_GONE;
+	S->edges.live--;
+	uint32_t last = P->outs.n - 1;
+	if (pos != last) {
+		P->outs.a[pos] = P->outs.a[last];
+		int32_t j = edge_find_i(&S->edges, p, P->outs.a[pos].to);
+		S->edges.vals[j] = pos;
+	}
+	P->outs.n--;
+	return 1;
 }
 
 /* would an edge with this mapping ever count (§1.7)?  Only decidable for a
@@ -533,60 +639,60 @@ static void aux_remove(RecNode *C, uint32_t node)
 	C->aux.n = k;
 }
 
-static void aux_add(RecNode *C, uint32_t c, RecNode *nodes, uint32_t q, uint32_t idx)
+static void aux_add(Sapp *S, uint32_t c, uint32_t q, uint32_t idx, RecMap map)
 {
-	if (aux_has(C, q) || !find_edge(&nodes[q], c))
+	RecNode *C = &S->rec[c];
+	if (map.bad || aux_has(C, q))
 		return;
-	RecAux a = {q, idx};
-	vec_push(&C->aux, a);
-	vec_push(&nodes[q].users, c);
+	RecAux a = {q, idx, map};
+	avec_push(S->arena, &C->aux, a);
+	avec_push(S->arena, &S->rec[q].users, c);
 }
 
-/* Contract eliminated node x (§1.6). */
+/* Contract eliminated node x (§1.6).  Its producers are wired to its
+ * consumers, a consumer's slot that held x is taken by x's first producer
+ * and x's other producers become aux producers of that slot.  x's own aux
+ * producers pass on only when x has a single producer (a chain of unary or
+ * shape operators); at a join (several producers, e.g. a residual Add) they
+ * stop, which keeps the graph linear in a residual stream where MindSpore's
+ * lists grow with the depth. */
 static void eliminate(Sapp *S, uint32_t x)
 {
 	RecNode *nodes = S->rec, *X = &nodes[x];
-	/* producers of X, main then aux, without repeats */
-	U32Vec prods = {0};
+	/* producers of X with the mapping of their edge to X */
+	S->prods.n = 0;
 	for (uint32_t i = 0; i < X->in.n; i++) {
 		int dup = 0;
-		for (uint32_t j = 0; j < prods.n; j++)
-			dup |= prods.a[j] == X->in.a[i];
-		if (!dup)
-			vec_push(&prods, X->in.a[i]);
-	}
-	for (uint32_t i = 0; i < X->aux.n; i++) {
-		int dup = 0;
-		for (uint32_t j = 0; j < prods.n; j++)
-			dup |= prods.a[j] == X->aux.a[i].node;
-		if (!dup)
-			vec_push(&prods, X->aux.a[i].node);
-	}
-	/* 2: wire every producer to every consumer */
-	for (uint32_t pi = 0; pi < prods.n; pi++) {
-		RecNode *P = &nodes[prods.a[pi]];
-		RecMap pmap = sapp_map_identity();
-		int had = 0;
-		uint32_t k = 0;
-		for (uint32_t i = 0; i < P->outs.n; i++) {
-			if (P->outs.a[i].to == x) {
-				pmap = P->outs.a[i].map;
-				had = 1;
-				continue;
-			}
-			P->outs.a[k++] = P->outs.a[i];
+		for (uint32_t j = 0; j < S->prods.n; j++)
+			dup |= S->prods.a[j].node == X->in.a[i];
+		if (!dup) {
+			RecAux a = {X->in.a[i], i, X->inmap.a[i]};
+			vec_push(&S->prods, a);
 		}
-		P->outs.n = k;
-		if (!had)
-			continue; /* the edge was never useful: neither are its continuations */
-		RecMap through = sapp_map_compose(pmap, X->own);
+	}
+	int join = S->prods.n > 1;
+	if (!join)
+		for (uint32_t i = 0; i < X->aux.n; i++) {
+			int dup = 0;
+			for (uint32_t j = 0; j < S->prods.n; j++)
+				dup |= S->prods.a[j].node == X->aux.a[i].node;
+			if (!dup)
+				vec_push(&S->prods, X->aux.a[i]);
+		}
+	/* 2: wire every producer to every consumer */
+	for (uint32_t pi = 0; pi < S->prods.n; pi++) {
+		uint32_t q = S->prods.a[pi].node;
+		RecMap pmap;
+		if (!remove_edge(S, q, x, &pmap))
+			continue; /* never useful: neither are its continuations */
+		RecMap through = sapp_map_compose(S->prods.a[pi].map, X->own);
 		for (uint32_t j = 0; j < X->outs.n; j++) {
 			uint32_t c = X->outs.a[j].to;
-			if (c == prods.a[pi] || find_edge(P, c))
+			if (c == q || find_edge(S, q, c))
 				continue;
-			RecEdge e = {c, sapp_map_compose(through, X->outs.a[j].map)};
-			if (edge_useful(S, P, &nodes[c], &e.map))
-				vec_push(&P->outs, e);
+			RecMap m = sapp_map_compose(through, X->outs.a[j].map);
+			if (edge_useful(S, &nodes[q], &nodes[c], &m))
+				add_edge(S, q, c, m);
 		}
 	}
 	/* 3: consumers take over X's slots (every node that lists X, whether or
@@ -594,51 +700,56 @@ static void eliminate(Sapp *S, uint32_t x)
 	for (uint32_t j = 0; j < X->users.n; j++) {
 		uint32_t c = X->users.a[j];
 		RecNode *C = &nodes[c];
-		if (!C->kept && C->in.n == 0 && C->aux.n == 0)
-			continue;
 		if (S->stamp[c] == x + 1)
 			continue;
 		S->stamp[c] = x + 1;
+		const RecEdge *xc = find_edge(S, x, c);
+		RecMap tail = xc ? sapp_map_compose(X->own, xc->map) : (RecMap){{0, 0, 0, 0}, 1};
 		for (uint32_t s = 0; s < C->in.n; s++) {
 			if (C->in.a[s] != x)
 				continue;
 			if (X->in.n) {
 				C->in.a[s] = X->in.a[0];
-				vec_push(&nodes[X->in.a[0]].users, c);
+				C->inmap.a[s] = sapp_map_compose(X->inmap.a[0], tail);
+				avec_push(S->arena, &nodes[X->in.a[0]].users, c);
 				aux_remove(C, X->in.a[0]);
-				for (uint32_t i = 1; i < X->in.n; i++)
-					if (X->in.a[i] != X->in.a[0])
-						aux_add(C, c, nodes, X->in.a[i], s);
-				for (uint32_t i = 0; i < X->aux.n; i++)
-					aux_add(C, c, nodes, X->aux.a[i].node, s);
+				for (uint32_t i = 1; i < S->prods.n; i++)
+					aux_add(S, c, S->prods.a[i].node, s, sapp_map_compose(S->prods.a[i].map, tail));
 			} else {
 				memmove(&C->in.a[s], &C->in.a[s + 1], (C->in.n - s - 1) * sizeof(uint32_t));
+				memmove(&C->inmap.a[s], &C->inmap.a[s + 1], (C->inmap.n - s - 1) * sizeof(RecMap));
 				C->in.n--;
+				C->inmap.n--;
 				s--;
 			}
 		}
 		for (uint32_t i = 0; i < C->aux.n; i++) {
 			if (C->aux.a[i].node != x)
 				continue;
-			uint32_t idx = C->aux.a[i].idx;
-			if (X->in.n && !in_has(C, X->in.a[0]) && !aux_has(C, X->in.a[0]) &&
-			    find_edge(&nodes[X->in.a[0]], c)) {
+			RecAux old = C->aux.a[i];
+			RecMap t2 = sapp_map_compose(X->own, old.map);
+			if (X->in.n && !in_has(C, X->in.a[0]) && !aux_has(C, X->in.a[0])) {
 				C->aux.a[i].node = X->in.a[0];
-				vec_push(&nodes[X->in.a[0]].users, c);
+				C->aux.a[i].map = sapp_map_compose(X->inmap.a[0], t2);
+				avec_push(S->arena, &nodes[X->in.a[0]].users, c);
 			} else {
 				memmove(&C->aux.a[i], &C->aux.a[i + 1], (C->aux.n - i - 1) * sizeof(RecAux));
 				C->aux.n--;
 				i--;
 			}
-			for (uint32_t q = 1; q < X->in.n; q++)
-				aux_add(C, c, nodes, X->in.a[q], idx);
+			for (uint32_t k = 1; k < S->prods.n; k++)
+				aux_add(S, c, S->prods.a[k].node, old.idx, sapp_map_compose(S->prods.a[k].map, t2));
 		}
 	}
-	vec_free(&prods);
-	vec_free(&X->outs);
-	vec_free(&X->in);
-	vec_free(&X->aux);
-	vec_free(&X->users);
+	/* X's out edges go away with it */
+	for (uint32_t j = 0; j < X->outs.n; j++) {
+		int32_t i = edge_find_i(&S->edges, x, X->outs.a[j].to);
+		if (i >= 0) {
+			S->edges.keys[i] = EDGE_GONE;
+			S->edges.live--;
+		}
+	}
+	X->outs.n = X->in.n = X->inmap.n = X->aux.n = X->users.n = 0;
 }
 
 void sapp_rec_build(Sapp *S)
@@ -659,15 +770,16 @@ void sapp_rec_build(Sapp *S)
 			int32_t p = X->prod[i];
 			if (p < 0)
 				continue;
-			vec_push(&R->in, (uint32_t)p);
+			avec_push(S->arena, &R->in, (uint32_t)p);
 			RecNode *P = &S->rec[p];
 			if (!P->users.n || P->users.a[P->users.n - 1] != x)
-				vec_push(&P->users, x);
-			if (find_edge(P, x))
-				continue;
-			RecEdge e = {x, sapp_map_identity()};
-			if (edge_useful(S, P, R, &e.map))
-				vec_push(&P->outs, e);
+				avec_push(S->arena, &P->users, x);
+			RecMap id = sapp_map_identity();
+			if (!edge_useful(S, P, R, &id))
+				id = (RecMap){{0, 0, 0, 0}, 1};
+			avec_push(S->arena, &R->inmap, id);
+			if (!id.bad && !find_edge(S, (uint32_t)p, x))
+				add_edge(S, (uint32_t)p, x, id);
 		}
 	}
 	S->stamp = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
@@ -685,12 +797,10 @@ void sapp_rec_build(Sapp *S)
 
 void sapp_free(Sapp *S)
 {
-	for (uint32_t x = 0; S->rec && x < S->nops; x++) {
-		vec_free(&S->rec[x].in);
-		vec_free(&S->rec[x].aux);
-		vec_free(&S->rec[x].outs);
-		vec_free(&S->rec[x].users);
-	}
+	vec_free(&S->prods);
+	free(S->cons);
+	free(S->edges.keys);
+	free(S->edges.vals);
 	free(S->op_of_node);
 	if (S->arena)
 		arena_free(S->arena);

@@ -86,7 +86,10 @@ int sapp_partition(Sapp *S)
 		if (S->rec[S->kept[i]].pinned)
 			pins[npin++] = S->kept[i];
 	int keep_levels = S->nlevels - S->rollback;
-	if (keep_levels == 0)
+	if (S->rollback > 0)
+		for (uint32_t i = 0; i < S->nkept; i++)
+			S->rec[S->kept[i]].snap = arena_alloc(S->arena, 3 * sizeof(Dim4));
+	if (keep_levels == 0 && S->rollback > 0)
 		for (uint32_t i = 0; i < S->nkept; i++) {
 			RecNode *N = &S->rec[S->kept[i]];
 			N->snap[0] = N->acut[0];
@@ -99,7 +102,7 @@ int sapp_partition(Sapp *S)
 			RecNode *N = &S->rec[pins[i]];
 			N->lvl = level;
 			for (int t = 0; t < 3; t++)
-				sapp_decompose_step(&N->rem[t], &N->user[t], p, &N->one[t]);
+				sapp_decompose_step(&N->pin[3 + t], &N->pin[t], p, &N->one[t]);
 		}
 		uint32_t n = 0;
 		if (S->weight_order) {
@@ -131,7 +134,7 @@ int sapp_partition(Sapp *S)
 			sapp_apply_choice(N, &c);
 			N->lvl = level;
 		}
-		if (level + 1 == keep_levels)
+		if (level + 1 == keep_levels && S->rollback > 0)
 			for (uint32_t i = 0; i < S->nkept; i++) {
 				RecNode *N = &S->rec[S->kept[i]];
 				N->snap[0] = N->acut[0];

@@ -25,6 +25,7 @@
  */
 #include <jansson.h>
 #include <string.h>
+#include <time.h>
 
 #include "sapp.h"
 
@@ -112,6 +113,8 @@ static void pin_rec(Sapp *S, uint32_t x)
 {
 	SappOp *X = &S->ops[x];
 	RecNode *R = &S->rec[x];
+	R->pin = arena_alloc(S->arena, 6 * sizeof(Dim4));
+	Dim4 *user = R->pin;
 	for (uint32_t i = 0; i < 2; i++) {
 		Dim4 c = {{1, 1, 1, 1}};
 		if (i < X->nin && i < R->nargs && X->rank[i] <= 4)
@@ -121,20 +124,20 @@ static void pin_rec(Sapp *S, uint32_t x)
 			c.d[2] = c.d[3];
 			c.d[3] = t;
 		}
-		R->user[i] = c;
+		user[i] = c;
 		if (i < R->nargs)
 			R->acut[i] = c;
 	}
 	if (X->has_os && X->orank <= 4) {
-		R->user[2] = sapp_dim4(X->os, X->orank);
+		user[2] = sapp_dim4(X->os, X->orank);
 	} else if (X->type == REC_MatMul) {
-		R->user[2] = (Dim4){{1, 1, R->user[0].d[2], R->user[1].d[3]}};
+		user[2] = (Dim4){{1, 1, user[0].d[2], user[1].d[3]}};
 	} else {
-		R->user[2] = R->user[0];
+		user[2] = user[0];
 	}
-	R->ocut = R->user[2];
+	R->ocut = user[2];
 	for (int t = 0; t < 3; t++)
-		R->rem[t] = R->user[t];
+		R->pin[3 + t] = user[t];
 }
 
 /* ------------------------------------------------------------ setup */
@@ -284,6 +287,14 @@ static int write_json(const Sapp *S, const char *path)
 	return rc;
 }
 
+/* CPU time of the process: the phase figures do not depend on the load */
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* ------------------------------------------------------------ modes */
 
 static int semi_auto(Sapp *S)
@@ -375,7 +386,9 @@ int pass_sapp(Module *m, const Options *o)
 	}
 	S.stage_devices = S.devices / S.stages;
 	int rc = 0;
+	double t[6] = {now(), 0, 0, 0, 0, 0};
 	sapp_build(&S);
+	t[1] = now();
 	S.explain = find_explain(&S, o->explain);
 	if (S.explain == -2) {
 		diag_error("--explain=%s: no operator has this instance name, full name or %%k number", o->explain);
@@ -409,14 +422,34 @@ int pass_sapp(Module *m, const Options *o)
 		for (uint32_t x = 0; x < S.nops; x++)
 			if (S.ops[x].pinned)
 				pin_rec(&S, x);
+		t[2] = now();
+		if (getenv("SAPP_DEBUG_DEG")) {
+			uint64_t ti = 0, to = 0, ta = 0; uint32_t mi = 0, mo = 0, ma = 0;
+			for (uint32_t i = 0; i < S.nkept; i++) {
+				RecNode *R = &S.rec[S.kept[i]];
+				ti += R->in.n; to += R->outs.n; ta += R->aux.n;
+				if (R->in.n > mi) mi = R->in.n;
+				if (R->outs.n > mo) mo = R->outs.n;
+				if (R->aux.n > ma) ma = R->aux.n;
+			}
+			fprintf(stderr, "deg: in %llu (max %u) outs %llu (max %u) aux %llu (max %u)\n", (unsigned long long)ti, mi, (unsigned long long)to, mo, (unsigned long long)ta, ma);
+		}
 		sapp_partition(&S);
+		t[3] = now();
 		sapp_generate(&S);
 	}
+	t[4] = now();
 	for (uint32_t x = 0; x < S.nops; x++)
 		if (S.ops[x].n && S.ops[x].has_s)
 			write_node(&S, &S.ops[x]);
 	if (o->strategy_out)
 		rc = write_json(&S, o->strategy_out);
+	t[5] = now();
+	if (o->time_passes && !o->semi_auto)
+		fprintf(stderr,
+			"sapp: %u operators (%u kept, %u eliminated), %d level(s): operator list %.4fs, rec graph %.4fs, "
+			"partition %.4fs, propagation %.4fs, output %.4fs (CPU)\n",
+			S.nops, S.nkept, S.nelim, S.nlevels, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3], t[5] - t[4]);
 done:
 	sapp_free(&S);
 	return rc;

@@ -88,9 +88,26 @@ typedef struct RecEdge {
 typedef struct RecAux {
 	uint32_t node;
 	uint32_t idx; /* consumer input slot the aux producer relates to */
+	RecMap map;   /* mapping from the aux producer's output to that input */
 } RecAux;
 
+typedef struct EdgeSet {
+	uint64_t *keys;
+	uint32_t *vals;
+	uint32_t cap, used, live;
+} EdgeSet;
+
 typedef Vec(uint32_t) U32Vec;
+
+/* growable arrays inside the pass arena (a grown array leaves its old block
+ * to the arena): the rec graph has a few small lists per node */
+void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n);
+#define avec_push(A, v, x)                                                                 \
+	do {                                                                               \
+		if ((v)->n == (v)->cap)                                                    \
+			sapp_avec_grow((A), (void **)&(v)->a, &(v)->cap, sizeof *(v)->a, (v)->n); \
+		(v)->a[(v)->n++] = (x);                                                    \
+	} while (0)
 
 typedef struct RecNode {
 	uint32_t op;
@@ -104,15 +121,16 @@ typedef struct RecNode {
 	Dim4 *acut;      /* input shard counts (only inputs 0..1 are ever cut, §1.4) */
 	Dim4 out, ocut;
 	U32Vec in;       /* producer per input slot (positions compress, §1.6) */
+	Vec(RecMap) inmap; /* mapping from that producer's output to the slot */
 	Vec(RecAux) aux;
 	Vec(RecEdge) outs;
 	U32Vec users;    /* nodes that list this one in `in` or `aux` (may repeat) */
 	/* partition state */
 	int32_t lvl;     /* the level this node decided in (-1: not yet) */
 	Dim4 one[3];     /* this level's cut factors: input 0, input 1, output */
-	Dim4 snap[3];    /* cuts after the last level kept by the pipeline roll-back */
-	Dim4 user[3];    /* pinned: the user's cuts (input 0, input 1, output) */
-	Dim4 rem[3];     /* pinned: what DecomposeStrategy has not handed out yet */
+	Dim4 *snap;      /* pipeline: cuts after the last level the roll-back keeps (3) */
+	Dim4 *pin;       /* pinned: the user's cuts (in0, in1, out), then what
+			  * DecomposeStrategy has not handed out yet (6) */
 } RecNode;
 
 /* ---------------------------------------------------------- operators (§4) */
@@ -156,6 +174,10 @@ typedef struct Sapp {
 	uint32_t *elim_order; /* eliminated operators in elimination order */
 	uint32_t nelim;
 	uint32_t *stamp;     /* scratch, one per operator */
+	EdgeSet edges;       /* (producer, consumer) -> out-list position */
+	Vec(RecAux) prods;   /* scratch of eliminate() */
+	void *cons;          /* scratch of the cost model: constraints of one node */
+	uint32_t ncons_cap;
 	int64_t devices, stage_devices;
 	int64_t stages;
 	int64_t mbs;         /* micro-batch size (1 without pipeline) */
@@ -190,10 +212,10 @@ typedef struct SappChoice {
 	Dim4 eff[8][3];   /* what the option does to input 0, input 1, output */
 	int best;         /* -1: no cut at this level */
 } SappChoice;
-void sapp_choose(const Sapp *S, const RecNode *N, int p, int level, SappChoice *c);
+void sapp_choose(Sapp *S, const RecNode *N, int p, int level, SappChoice *c);
 void sapp_apply_choice(RecNode *N, const SappChoice *c);
 double sapp_weight(const Sapp *S, const RecNode *N, int p);
-double sapp_redis(const Sapp *S, const RecNode *N, const Dim4 mode[3], int level);
+double sapp_redis(Sapp *S, const RecNode *N, const Dim4 mode[3], int level);
 
 /* partition.c */
 int sapp_partition(Sapp *S);
