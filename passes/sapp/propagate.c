@@ -578,15 +578,28 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 	return s->n > 0;
 }
 
-static void explain_prop(const SappOp *X, const char *verb, const SappOp *from, const Stra *s, int64_t md)
+/* --explain: how X got (or did not get) its strategy */
+static void explain_prop(SappOp *X, const char *what, const SappOp *from, const Stra *s, int64_t md)
 {
-	char a[256], b[256], st[128];
+	char a[256], b[256], st[128], res[512];
+	size_t k = 0;
+	res[0] = 0;
+	if (X->has_s) {
+		k += (size_t)snprintf(res, sizeof res, " -> in_strategy (");
+		for (uint32_t i = 0; i < X->nin && k < sizeof res; i++) {
+			Stra t;
+			input_stra(X, i, &t);
+			fmt_stra(&t, st, sizeof st);
+			k += (size_t)snprintf(res + k, sizeof res - k, "%s%s", i ? ", " : "", st);
+		}
+		if (k < sizeof res)
+			snprintf(res + k, sizeof res - k, ")");
+	}
 	if (s)
 		fmt_stra(s, st, sizeof st);
-	else
-		st[0] = 0;
-	fprintf(stderr, "sapp: explain: %s: %s %s%s%s (min_devices %lld)\n", sapp_op_label(X, a, sizeof a), verb,
-		from ? sapp_op_label(from, b, sizeof b) : "", s ? ": " : "", st, (long long)md);
+	fprintf(stderr, "sapp: explain: %s: %s%s%s%s%s (min_devices %lld)%s\n", sapp_op_label(X, a, sizeof a), what,
+		from ? " " : "", from ? sapp_op_label(from, b, sizeof b) : "", s ? ", basic strategy " : "", s ? st : "",
+		(long long)md, res);
 }
 
 static int forward(Prop *P, uint32_t x)
@@ -607,7 +620,7 @@ static int forward(Prop *P, uint32_t x)
 	int ex = sapp_explaining(S, x);
 	if (q == S->vd && S->conf.vd_forward_refused) {
 		if (ex)
-			explain_prop(X, "forward propagation refused from the VirtualDataset", NULL, NULL, P->md);
+			explain_prop(X, "forward propagation from the VirtualDataset refused", NULL, NULL, P->md);
 		return 0;
 	}
 	Stra s = {0, {0}};
@@ -652,8 +665,11 @@ static int backward(Prop *P, uint32_t x)
 		return 0;
 	SappOp *C = &S->ops[c];
 	int f = fam(X);
-	if (f == FAM_ARGWITHVALUE || f == FAM_FLATTEN)
+	if (f == FAM_ARGWITHVALUE || f == FAM_FLATTEN) {
+		if (sapp_explaining(S, x))
+			explain_prop(X, "backward propagation refused for this operator type, consumer", C, NULL, P->md);
 		return 0;
+	}
 	Stra t, s = {0, {0}};
 	input_stra(C, slot, &t);
 	int mask;
@@ -1058,7 +1074,7 @@ void sapp_generate(Sapp *S)
 		adapt(&P, X, &s);
 		X->source = SRC_DEFAULT;
 		if (sapp_explaining(S, q.list[i]))
-			explain_prop(X, "no neighbour gave a strategy: default", NULL, &s, 1);
+			explain_prop(X, "no neighbour gave a strategy; default", NULL, &s, 1);
 	}
 	for (int dir = 0; dir < 2; dir++) {
 		free(q.cur[dir].a);

@@ -423,17 +423,6 @@ int pass_sapp(Module *m, const Options *o)
 			if (S.ops[x].pinned)
 				pin_rec(&S, x);
 		t[2] = now();
-		if (getenv("SAPP_DEBUG_DEG")) {
-			uint64_t ti = 0, to = 0, ta = 0; uint32_t mi = 0, mo = 0, ma = 0;
-			for (uint32_t i = 0; i < S.nkept; i++) {
-				RecNode *R = &S.rec[S.kept[i]];
-				ti += R->in.n; to += R->outs.n; ta += R->aux.n;
-				if (R->in.n > mi) mi = R->in.n;
-				if (R->outs.n > mo) mo = R->outs.n;
-				if (R->aux.n > ma) ma = R->aux.n;
-			}
-			fprintf(stderr, "deg: in %llu (max %u) outs %llu (max %u) aux %llu (max %u)\n", (unsigned long long)ti, mi, (unsigned long long)to, mo, (unsigned long long)ta, ma);
-		}
 		sapp_partition(&S);
 		t[3] = now();
 		sapp_generate(&S);
