@@ -27,6 +27,16 @@ enum {
 	OPT_FOCUS,
 	OPT_VERSION,
 	OPT_HELP,
+	OPT_MEM_COEF,
+	OPT_FULLY_USE_DEVICES,
+	OPT_DATASET_STRATEGY,
+	OPT_INTERFERED,
+	OPT_PIPELINE_STAGES,
+	OPT_MICRO_BATCH_NUM,
+	OPT_PARALLEL_OPTIMIZER,
+	OPT_PARALLEL_MODE,
+	OPT_EXPLAIN,
+	OPT_STRATEGY_OUT,
 };
 
 static const struct option longopts[] = {
@@ -47,6 +57,16 @@ static const struct option longopts[] = {
 	{"focus", required_argument, NULL, OPT_FOCUS},
 	{"version", no_argument, NULL, OPT_VERSION},
 	{"help", no_argument, NULL, OPT_HELP},
+	{"mem-coef", required_argument, NULL, OPT_MEM_COEF},
+	{"fully-use-devices", no_argument, NULL, OPT_FULLY_USE_DEVICES},
+	{"dataset-strategy", required_argument, NULL, OPT_DATASET_STRATEGY},
+	{"interfered", no_argument, NULL, OPT_INTERFERED},
+	{"pipeline-stages", required_argument, NULL, OPT_PIPELINE_STAGES},
+	{"micro-batch-num", required_argument, NULL, OPT_MICRO_BATCH_NUM},
+	{"enable-parallel-optimizer", no_argument, NULL, OPT_PARALLEL_OPTIMIZER},
+	{"parallel-mode", required_argument, NULL, OPT_PARALLEL_MODE},
+	{"explain", required_argument, NULL, OPT_EXPLAIN},
+	{"strategy-out", required_argument, NULL, OPT_STRATEGY_OUT},
 	{NULL, 0, NULL, 0},
 };
 
@@ -67,7 +87,26 @@ static void usage(FILE *f)
 	      "  -q, --quiet             no warnings or notes on stderr\n"
 	      "\n"
 	      "Parallel configuration:\n"
-	      "  -n, --device-num=N      number of devices (default 1)\n"
+	      "  -n, --device-num=N      number of devices, 1 to 65536 (default 1)\n"
+	      "      --parallel-mode=MODE  auto (SAPP search, the default; also recursive_programming)\n"
+	      "                          or semi_auto (keep given strategies, batch-parallel default)\n"
+	      "      --pipeline-stages=S pipeline stages (default 1); S must divide N\n"
+	      "      --micro-batch-num=K micro-batches per step with pipeline stages (default 1)\n"
+	      "      --dataset-strategy=data_parallel|full_batch\n"
+	      "                          how graph inputs are split (default data_parallel)\n"
+	      "      --enable-parallel-optimizer\n"
+	      "                          shard optimizer states (used by the lowering)\n"
+	      "\n"
+	      "Strategy search (sapp pass):\n"
+	      "      --mem-coef=X        weight of replicating a MatMul weight (default 0.1);\n"
+	      "                          larger favours model parallelism and saves memory\n"
+	      "      --fully-use-devices never choose to replicate a MatMul when a cut is valid\n"
+	      "      --interfered        keep user strategies (.shard(): in_strategy/out_strategy\n"
+	      "                          primitive attributes) and search around them;\n"
+	      "                          also on when MS_INTERFERED_SAPP=1\n"
+	      "      --explain=NAME      explain the choices for one operator on stderr\n"
+	      "                          (instance name, full name or %k)\n"
+	      "      --strategy-out=FILE write the chosen strategies as JSON\n"
 	      "\n"
 	      "Input:\n"
 	      "      --fragment          read a dump excerpt: references to nodes that are not in the\n"
@@ -213,6 +252,53 @@ int main(int argc, char **argv)
 		case OPT_FOCUS:
 			o.focus = optarg;
 			break;
+		case OPT_MEM_COEF: {
+			char *end;
+			errno = 0;
+			o.mem_coef = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(o.mem_coef > 0) || o.mem_coef > 1e12)
+				bad_usage("invalid value '%s' for --mem-coef (expected a positive number)", optarg);
+			break;
+		}
+		case OPT_FULLY_USE_DEVICES:
+			o.fully_use_devices = 1;
+			break;
+		case OPT_DATASET_STRATEGY:
+			if (strcmp(optarg, "data_parallel") == 0)
+				o.full_batch = 0;
+			else if (strcmp(optarg, "full_batch") == 0)
+				o.full_batch = 1;
+			else
+				bad_usage("invalid value '%s' for --dataset-strategy (expected data_parallel or full_batch)",
+					  optarg);
+			break;
+		case OPT_INTERFERED:
+			o.interfered = 1;
+			break;
+		case OPT_PIPELINE_STAGES:
+			o.pipeline_stages = (int)parse_long("--pipeline-stages", optarg, 1, 65536);
+			break;
+		case OPT_MICRO_BATCH_NUM:
+			o.micro_batch_num = (int)parse_long("--micro-batch-num", optarg, 1, 1 << 30);
+			break;
+		case OPT_PARALLEL_OPTIMIZER:
+			o.enable_parallel_optimizer = 1;
+			break;
+		case OPT_PARALLEL_MODE:
+			if (strcmp(optarg, "auto") == 0 || strcmp(optarg, "recursive_programming") == 0)
+				o.semi_auto = 0;
+			else if (strcmp(optarg, "semi_auto") == 0)
+				o.semi_auto = 1;
+			else
+				bad_usage("invalid value '%s' for --parallel-mode (expected auto, recursive_programming or semi_auto)",
+					  optarg);
+			break;
+		case OPT_EXPLAIN:
+			o.explain = optarg;
+			break;
+		case OPT_STRATEGY_OUT:
+			o.strategy_out = optarg;
+			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);
 			return 0;
@@ -223,6 +309,16 @@ int main(int argc, char **argv)
 			fputs("Try 'sappc --help' for more information.\n", stderr);
 			return 2;
 		}
+	}
+	if (o.pipeline_stages > 1 && o.device_num % o.pipeline_stages != 0) {
+		char buf[96];
+		snprintf(buf, sizeof buf, "%d", o.pipeline_stages);
+		bad_usage("--pipeline-stages=%s does not divide the device number", buf);
+	}
+	{
+		const char *env = getenv("MS_INTERFERED_SAPP");
+		if (env && strcmp(env, "1") == 0)
+			o.interfered = 1;
 	}
 	if (argc - optind > 1)
 		bad_usage("more than one input file ('%s' is extra)", argv[optind + 1]);
@@ -244,8 +340,8 @@ int main(int argc, char **argv)
 	diag_set_quiet(o.quiet);
 
 	/* never write over the input */
-	const char *outs[3] = {out, dot, svg};
-	for (int i = 0; i < 3; i++)
+	const char *outs[4] = {out, dot, svg, o.strategy_out};
+	for (int i = 0; i < 4; i++)
 		if (outs[i] && strcmp(outs[i], "-") != 0 && strcmp(in, "-") != 0 && strcmp(outs[i], in) == 0) {
 			fprintf(stderr, "sappc: refusing to write output over the input file '%s'\n", in);
 			return 2;

@@ -131,7 +131,7 @@ static void label_node(Agnode_t *an, const Node *n, const Options *o)
 					fclose(f);
 				}
 			}
-			const char *how = ir_strategy_origin(n);
+			const char *how = sapp_strategy_source(n);
 			if (how && strcmp(how, "pinned") == 0) {
 				set(an, "penwidth", "3");
 				set(an, "color", "#990000");

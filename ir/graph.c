@@ -197,9 +197,3 @@ const Abs *ir_in_abs(const Node *n, uint32_t i)
 {
 	return i < n->nin_types ? &n->in_types[i] : NULL;
 }
-
-const char *ir_strategy_origin(const Node *n)
-{
-	static const char *const names[] = {NULL, "searched", "propagated", "pinned", "default", "given"};
-	return n->origin < sizeof names / sizeof names[0] ? names[n->origin] : NULL;
-}

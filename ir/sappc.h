@@ -246,7 +246,6 @@ typedef struct AttrList {
 } AttrList;
 
 typedef enum { NK_PARAM, NK_CNODE, NK_RETURN, NK_EXTERN } NodeKind;
-typedef enum { ORIGIN_NONE, ORIGIN_SEARCHED, ORIGIN_PROPAGATED, ORIGIN_PINNED, ORIGIN_DEFAULT, ORIGIN_GIVEN } StratOrigin;
 typedef enum { CK_PRIM, CK_CALL, CK_NODE, CK_EXTERN } CalleeKind;
 typedef enum { SCOPE_NONE, SCOPE_FULLNAME, SCOPE_SCOPE, SCOPE_LOWER, SCOPE_LOWER_NOSPACE } ScopeKind;
 
@@ -267,7 +266,7 @@ struct Node {
 	uint8_t primfunc;  /* operator printed with PrimFunc_ prefix */
 	uint8_t has_default;
 	uint8_t dead;      /* removed by a pass; skipped by the printer */
-	uint8_t origin;    /* how the strategy was decided: ORIGIN_* */
+	uint8_t pad_;
 	uint16_t op;       /* OP_* of the primitive, OP_UNKNOWN otherwise */
 	int32_t local;     /* %N; parameters: the N of %paraN (0 = none) */
 	Graph *g;
@@ -358,7 +357,6 @@ uint32_t ir_count_nodes(const Module *m);
 const OpInfo *ir_opinfo(const Node *n);
 /* tensor operand shapes: the declared type-line input i (NULL if absent) */
 const Abs *ir_in_abs(const Node *n, uint32_t i);
-const char *ir_strategy_origin(const Node *n); /* "searched", "propagated", "pinned", ... or NULL */
 
 /* ------------------------------------------------------------------- diag.c */
 typedef struct Source {
@@ -467,6 +465,11 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
 #define PASS(name, fn, dflt, help) int fn(Module *m, const Options *o);
 #include "../passes/passes.def"
 #undef PASS
+
+/* ------------------------------------------------------ passes/sapp/ */
+/* where the sapp pass got a node's strategy: "pinned", "searched",
+ * "propagated", "default"; NULL when the node has none */
+const char *sapp_strategy_source(const Node *n);
 
 /* ---------------------------------------------------------------- io.c */
 int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */

@@ -1,0 +1,807 @@
+/* graph.c - SAPP's two views of the module: the operator list and the rec
+ * graph (spec sapp-search.md §1).
+ *
+ * Operator list: every primitive CNode that MindSpore would give an
+ * OperatorInfo (compute operators; not Load/Depend/UpdateState/MakeTuple/
+ * TupleGetItem/Return, communication or parameters), in module order, after
+ * the VirtualDataset.  Graph inputs (entry parameters without a default) are
+ * the dataset: unless the graph has an explicit _VirtualDataset node, an
+ * implicit one (operator 0, no IR node) produces all of them.  Producers are
+ * found by looking through Load/Depend/TupleGetItem/StopGradient.
+ *
+ * Rec graph (§1.2-1.7): one RecNode per operator with 4-D tensors, then the
+ * eliminated operators (OPF_ELIMINATE in ops.def, unless pinned) are
+ * contracted in index order: their producers are wired to their consumers,
+ * Transpose/Reshape mappings compose along the contracted edges, a consumer's
+ * input slot is taken over by the eliminated node's first producer and the
+ * other producers become "aux" producers of that slot.
+ * Deviations from MindSpore, for linear size on deep residual networks:
+ *   - an edge that can never be "adjacent" (its mapping is unknown, or,
+ *     towards a kept operator, the mapped shape equals none of the
+ *     operator's inputs) is not materialised; such edges never add a
+ *     redistribution cost (§1.7 ONLY_REDIST_WITH_SAME_SHAPE);
+ *   - each input slot and aux entry carries the mapping of its own path;
+ *   - aux producers stop at a join (see eliminate()).
+ */
+#include <string.h>
+
+#include "sapp.h"
+
+const char *const sapp_rectype_name[REC_COUNT_] = {
+#define X(t) #t,
+	SAPP_RECTYPES(X)
+#undef X
+};
+
+/* ------------------------------------------------------------ operator types (§1.1) */
+
+/* ops.def family -> rec type; the per-op exceptions follow in sapp_rectype_of */
+static const uint8_t family_rectype[] = {
+	[FAM_OPAQUE] = REC_UnknownType,     [FAM_STRUCT] = REC_UnknownType,
+	[FAM_MATMUL] = REC_MatMul,          [FAM_BATCHMATMUL] = REC_BatchMatMul,
+	[FAM_CONV] = REC_Convolution,       [FAM_POOL] = REC_Pooling,
+	[FAM_BATCHNORM] = REC_BatchNorm,    [FAM_LAYERNORM] = REC_LayerNorm,
+	[FAM_RMSNORM] = REC_RmsNorm,        [FAM_ELEMWISE] = REC_ElmWiseOp,
+	[FAM_UNARY] = REC_ElmWiseOp,        [FAM_BIASADD] = REC_BiasAdd,
+	[FAM_SOFTMAX] = REC_Softmax,        [FAM_REDUCE] = REC_Reduce,
+	[FAM_RESHAPE] = REC_Reshape,        [FAM_TRANSPOSE] = REC_ElmWiseOp, /* sic, §1.1 */
+	[FAM_FLATTEN] = REC_Flatten,        [FAM_GATHER] = REC_GatherV2,
+	[FAM_ONEHOT] = REC_OneHot,          [FAM_STRIDEDSLICE] = REC_StridedSlice,
+	[FAM_CONCAT] = REC_ElmWiseOp,       [FAM_SPLIT] = REC_ElmWiseOp,
+	[FAM_CAST] = REC_Cast,              [FAM_LOSS] = REC_SoftmaxCrossEntropyWithLogits,
+	[FAM_SPARSELOSS] = REC_SparseSoftmaxCrossEntropyWithLogits,
+	[FAM_COMM] = REC_UnknownType,       [FAM_P2P] = REC_UnknownType,
+	[FAM_VIRTUAL] = REC_Virtual,        [FAM_EXPANDDIMS] = REC_ExpandDims,
+	[FAM_SQUEEZE] = REC_Squeeze,        [FAM_ARGWITHVALUE] = REC_ArgWithValue,
+};
+
+int sapp_rectype_of(const Node *n)
+{
+	if (!n)
+		return REC_Virtual;
+	const OpInfo *oi = ir_opinfo(n);
+	if (n->op == OP_UNKNOWN)
+		return REC_UnknownType;
+	if (oi->flags & OPF_ACTIVATION)
+		return REC_ReLU;
+	switch (n->op) {
+	case OP_SigmoidCrossEntropyWithLogits:
+		return REC_ReLU;
+	case OP_Tile:
+	case OP_Assign:
+		return REC_ElmWiseOp;
+	default:
+		break;
+	}
+	return oi->family < sizeof family_rectype ? family_rectype[oi->family] : REC_UnknownType;
+}
+
+int sapp_dataset_param(const Node *p)
+{
+	return p && p->kind == NK_PARAM && !p->has_default && p->g && p->g->is_entry &&
+	       p->out.shape.kind == SK_DIMS;
+}
+
+/* ------------------------------------------------------------ attribute helpers */
+
+static const Value *operand(const Node *n, int i)
+{
+	return i >= 0 && (uint32_t)i < n->nargs ? &n->args[i] : NULL;
+}
+
+/* an integer from operand `opnd` (literal) or primitive attribute `attr`: 1 found */
+int sapp_attr_int(const Node *n, int opnd, const char *attr, int64_t *out)
+{
+	const Value *v = operand(n, opnd);
+	if (v && v->kind != V_NODE && value_get_int(v, out))
+		return 1;
+	v = attr ? ir_attr_get(&n->pattrs, attr) : NULL;
+	return v && value_get_int(v, out);
+}
+
+/* an int list (tuple, list or one int): count, or -1 if absent */
+int sapp_attr_ints(const Node *n, int opnd, const char *attr, int64_t *out, int max)
+{
+	const Value *v = operand(n, opnd);
+	int k = -1;
+	if (v && v->kind != V_NODE)
+		k = value_int_list(v, out, max);
+	if (k < 0 && attr && (v = ir_attr_get(&n->pattrs, attr)) != NULL)
+		k = value_int_list(v, out, max);
+	return k;
+}
+
+int sapp_attr_bool(const Node *n, int opnd, const char *attr, int dflt)
+{
+	const Value *v = operand(n, opnd);
+	int b;
+	if (v && v->kind != V_NODE && value_truthy(v, &b))
+		return b;
+	if (attr && (v = ir_attr_get(&n->pattrs, attr)) != NULL && value_truthy(v, &b))
+		return b;
+	return dflt;
+}
+
+/* ------------------------------------------------------------ operator list */
+
+static const Abs *arg_abs(const Node *n, uint32_t i)
+{
+	if (i < n->nin_types)
+		return &n->in_types[i];
+	if (i < n->nargs && n->args[i].kind == V_NODE && n->args[i].u.node)
+		return &n->args[i].u.node->out;
+	return NULL;
+}
+
+static int is_tensor_abs(const Abs *a)
+{
+	return a && a->shape.kind == SK_DIMS;
+}
+
+static int is_strategy_op(const Node *n)
+{
+	if (n->dead || n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+		return 0;
+	switch (op_table[n->op].family) {
+	case FAM_STRUCT:
+	case FAM_COMM:
+	case FAM_P2P:
+		return 0;
+	default:
+		break;
+	}
+	if (n->op == OP_Partial || n->op == OP_Switch || n->op == OP_VirtualDiv || n->op == OP_MirrorOperator)
+		return 0;
+	for (uint32_t i = 0; i < n->nargs; i++)
+		if (is_tensor_abs(arg_abs(n, i)))
+			return 1;
+	return 0;
+}
+
+static int32_t producer_of(const Sapp *S, const Value *v)
+{
+	if (v->kind != V_NODE || !v->u.node)
+		return -1;
+	Node *p = ir_look_through(v->u.node);
+	if (!p)
+		return -1;
+	if (p->kind == NK_PARAM)
+		return sapp_dataset_param(p) ? S->vd : -1;
+	return p->id < S->m->next_id ? S->op_of_node[p->id] : -1;
+}
+
+static void fill_op(Sapp *S, SappOp *X, Node *n)
+{
+	Arena *a = S->arena;
+	X->n = n;
+	X->type = (uint8_t)sapp_rectype_of(n);
+	X->nspos = -1;
+	uint32_t nin = 0, total = 0;
+	if (n) {
+		for (uint32_t i = 0; i < n->nargs; i++) {
+			const Abs *ab = arg_abs(n, i);
+			if (is_tensor_abs(ab)) {
+				nin++;
+				total += ab->shape.rank;
+			}
+		}
+	} else {
+		const Graph *g = ir_entry(S->m);
+		for (uint32_t i = 0; g && i < g->params.n; i++)
+			if (sapp_dataset_param(g->params.a[i])) {
+				nin++;
+				total += g->params.a[i]->out.shape.rank;
+			}
+	}
+	X->nin = nin;
+	/* one block: s, os, dims, arg, prod, off, rank */
+	size_t orank_max = n && n->out.shape.kind == SK_DIMS ? n->out.shape.rank : MAX_RANK;
+	char *blk = arena_alloc(a, (total + 1 + orank_max + 1) * sizeof(int64_t) + (nin + 1) * sizeof(int64_t *) +
+					   3 * (nin + 1) * sizeof(uint32_t) + nin + 1);
+	X->s = (int64_t *)blk;
+	X->os = X->s + total + 1;
+	X->dims = (const int64_t **)(X->os + orank_max + 1);
+	X->arg = (uint32_t *)(X->dims + nin + 1);
+	X->prod = (int32_t *)(X->arg + nin + 1);
+	X->off = (uint32_t *)(X->prod + nin + 1);
+	X->rank = (uint8_t *)(X->off + nin + 1);
+	uint32_t k = 0, off = 0;
+	if (n) {
+		for (uint32_t i = 0; i < n->nargs; i++) {
+			const Abs *ab = arg_abs(n, i);
+			if (!is_tensor_abs(ab))
+				continue;
+			X->arg[k] = i;
+			X->rank[k] = ab->shape.rank;
+			X->dims[k] = ab->shape.dims;
+			X->off[k] = off;
+			off += ab->shape.rank;
+			k++;
+		}
+		const Shape *os = &n->out.shape;
+		if (os->kind != SK_DIMS && (os->kind == SK_TUPLE || os->kind == SK_LIST) && os->rank && os->sub &&
+		    os->sub[0].kind == SK_DIMS)
+			os = &os->sub[0];
+		if (os->kind == SK_DIMS) {
+			X->orank = os->rank;
+			X->odims = os->dims;
+		}
+		if (X->type == REC_MatMul || X->type == REC_BatchMatMul) {
+			X->ta = (uint8_t)(sapp_attr_bool(n, 2, "transpose_a", 0) || sapp_attr_bool(n, -1, "transpose_x1", 0));
+			X->tb = (uint8_t)(sapp_attr_bool(n, 3, "transpose_b", 0) || sapp_attr_bool(n, -1, "transpose_x2", 0));
+		}
+	} else {
+		const Graph *g = ir_entry(S->m);
+		for (uint32_t i = 0; g && i < g->params.n; i++) {
+			const Node *p = g->params.a[i];
+			if (!sapp_dataset_param(p))
+				continue;
+			X->arg[k] = i;
+			X->rank[k] = p->out.shape.rank;
+			X->dims[k] = p->out.shape.dims;
+			X->off[k] = off;
+			off += p->out.shape.rank;
+			if (k == 0) {
+				X->orank = p->out.shape.rank;
+				X->odims = p->out.shape.dims;
+			}
+			k++;
+		}
+	}
+	if (X->orank > orank_max)
+		X->os = arena_alloc(a, (X->orank + 1u) * sizeof *X->os);
+	for (uint32_t i = 0; i < total; i++)
+		X->s[i] = 1;
+}
+
+int sapp_build(Sapp *S)
+{
+	Module *m = S->m;
+	S->op_of_node = xmalloc((m->next_id + 1) * sizeof *S->op_of_node);
+	for (uint32_t i = 0; i <= m->next_id; i++)
+		S->op_of_node[i] = -1;
+	/* the operators, an explicit VirtualDataset, and graph inputs */
+	Vec(Node *) opn = {0};
+	Node *explicit_vd = NULL;
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			Node *n = g->nodes.a[i];
+			if (!is_strategy_op(n))
+				continue;
+			vec_push(&opn, n);
+			if (n->op == OP_VirtualDataset && !explicit_vd)
+				explicit_vd = n;
+		}
+	}
+	int have_inputs = 0;
+	const Graph *eg = ir_entry(m);
+	for (uint32_t i = 0; eg && i < eg->params.n; i++)
+		have_inputs |= sapp_dataset_param(eg->params.a[i]);
+	int implicit_vd = have_inputs && !explicit_vd;
+	S->nops = opn.n + (uint32_t)implicit_vd;
+	S->ops = arena_alloc(S->arena, (S->nops + 1) * sizeof *S->ops);
+	S->vd = -1;
+	uint32_t k = 0;
+	if (implicit_vd) {
+		S->vd = 0;
+		fill_op(S, &S->ops[k++], NULL);
+	}
+	for (uint32_t i = 0; i < opn.n; i++) {
+		Node *n = opn.a[i];
+		if (n == explicit_vd)
+			S->vd = (int32_t)k;
+		S->op_of_node[n->id] = (int32_t)k;
+		fill_op(S, &S->ops[k++], n);
+	}
+	vec_free(&opn);
+	/* producers, then consumers in operator order */
+	uint32_t *ncons = xcalloc(S->nops + 1, sizeof *ncons);
+	for (uint32_t x = 0; x < S->nops; x++) {
+		SappOp *X = &S->ops[x];
+		for (uint32_t i = 0; i < X->nin; i++) {
+			X->prod[i] = X->n ? producer_of(S, &X->n->args[X->arg[i]]) : -1;
+			if (X->prod[i] == (int32_t)x)
+				X->prod[i] = -1;
+			if (X->prod[i] >= 0)
+				ncons[X->prod[i]]++;
+		}
+	}
+	for (uint32_t x = 0; x < S->nops; x++) {
+		S->ops[x].cons_op = arena_alloc(S->arena, (ncons[x] + 1) * sizeof(uint32_t));
+		S->ops[x].cons_slot = arena_alloc(S->arena, (ncons[x] + 1) * sizeof(uint32_t));
+	}
+	for (uint32_t y = 0; y < S->nops; y++) {
+		SappOp *Y = &S->ops[y];
+		for (uint32_t i = 0; i < Y->nin; i++) {
+			if (Y->prod[i] < 0)
+				continue;
+			SappOp *P = &S->ops[Y->prod[i]];
+			P->cons_op[P->ncons] = y;
+			P->cons_slot[P->ncons] = i;
+			P->ncons++;
+		}
+	}
+	free(ncons);
+	return 0;
+}
+
+/* ------------------------------------------------------------ mappings (§1.7) */
+
+RecMap sapp_map_identity(void)
+{
+	RecMap m = {{1, 2, 4, 8}, 0};
+	return m;
+}
+
+static RecMap map_bad(void)
+{
+	RecMap m = {{0, 0, 0, 0}, 1};
+	return m;
+}
+
+Dim4 sapp_dim4(const int64_t *d, int r)
+{
+	Dim4 x = {{1, 1, 1, 1}};
+	if (r > 4 || r < 0)
+		return x;
+	for (int i = 0; i < r; i++)
+		x.d[4 - r + i] = d[i];
+	return x;
+}
+
+RecMap sapp_map_transpose(const int64_t *perm, int r)
+{
+	if (r > 4 || r < 0)
+		return map_bad();
+	RecMap m = sapp_map_identity();
+	int pad = 4 - r, seen = 0;
+	for (int i = 0; i < r; i++) {
+		int64_t p = perm[i] < 0 ? perm[i] + r : perm[i];
+		if (p < 0 || p >= r || (seen & (1 << p)))
+			return map_bad();
+		seen |= 1 << p;
+		m.g[pad + i] = (uint8_t)(1u << (pad + p));
+	}
+	return m;
+}
+
+/* Reshape: "split" (rank in <= rank out): each output dim is carved from one
+ * input dim; "merge": each output dim is the product of consecutive input
+ * dims.  Returns 0 when the walk fails (then the mapping is unknown). */
+int sapp_map_reshape(const int64_t *in, int rin, const int64_t *out, int rout, RecMap *mp)
+{
+	*mp = map_bad();
+	if (rin > 4 || rout > 4 || rin < 0 || rout < 0)
+		return 0;
+	Dim4 a = sapp_dim4(in, rin), b = sapp_dim4(out, rout);
+	RecMap m = {{0, 0, 0, 0}, 0};
+	int f = 0;
+	if (rin <= rout) {
+		int64_t rem = a.d[0];
+		for (int t = 0; t < 4; t++) {
+			if (b.d[t] == 1)
+				continue;
+			while (rem == 1 && f < 3)
+				rem = a.d[++f];
+			if (b.d[t] <= 0 || rem % b.d[t] != 0)
+				return 0;
+			m.g[t] = (uint8_t)(1u << f);
+			rem /= b.d[t];
+		}
+		while (rem == 1 && f < 3)
+			rem = a.d[++f];
+		if (rem != 1)
+			return 0;
+	} else {
+		for (int t = 0; t < 4; t++) {
+			if (b.d[t] == 1)
+				continue;
+			int64_t prod = 1;
+			while (prod < b.d[t] && f < 4) {
+				if (a.d[f] != 1) {
+					m.g[t] |= (uint8_t)(1u << f);
+					prod *= a.d[f];
+				}
+				f++;
+			}
+			if (prod != b.d[t])
+				return 0;
+		}
+		for (; f < 4; f++)
+			if (a.d[f] != 1)
+				return 0;
+	}
+	*mp = m;
+	return 1;
+}
+
+RecMap sapp_map_compose(RecMap first, RecMap then)
+{
+	if (first.bad || then.bad)
+		return map_bad();
+	RecMap r = {{0, 0, 0, 0}, 0};
+	for (int i = 0; i < 4; i++)
+		for (int k = 0; k < 4; k++)
+			if (then.g[i] & (1u << k))
+				r.g[i] |= first.g[k];
+	return r;
+}
+
+/* dst[i] = product of the src dims in group i; 0 if the mapping is unknown */
+int sapp_map_shape(const RecMap *m, const Dim4 *src, Dim4 *dst)
+{
+	if (m->bad)
+		return 0;
+	for (int i = 0; i < 4; i++) {
+		int64_t p = 1;
+		for (int k = 0; k < 4; k++)
+			if (m->g[i] & (1u << k))
+				p *= src->d[k];
+		dst->d[i] = p;
+	}
+	return 1;
+}
+
+/* ------------------------------------------------------------ rec graph */
+
+static void rec_node_init(Sapp *S, uint32_t x)
+{
+	SappOp *X = &S->ops[x];
+	RecNode *R = &S->rec[x];
+	R->op = x;
+	R->type = X->type;
+	R->pinned = X->pinned;
+	R->lvl = -1;
+	uint32_t na = X->nin < (uint32_t)S->conf.max_inputs ? X->nin : (uint32_t)S->conf.max_inputs;
+	R->nargs = (uint8_t)na;
+	R->arg = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
+	R->acut = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
+	Dim4 ones = {{1, 1, 1, 1}};
+	for (uint32_t i = 0; i < na + 2; i++) {
+		R->arg[i] = ones;
+		R->acut[i] = ones;
+	}
+	for (uint32_t i = 0; i < na; i++)
+		if (X->rank[i] <= 4)
+			R->arg[i] = sapp_dim4(X->dims[i], X->rank[i]);
+	R->out = sapp_dim4(X->odims, X->orank <= 4 ? X->orank : 0);
+	R->ocut = ones;
+	R->ta = X->ta;
+	R->tb = X->tb;
+	/* MatMul and BatchMatMul operands are stored logically: A = I x K, B = K x J */
+	if (R->type == REC_MatMul || R->type == REC_BatchMatMul) {
+		for (int i = 0; i < 2 && i < (int)na; i++)
+			if ((i == 0 ? R->ta : R->tb) && X->rank[i] >= 2) {
+				int64_t t = R->arg[i].d[2];
+				R->arg[i].d[2] = R->arg[i].d[3];
+				R->arg[i].d[3] = t;
+			}
+	}
+	R->own = sapp_map_identity();
+	if (X->n && X->n->op == OP_Transpose && X->nin) {
+		int64_t perm[MAX_RANK];
+		int r = sapp_attr_ints(X->n, 1, "perm", perm, MAX_RANK);
+		R->own = r == X->rank[0] ? sapp_map_transpose(perm, r) : map_bad();
+	} else if (X->n && X->n->op == OP_Reshape && X->nin) {
+		sapp_map_reshape(X->dims[0], X->rank[0], X->odims, X->orank, &R->own);
+	}
+}
+
+void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n)
+{
+	uint32_t nc = *cap ? *cap * 2 : 4;
+	void *q = arena_alloc(a, nc * elt);
+	if (n)
+		memcpy(q, *p, n * elt);
+	*p = q;
+	*cap = nc;
+}
+
+/* (producer, consumer) -> position in the producer's out list: edge
+ * lookups stay O(1) however many consumers a node collects */
+#define EDGE_EMPTY 0
+#define EDGE_GONE UINT64_MAX
+
+static uint64_t edge_key(uint32_t p, uint32_t c)
+{
+	return (((uint64_t)p << 32) | c) + 1;
+}
+
+static uint32_t edge_slot(const EdgeSet *e, uint64_t k)
+{
+	uint64_t h = k * 0x9E3779B97F4A7C15ULL;
+	return (uint32_t)(h >> 32) & (e->cap - 1);
+}
+
+static int32_t edge_find_i(const EdgeSet *e, uint32_t p, uint32_t c)
+{
+	if (!e->cap)
+		return -1;
+	uint64_t k = edge_key(p, c);
+	for (uint32_t i = edge_slot(e, k);; i = (i + 1) & (e->cap - 1)) {
+		if (e->keys[i] == EDGE_EMPTY)
+			return -1;
+		if (e->keys[i] == k)
+			return (int32_t)i;
+	}
+}
+
+static void edge_put(EdgeSet *e, uint32_t p, uint32_t c, uint32_t pos);
+
+static void edge_grow(EdgeSet *e)
+{
+	EdgeSet old = *e;
+	e->cap = old.cap ? old.cap * 2 : 1024;
+	while (e->live * 2 >= e->cap)
+		e->cap *= 2;
+	e->keys = xcalloc(e->cap, sizeof *e->keys);
+	e->vals = xmalloc(e->cap * sizeof *e->vals);
+	e->used = e->live = 0;
+	for (uint32_t i = 0; i < old.cap; i++)
+		if (old.keys[i] != EDGE_EMPTY && old.keys[i] != EDGE_GONE) {
+			uint64_t k = old.keys[i] - 1;
+			edge_put(e, (uint32_t)(k >> 32), (uint32_t)k, old.vals[i]);
+		}
+	free(old.keys);
+	free(old.vals);
+}
+
+static void edge_put(EdgeSet *e, uint32_t p, uint32_t c, uint32_t pos)
+{
+	if ((e->used + 1) * 2 > e->cap)
+		edge_grow(e);
+	uint64_t k = edge_key(p, c);
+	uint32_t i = edge_slot(e, k);
+	while (e->keys[i] != EDGE_EMPTY && e->keys[i] != k)
+		i = (i + 1) & (e->cap - 1);
+	if (e->keys[i] == EDGE_EMPTY) {
+		e->used++;
+		e->live++;
+	}
+	e->keys[i] = k;
+	e->vals[i] = pos;
+}
+
+static RecEdge *find_edge(const Sapp *S, uint32_t p, uint32_t c)
+{
+	int32_t i = edge_find_i(&S->edges, p, c);
+	return i < 0 ? NULL : &S->rec[p].outs.a[S->edges.vals[i]];
+}
+
+static void add_edge(Sapp *S, uint32_t p, uint32_t c, RecMap map)
+{
+	RecNode *P = &S->rec[p];
+	RecEdge e = {c, map};
+	edge_put(&S->edges, p, c, P->outs.n);
+	avec_push(S->arena, &P->outs, e);
+}
+
+/* remove p -> c; returns its mapping through *map, 0 if there was none */
+static int remove_edge(Sapp *S, uint32_t p, uint32_t c, RecMap *map)
+{
+	int32_t i = edge_find_i(&S->edges, p, c);
+	if (i < 0)
+		return 0;
+	RecNode *P = &S->rec[p];
+	uint32_t pos = S->edges.vals[i];
+	*map = P->outs.a[pos].map;
+	S->edges.keys[i] = EDGE_GONE;
+	S->edges.live--;
+	uint32_t last = P->outs.n - 1;
+	if (pos != last) {
+		P->outs.a[pos] = P->outs.a[last];
+		int32_t j = edge_find_i(&S->edges, p, P->outs.a[pos].to);
+		S->edges.vals[j] = pos;
+	}
+	P->outs.n--;
+	return 1;
+}
+
+/* would an edge with this mapping ever count (§1.7)?  Only decidable for a
+ * consumer that stays in the graph. */
+static int edge_useful(const Sapp *S, const RecNode *P, const RecNode *C, const RecMap *map)
+{
+	if (map->bad)
+		return 0;
+	if (!C->kept || !S->conf.only_same_shape)
+		return 1;
+	Dim4 t;
+	sapp_map_shape(map, &P->out, &t);
+	for (uint32_t a = 0; a < C->nargs; a++)
+		if (memcmp(&t, &C->arg[a], sizeof t) == 0)
+			return 1;
+	return 0;
+}
+
+static int aux_has(const RecNode *C, uint32_t node)
+{
+	for (uint32_t i = 0; i < C->aux.n; i++)
+		if (C->aux.a[i].node == node)
+			return 1;
+	return 0;
+}
+
+static int in_has(const RecNode *C, uint32_t node)
+{
+	for (uint32_t i = 0; i < C->in.n; i++)
+		if (C->in.a[i] == node)
+			return 1;
+	return 0;
+}
+
+static void aux_remove(RecNode *C, uint32_t node)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < C->aux.n; i++)
+		if (C->aux.a[i].node != node)
+			C->aux.a[k++] = C->aux.a[i];
+	C->aux.n = k;
+}
+
+static void aux_add(Sapp *S, uint32_t c, uint32_t q, uint32_t idx, RecMap map)
+{
+	RecNode *C = &S->rec[c];
+	if (map.bad || aux_has(C, q))
+		return;
+	RecAux a = {q, idx, map};
+	avec_push(S->arena, &C->aux, a);
+	avec_push(S->arena, &S->rec[q].users, c);
+}
+
+/* Contract eliminated node x (§1.6).  Its producers are wired to its
+ * consumers, a consumer's slot that held x is taken by x's first producer
+ * and x's other producers become aux producers of that slot.  x's own aux
+ * producers pass on only when x has a single producer (a chain of unary or
+ * shape operators); at a join (several producers, e.g. a residual Add) they
+ * stop, which keeps the graph linear in a residual stream where MindSpore's
+ * lists grow with the depth. */
+static void eliminate(Sapp *S, uint32_t x)
+{
+	RecNode *nodes = S->rec, *X = &nodes[x];
+	/* producers of X with the mapping of their edge to X */
+	S->prods.n = 0;
+	for (uint32_t i = 0; i < X->in.n; i++) {
+		int dup = 0;
+		for (uint32_t j = 0; j < S->prods.n; j++)
+			dup |= S->prods.a[j].node == X->in.a[i];
+		if (!dup) {
+			RecAux a = {X->in.a[i], i, X->inmap.a[i]};
+			vec_push(&S->prods, a);
+		}
+	}
+	int join = S->prods.n > 1;
+	if (!join)
+		for (uint32_t i = 0; i < X->aux.n; i++) {
+			int dup = 0;
+			for (uint32_t j = 0; j < S->prods.n; j++)
+				dup |= S->prods.a[j].node == X->aux.a[i].node;
+			if (!dup)
+				vec_push(&S->prods, X->aux.a[i]);
+		}
+	/* 2: wire every producer to every consumer */
+	for (uint32_t pi = 0; pi < S->prods.n; pi++) {
+		uint32_t q = S->prods.a[pi].node;
+		RecMap pmap;
+		if (!remove_edge(S, q, x, &pmap))
+			continue; /* never useful: neither are its continuations */
+		RecMap through = sapp_map_compose(S->prods.a[pi].map, X->own);
+		for (uint32_t j = 0; j < X->outs.n; j++) {
+			uint32_t c = X->outs.a[j].to;
+			if (c == q || find_edge(S, q, c))
+				continue;
+			RecMap m = sapp_map_compose(through, X->outs.a[j].map);
+			if (edge_useful(S, &nodes[q], &nodes[c], &m))
+				add_edge(S, q, c, m);
+		}
+	}
+	/* 3: consumers take over X's slots (every node that lists X, whether or
+	 * not an edge to it was worth keeping) */
+	for (uint32_t j = 0; j < X->users.n; j++) {
+		uint32_t c = X->users.a[j];
+		RecNode *C = &nodes[c];
+		if (S->stamp[c] == x + 1)
+			continue;
+		S->stamp[c] = x + 1;
+		const RecEdge *xc = find_edge(S, x, c);
+		RecMap tail = xc ? sapp_map_compose(X->own, xc->map) : (RecMap){{0, 0, 0, 0}, 1};
+		for (uint32_t s = 0; s < C->in.n; s++) {
+			if (C->in.a[s] != x)
+				continue;
+			if (X->in.n) {
+				C->in.a[s] = X->in.a[0];
+				C->inmap.a[s] = sapp_map_compose(X->inmap.a[0], tail);
+				avec_push(S->arena, &nodes[X->in.a[0]].users, c);
+				aux_remove(C, X->in.a[0]);
+				for (uint32_t i = 1; i < S->prods.n; i++)
+					aux_add(S, c, S->prods.a[i].node, s, sapp_map_compose(S->prods.a[i].map, tail));
+			} else {
+				memmove(&C->in.a[s], &C->in.a[s + 1], (C->in.n - s - 1) * sizeof(uint32_t));
+				memmove(&C->inmap.a[s], &C->inmap.a[s + 1], (C->inmap.n - s - 1) * sizeof(RecMap));
+				C->in.n--;
+				C->inmap.n--;
+				s--;
+			}
+		}
+		for (uint32_t i = 0; i < C->aux.n; i++) {
+			if (C->aux.a[i].node != x)
+				continue;
+			RecAux old = C->aux.a[i];
+			RecMap t2 = sapp_map_compose(X->own, old.map);
+			if (X->in.n && !in_has(C, X->in.a[0]) && !aux_has(C, X->in.a[0])) {
+				C->aux.a[i].node = X->in.a[0];
+				C->aux.a[i].map = sapp_map_compose(X->inmap.a[0], t2);
+				avec_push(S->arena, &nodes[X->in.a[0]].users, c);
+			} else {
+				memmove(&C->aux.a[i], &C->aux.a[i + 1], (C->aux.n - i - 1) * sizeof(RecAux));
+				C->aux.n--;
+				i--;
+			}
+			for (uint32_t k = 1; k < S->prods.n; k++)
+				aux_add(S, c, S->prods.a[k].node, old.idx, sapp_map_compose(S->prods.a[k].map, t2));
+		}
+	}
+	/* X's out edges go away with it */
+	for (uint32_t j = 0; j < X->outs.n; j++) {
+		int32_t i = edge_find_i(&S->edges, x, X->outs.a[j].to);
+		if (i >= 0) {
+			S->edges.keys[i] = EDGE_GONE;
+			S->edges.live--;
+		}
+	}
+	X->outs.n = X->in.n = X->inmap.n = X->aux.n = X->users.n = 0;
+}
+
+void sapp_rec_build(Sapp *S)
+{
+	S->rec = arena_alloc(S->arena, (S->nops + 1) * sizeof *S->rec);
+	for (uint32_t x = 0; x < S->nops; x++) {
+		rec_node_init(S, x);
+		const SappOp *X = &S->ops[x];
+		int elim = X->n && (ir_opinfo(X->n)->flags & OPF_ELIMINATE) && !X->pinned;
+		S->rec[x].kept = (uint8_t)!elim;
+		S->ops[x].elim = (uint8_t)elim;
+	}
+	/* edges: one per (producer, consumer) pair, slots one per operator input */
+	for (uint32_t x = 0; x < S->nops; x++) {
+		const SappOp *X = &S->ops[x];
+		RecNode *R = &S->rec[x];
+		for (uint32_t i = 0; i < X->nin; i++) {
+			int32_t p = X->prod[i];
+			if (p < 0)
+				continue;
+			avec_push(S->arena, &R->in, (uint32_t)p);
+			RecNode *P = &S->rec[p];
+			if (!P->users.n || P->users.a[P->users.n - 1] != x)
+				avec_push(S->arena, &P->users, x);
+			RecMap id = sapp_map_identity();
+			if (!edge_useful(S, P, R, &id))
+				id = (RecMap){{0, 0, 0, 0}, 1};
+			avec_push(S->arena, &R->inmap, id);
+			if (!id.bad && !find_edge(S, (uint32_t)p, x))
+				add_edge(S, (uint32_t)p, x, id);
+		}
+	}
+	S->stamp = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
+	S->elim_order = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
+	S->kept = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
+	for (uint32_t x = 0; x < S->nops; x++) {
+		if (S->rec[x].kept) {
+			S->kept[S->nkept++] = x;
+			continue;
+		}
+		S->elim_order[S->nelim++] = x;
+		eliminate(S, x);
+	}
+}
+
+void sapp_free(Sapp *S)
+{
+	vec_free(&S->prods);
+	free(S->cons);
+	free(S->edges.keys);
+	free(S->edges.vals);
+	free(S->op_of_node);
+	if (S->arena)
+		arena_free(S->arena);
+}

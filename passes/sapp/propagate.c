@@ -1,0 +1,1101 @@
+/* propagate.c - strategies for every operator after the partition (spec
+ * sapp-search.md §4, GenerateStrategyV3: training graphs).
+ *
+ * Kept operators read their strategy off the rec graph (§4.2).  Eliminated
+ * operators get one by propagation: forward from a producer (§4.3) or
+ * backward from a consumer (§4.4), adapted to their type (§4.6), first only
+ * when the propagated strategy uses at least `min_devices` devices (stage
+ * devices, then smaller, §4.1 step 4), then with any count, then a default.
+ * Shared parameters (§4.7) and invalid entries (§4.8) are fixed last.
+ *
+ * The passes visit the no-strategy list from its end to its start, as
+ * MindSpore does; an operator whose neighbours did not change since it was
+ * last looked at would fail again, so only those with a changed neighbour
+ * are visited (same visiting order, same result, linear work).
+ */
+#include <string.h>
+
+#include "sapp.h"
+
+typedef struct Stra {
+	int n;
+	int64_t v[MAX_RANK];
+} Stra;
+
+int64_t sapp_product(const int64_t *v, int n)
+{
+	int64_t p = 1;
+	for (int i = 0; i < n; i++)
+		p *= v[i];
+	return p;
+}
+
+static int64_t *sin_of(SappOp *X, uint32_t i)
+{
+	return X->s + X->off[i];
+}
+
+static int smallest_prime(int64_t n)
+{
+	if (n < 2)
+		return 0;
+	for (int64_t q = 2; q * q <= n; q++)
+		if (n % q == 0)
+			return (int)q;
+	return n > 65536 ? 0 : (int)n;
+}
+
+/* set input i from v: left-aligned, `fill` past the end of v */
+void sapp_set_input(SappOp *X, uint32_t i, const int64_t *v, int len, int fill)
+{
+	int64_t *s = sin_of(X, i);
+	for (int d = 0; d < X->rank[i]; d++)
+		s[d] = d < len ? v[d] : fill;
+}
+
+static int first_nonscalar(const SappOp *X)
+{
+	for (uint32_t i = 0; i < X->nin; i++)
+		if (X->rank[i] > 0)
+			return (int)i;
+	return -1;
+}
+
+static int all_ones(const SappOp *X)
+{
+	uint32_t total = X->nin ? X->off[X->nin - 1] + X->rank[X->nin - 1] : 0;
+	for (uint32_t i = 0; i < total; i++)
+		if (X->s[i] != 1)
+			return 0;
+	return 1;
+}
+
+static int op_is(const SappOp *X, int op)
+{
+	return X->n && X->n->op == op;
+}
+
+static int fam(const SappOp *X)
+{
+	return X->n ? op_table[X->n->op].family : FAM_VIRTUAL;
+}
+
+static void fmt_stra(const Stra *s, char *buf, size_t n)
+{
+	size_t k = (size_t)snprintf(buf, n, "(");
+	for (int i = 0; i < s->n && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)s->v[i]);
+	if (k < n)
+		snprintf(buf + k, n - k, ")");
+}
+
+static void input_stra(SappOp *X, uint32_t i, Stra *out)
+{
+	out->n = X->rank[i];
+	memcpy(out->v, sin_of(X, i), (size_t)out->n * sizeof(int64_t));
+}
+
+static int norm_axis(int64_t a, int r)
+{
+	return (int)(a < 0 ? a + r : a);
+}
+
+/* ------------------------------------------------------------ helpers (§4.10) */
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+	while (b) {
+		int64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/* PrepareReshape: map a strategy across a reshape; 0 if the shapes are odd */
+int sapp_prepare_reshape(const int64_t *from, int rf, const int64_t *to, int rt, const int64_t *fs, int64_t *ts)
+{
+	int64_t fr[MAX_RANK], tr[MAX_RANK], fsc[MAX_RANK];
+	if (rf > MAX_RANK || rt > MAX_RANK)
+		return 0;
+	for (int t = 0; t < rt; t++)
+		ts[t] = 1;
+	for (int f = 0; f < rf; f++)
+		if (from[f] <= 0 || fs[f] <= 0)
+			return 0;
+	for (int t = 0; t < rt; t++)
+		if (to[t] <= 0)
+			return 0;
+	memcpy(fsc, fs, (size_t)rf * sizeof *fsc);
+	for (int pass = 0; pass < 2; pass++) {
+		memcpy(fr, from, (size_t)rf * sizeof *fr);
+		memcpy(tr, to, (size_t)rt * sizeof *tr);
+		int f = 0, t = 0;
+		while (f < rf && t < rt) {
+			if (fr[f] > tr[t]) {
+				if (pass == 0) {
+					if (tr[t] % fsc[f] == 0) {
+						ts[t] *= fsc[f];
+						fsc[f] = 1;
+					}
+				} else {
+					int64_t g = gcd64(fsc[f], tr[t]);
+					ts[t] *= g;
+					fsc[f] /= g;
+				}
+				fr[f] /= tr[t];
+				t++;
+			} else if (fr[f] < tr[t]) {
+				if (pass == 1) {
+					ts[t] *= fsc[f];
+					fsc[f] = 1;
+				}
+				tr[t] /= fr[f];
+				f++;
+			} else {
+				if (pass == 1 || tr[t] % fsc[f] == 0) {
+					ts[t] *= fsc[f];
+					fsc[f] = 1;
+				}
+				f++;
+				t++;
+			}
+		}
+	}
+	return 1;
+}
+
+/* GenGatherStra: dim 0 first, then the others by decreasing size; cut the
+ * current dim while the device count's next prime divides it */
+void sapp_gen_gather_stra(const int64_t *shape, int r, int64_t devices, int64_t *out)
+{
+	int ord[MAX_RANK], n = 0;
+	for (int d = 0; d < r; d++)
+		out[d] = 1;
+	if (r <= 0)
+		return;
+	ord[n++] = 0;
+	for (int d = 1; d < r; d++) {
+		int k = n;
+		while (k > 1 && shape[ord[k - 1]] < shape[d])
+			k--;
+		memmove(&ord[k + 1], &ord[k], (size_t)(n - k) * sizeof *ord);
+		ord[k] = d;
+		n++;
+	}
+	int64_t prod = 1;
+	for (int i = 0; i < n && prod < devices; i++) {
+		int d = ord[i];
+		for (;;) {
+			int p = smallest_prime(devices / prod);
+			if (!p || prod >= devices || (shape[d] / out[d]) % p != 0)
+				break;
+			out[d] *= p;
+			prod *= p;
+		}
+	}
+}
+
+/* ------------------------------------------------------------ per-type adaptation (§4.6) */
+
+typedef struct Prop {
+	Sapp *S;
+	int64_t md; /* min_devices of the current round */
+} Prop;
+
+/* CheckDivisible: per input, 1 where the input dim is 1, else s[d] */
+static void check_divisible(SappOp *X, const Stra *s)
+{
+	for (uint32_t i = 0; i < X->nin; i++) {
+		int64_t *v = sin_of(X, i);
+		for (int d = 0; d < X->rank[i]; d++)
+			v[d] = X->dims[i][d] == 1 ? 1 : d < s->n ? s->v[d] : 1;
+	}
+}
+
+static void fix_entries(SappOp *X, uint32_t i)
+{
+	int64_t *v = sin_of(X, i);
+	for (int d = 0; d < X->rank[i]; d++)
+		if (v[d] < 1 || v[d] > X->dims[i][d] || X->dims[i][d] % v[d] != 0)
+			v[d] = 1;
+}
+
+static void check_broadcast(SappOp *X, const Stra *s)
+{
+	int maxr = 0, same = 1;
+	for (uint32_t i = 0; i < X->nin; i++) {
+		if (X->rank[i] > maxr)
+			maxr = X->rank[i];
+		if (i && X->rank[i] != X->rank[0])
+			same = 0;
+	}
+	if (same) {
+		check_divisible(X, s);
+	} else if (s->n >= maxr) {
+		for (uint32_t i = 0; i < X->nin; i++) {
+			int64_t *v = sin_of(X, i);
+			int pad = maxr - X->rank[i];
+			for (int d = 0; d < X->rank[i]; d++)
+				v[d] = X->dims[i][d] == 1 ? 1 : s->v[pad + d];
+		}
+	} else {
+		for (uint32_t i = 0; i < X->nin; i++)
+			sapp_set_input(X, i, NULL, 0, 1);
+	}
+	for (uint32_t i = 0; i < X->nin; i++)
+		fix_entries(X, i);
+}
+
+static void data_parallel(const Sapp *S, SappOp *X)
+{
+	for (uint32_t i = 0; i < X->nin; i++) {
+		int64_t *v = sin_of(X, i);
+		for (int d = 0; d < X->rank[i]; d++)
+			v[d] = 1;
+		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
+			v[0] = S->stage_devices;
+	}
+}
+
+/* the axes an operator works along: list from operand/attribute, default */
+static int axes_of(const SappOp *X, int opnd, const char *attr, int r, int dflt_all, int64_t dflt, int *mask)
+{
+	int64_t ax[MAX_RANK];
+	int k = sapp_attr_ints(X->n, opnd, attr, ax, MAX_RANK);
+	*mask = 0;
+	if (k <= 0) {
+		if (dflt_all || k == 0) {
+			*mask = (1 << r) - 1;
+			return r;
+		}
+		ax[0] = dflt;
+		k = 1;
+	}
+	int n = 0;
+	for (int i = 0; i < k; i++) {
+		int a = norm_axis(ax[i], r);
+		if (a >= 0 && a < r && !(*mask & (1 << a))) {
+			*mask |= 1 << a;
+			n++;
+		}
+	}
+	return n;
+}
+
+static void prepare_gather(Prop *P, SappOp *X)
+{
+	const Sapp *S = P->S;
+	if (X->nin < 2) {
+		for (uint32_t i = 0; i < X->nin; i++)
+			sapp_set_input(X, i, NULL, 0, 1);
+		return;
+	}
+	int64_t axis = 0, bd = 0;
+	sapp_attr_int(X->n, 2, "axis", &axis);
+	sapp_attr_int(X->n, -1, "batch_dims", &bd);
+	int pr = X->rank[0], ir = X->rank[1];
+	axis = norm_axis(axis, pr);
+	int64_t dev = S->stage_devices;
+	int64_t g[MAX_RANK];
+	if (bd > 1 && X->orank) {
+		sapp_gen_gather_stra(X->odims, X->orank, dev, g);
+		for (uint32_t i = 0; i < X->nin; i++)
+			sapp_set_input(X, i, g, X->rank[i] < X->orank ? X->rank[i] : X->orank, 1);
+		if (axis >= 0 && axis < pr)
+			sin_of(X, 0)[axis] = 1;
+		return;
+	}
+	if (axis == 1 && pr >= 2 && X->orank) {
+		sapp_gen_gather_stra(X->odims, X->orank, dev, g);
+		int64_t *ps = sin_of(X, 0);
+		for (int d = 0; d < pr; d++)
+			ps[d] = 1;
+		ps[0] = g[0];
+		int64_t *is = sin_of(X, 1);
+		for (int d = 0; d < ir; d++)
+			is[d] = 1 + d < X->orank ? g[1 + d] : 1;
+		return;
+	}
+	if (axis != 0) {
+		for (uint32_t i = 0; i < X->nin; i++)
+			sapp_set_input(X, i, NULL, 0, 1);
+		return;
+	}
+	for (uint32_t i = 0; i < X->nin; i++)
+		sapp_set_input(X, i, NULL, 0, 1);
+	int64_t prod = 1;
+	for (int i = (int)X->nin - 1; i >= 0; i--) {
+		if (!X->rank[i])
+			continue;
+		int64_t *v = sin_of(X, (uint32_t)i);
+		for (;;) {
+			int p = smallest_prime(dev / prod);
+			if (!p || prod >= dev || (X->dims[i][0] / v[0]) % p != 0)
+				break;
+			v[0] *= p;
+			prod *= p;
+		}
+	}
+	/* gather mode: a split table axis and split indices only combine in the
+	 * "batch and axis" mode (2-D table and 2-D indices, dim 0 only, all devices) */
+	int64_t *ps = sin_of(X, 0), *is = sin_of(X, 1);
+	int idx_split = sapp_product(is, ir) > 1;
+	if (idx_split && ps[0] > 1) {
+		int batch_axis = pr == 2 && ir == 2 && ps[1] == 1 && is[1] == 1 && ps[0] * is[0] == dev;
+		if (!batch_axis)
+			ps[0] = 1;
+	}
+}
+
+static void stridedslice(SappOp *X, const Stra *s)
+{
+	int r = X->rank[0];
+	int64_t begin[MAX_RANK], end[MAX_RANK], strides[MAX_RANK];
+	int nb = sapp_attr_ints(X->n, 1, "begin", begin, MAX_RANK);
+	int ne = sapp_attr_ints(X->n, 2, "end", end, MAX_RANK);
+	int ns = sapp_attr_ints(X->n, 3, "strides", strides, MAX_RANK);
+	int64_t bm = 0, em = 0, nm = 0;
+	sapp_attr_int(X->n, 4, "begin_mask", &bm);
+	sapp_attr_int(X->n, 5, "end_mask", &em);
+	sapp_attr_int(X->n, 7, "new_axis_mask", &nm);
+	Stra t = {0, {0}};
+	for (int i = 0; i < s->n && t.n < MAX_RANK; i++) {
+		if (nm & (1 << t.n))
+			t.v[t.n++] = 1;
+		if (t.n < MAX_RANK)
+			t.v[t.n++] = s->v[i];
+	}
+	int64_t *v = sin_of(X, 0);
+	for (int d = 0; d < r; d++) {
+		v[d] = d < t.n ? t.v[d] : 1;
+		int64_t dim = X->dims[0][d];
+		if (d < ns && strides[d] != 1)
+			v[d] = 1;
+		int64_t b = d < nb && !(bm & (1 << d)) ? begin[d] : 0;
+		int64_t e = d < ne && !(em & (1 << d)) ? end[d] : dim;
+		if (b < 0)
+			b += dim;
+		if (e < 0)
+			e += dim;
+		if (b != 0 || e < dim)
+			v[d] = 1;
+	}
+	for (uint32_t i = 1; i < X->nin; i++)
+		sapp_set_input(X, i, NULL, 0, 1);
+}
+
+static void batch_matmul(SappOp *X, const Stra *s)
+{
+	if (X->nin < 2 || s->n < 2) {
+		check_divisible(X, s);
+		return;
+	}
+	int nb = s->n - 2;
+	int64_t i = s->v[s->n - 2], j = s->v[s->n - 1];
+	for (uint32_t k = 0; k < 2; k++) {
+		int r = X->rank[k];
+		int64_t *v = sin_of(X, k);
+		for (int d = 0; d < r - 2; d++) {
+			int sd = nb - (r - 2) + d;
+			v[d] = sd >= 0 && X->dims[k][d] != 1 ? s->v[sd] : 1;
+		}
+		if (r >= 2) {
+			int64_t a = k == 0 ? i : 1, b = k == 0 ? 1 : j;
+			int tr = k == 0 ? X->ta : X->tb;
+			v[r - 2] = tr ? b : a;
+			v[r - 1] = tr ? a : b;
+		} else if (r == 1) {
+			v[0] = 1;
+		}
+	}
+	for (uint32_t k = 2; k < X->nin; k++)
+		sapp_set_input(X, k, NULL, 0, 1);
+}
+
+/* GenerateStrategiesFromStrategy: every input of X from the basic strategy s */
+static void adapt(Prop *P, SappOp *X, const Stra *s)
+{
+	const Sapp *S = P->S;
+	int f = fam(X);
+	int mask;
+	Stra t = *s;
+	if (X->type == REC_GatherV2) {
+		prepare_gather(P, X);
+	} else if (f == FAM_ELEMWISE && X->nin >= 2) {
+		check_broadcast(X, s);
+	} else if (f == FAM_BIASADD) {
+		check_divisible(X, s);
+		if (X->nin > 1 && X->rank[0] >= 1)
+			sapp_set_input(X, 0, s->v, s->n, 1);
+		if (X->nin > 1 && X->rank[1] == 1)
+			sin_of(X, 1)[0] = s->n > 1 ? s->v[1] : 1;
+	} else if (f == FAM_SOFTMAX) {
+		int r = X->nin ? X->rank[0] : 0;
+		axes_of(X, 1, "axis", r, 0, -1, &mask);
+		for (int d = 0; d < t.n && d < 31; d++)
+			if (mask & (1 << d))
+				t.v[d] = 1;
+		check_divisible(X, &t);
+	} else if (f == FAM_LAYERNORM) {
+		int r = X->nin ? X->rank[0] : 0;
+		int64_t b = -1;
+		sapp_attr_int(X->n, -1, "begin_norm_axis", &b);
+		int bb = norm_axis(b, r);
+		for (int d = bb < 0 ? 0 : bb; d < t.n; d++)
+			t.v[d] = 1;
+		check_divisible(X, &t);
+		for (uint32_t i = 1; i < X->nin; i++)
+			sapp_set_input(X, i, NULL, 0, 1);
+	} else if (f == FAM_RMSNORM) {
+		for (uint32_t i = 0; i < X->nin; i++)
+			sapp_set_input(X, i, NULL, 0, 1);
+		if (X->nin && X->rank[0]) {
+			int64_t d0 = X->dims[0][0];
+			sin_of(X, 0)[0] = d0 < S->stage_devices ? d0 : S->stage_devices;
+		}
+	} else if (f == FAM_ONEHOT) {
+		for (int d = t.n; d < X->orank && d < MAX_RANK; d++)
+			t.v[t.n++] = 1;
+		for (int d = 0; d < t.n && d < X->orank; d++)
+			if (t.v[d] > X->odims[d])
+				t.v[d] = 1;
+		for (uint32_t i = 0; i < X->nin; i++)
+			sapp_set_input(X, i, i == 0 ? t.v : NULL, i == 0 ? t.n : 0, 1);
+	} else if (f == FAM_STRIDEDSLICE) {
+		stridedslice(X, s);
+	} else if (f == FAM_FLATTEN || X->type == REC_BatchParallel) {
+		data_parallel(S, X);
+	} else if (f == FAM_BATCHMATMUL) {
+		batch_matmul(X, s);
+	} else {
+		check_divisible(X, s);
+	}
+	X->has_s = 1;
+}
+
+/* ------------------------------------------------------------ forward (§4.3) */
+
+static int stop_prop_at(const SappOp *Y)
+{
+	return Y->type == REC_GatherV2 || op_is(Y, OP_Assign) || Y->type == REC_ExpandDims;
+}
+
+/* the output strategy an already decided eliminated producer Q passes on */
+static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
+{
+	const Sapp *S = P->S;
+	int f = fam(Q);
+	s->n = 0;
+	if (op_is(X, OP_OneHot) || op_is(X, OP_Transpose) || f == FAM_STRIDEDSLICE)
+		return 0;
+	int fi = first_nonscalar(Q);
+	if (Q->type == REC_GatherV2) {
+		s->n = Q->orank;
+		sapp_gen_gather_stra(Q->odims, Q->orank, S->stage_devices, s->v);
+	} else if ((f == FAM_ELEMWISE || f == FAM_BIASADD) && Q->nin) {
+		uint32_t best = 0;
+		for (uint32_t i = 1; i < Q->nin; i++)
+			if (Q->rank[i] > Q->rank[best])
+				best = i;
+		input_stra(Q, best, s);
+	} else if (f == FAM_RESHAPE && Q->nin) {
+		s->n = Q->orank;
+		if (!sapp_prepare_reshape(Q->dims[0], Q->rank[0], Q->odims, Q->orank, sin_of(Q, 0), s->v))
+			return 0;
+	} else if (f == FAM_TRANSPOSE && Q->nin) {
+		int64_t perm[MAX_RANK];
+		int r = sapp_attr_ints(Q->n, 1, "perm", perm, MAX_RANK);
+		if (r != Q->rank[0])
+			return 0;
+		s->n = r;
+		for (int i = 0; i < r; i++) {
+			int a = norm_axis(perm[i], r);
+			if (a < 0 || a >= r)
+				return 0;
+			s->v[i] = sin_of(Q, 0)[a];
+		}
+	} else if (f == FAM_EXPANDDIMS && Q->nin) {
+		int64_t ax = 0;
+		sapp_attr_int(Q->n, 1, "axis", &ax);
+		Stra in;
+		input_stra(Q, 0, &in);
+		int a = norm_axis(ax, in.n + 1);
+		if (a < 0 || a > in.n || in.n + 1 > MAX_RANK)
+			return 0;
+		s->n = 0;
+		for (int i = 0; i <= in.n; i++)
+			s->v[s->n++] = i == a ? 1 : in.v[i < a ? i : i - 1];
+	} else if (f == FAM_ONEHOT && Q->nin) {
+		input_stra(Q, 0, s);
+		while (s->n < Q->orank && s->n < MAX_RANK)
+			s->v[s->n++] = 1;
+	} else if (fi >= 0) {
+		input_stra(Q, (uint32_t)fi, s);
+	} else {
+		return 0;
+	}
+	/* the producer's own shape change */
+	int mask;
+	if (f == FAM_SQUEEZE || (f == FAM_REDUCE && !sapp_attr_bool(Q->n, 2, "keep_dims", 0)) ||
+	    (f == FAM_ARGWITHVALUE && !sapp_attr_bool(Q->n, -1, "keep_dims", 0))) {
+		if (f == FAM_SQUEEZE) {
+			int64_t ax[MAX_RANK];
+			int k = sapp_attr_ints(Q->n, 1, "axis", ax, MAX_RANK);
+			mask = 0;
+			if (k <= 0) {
+				for (int d = 0; d < s->n && Q->nin; d++)
+					if (d < Q->rank[0] && Q->dims[0][d] == 1)
+						mask |= 1 << d;
+			} else {
+				for (int i = 0; i < k; i++)
+					mask |= 1 << norm_axis(ax[i], s->n);
+			}
+		} else if (f == FAM_REDUCE) {
+			axes_of(Q, 1, "axis", s->n, 1, 0, &mask);
+		} else {
+			axes_of(Q, -1, "axis", s->n, 0, 0, &mask);
+		}
+		int k = 0;
+		for (int d = 0; d < s->n; d++)
+			if (!(mask & (1 << d)))
+				s->v[k++] = s->v[d];
+		s->n = k;
+	} else if (f == FAM_FLATTEN) {
+		int64_t a = 1, b = -1;
+		sapp_attr_int(Q->n, -1, "start_dim", &a);
+		sapp_attr_int(Q->n, -1, "end_dim", &b);
+		int sa = norm_axis(a, s->n), sb = norm_axis(b, s->n);
+		if (sa >= 0 && sb < s->n && sa < sb) {
+			for (int d = sa + 1; d <= sb; d++)
+				s->v[sa] *= s->v[d];
+			int k = sa + 1;
+			for (int d = sb + 1; d < s->n; d++)
+				s->v[k++] = s->v[d];
+			s->n = k;
+		}
+	}
+	return s->n > 0;
+}
+
+/* --explain: how X got (or did not get) its strategy */
+static void explain_prop(SappOp *X, const char *what, const SappOp *from, const Stra *s, int64_t md)
+{
+	char a[256], b[256], st[128], res[512];
+	size_t k = 0;
+	res[0] = 0;
+	if (X->has_s) {
+		k += (size_t)snprintf(res, sizeof res, " -> in_strategy (");
+		for (uint32_t i = 0; i < X->nin && k < sizeof res; i++) {
+			Stra t;
+			input_stra(X, i, &t);
+			fmt_stra(&t, st, sizeof st);
+			k += (size_t)snprintf(res + k, sizeof res - k, "%s%s", i ? ", " : "", st);
+		}
+		if (k < sizeof res)
+			snprintf(res + k, sizeof res - k, ")");
+	}
+	if (s)
+		fmt_stra(s, st, sizeof st);
+	fprintf(stderr, "sapp: explain: %s: %s%s%s%s%s (min_devices %lld)%s\n", sapp_op_label(X, a, sizeof a), what,
+		from ? " " : "", from ? sapp_op_label(from, b, sizeof b) : "", s ? ", basic strategy " : "", s ? st : "",
+		(long long)md, res);
+}
+
+static int forward(Prop *P, uint32_t x)
+{
+	Sapp *S = P->S;
+	SappOp *X = &S->ops[x];
+	int32_t q = -1;
+	for (uint32_t i = 0; i < X->nin; i++) {
+		if (X->prod[i] < 0)
+			continue;
+		q = X->prod[i];
+		if (S->ops[q].has_s && !all_ones(&S->ops[q]))
+			break;
+	}
+	if (q < 0)
+		return 0;
+	SappOp *Q = &S->ops[q];
+	int ex = sapp_explaining(S, x);
+	if (q == S->vd && S->conf.vd_forward_refused) {
+		if (ex)
+			explain_prop(X, "forward propagation from the VirtualDataset refused", NULL, NULL, P->md);
+		return 0;
+	}
+	Stra s = {0, {0}};
+	if (!Q->elim) {
+		const RecNode *R = &S->rec[q];
+		int fi = first_nonscalar(X);
+		if (fi < 0 || !Q->has_s)
+			return 0;
+		s.n = X->rank[fi];
+		for (int d = 0; d < s.n; d++)
+			s.v[d] = s.n <= 4 ? R->ocut.d[4 - s.n + d] : 1;
+	} else {
+		if (!Q->has_s || !incoming(P, Q, X, &s))
+			return 0;
+	}
+	if (s.n == 0 || sapp_product(s.v, s.n) < P->md || stop_prop_at(Q))
+		return 0;
+	adapt(P, X, &s);
+	X->source = SRC_PROPAGATED;
+	if (ex)
+		explain_prop(X, "forward from", Q, &s, P->md);
+	return 1;
+}
+
+/* ------------------------------------------------------------ backward (§4.4) */
+
+static int backward(Prop *P, uint32_t x)
+{
+	Sapp *S = P->S;
+	SappOp *X = &S->ops[x];
+	int32_t c = -1;
+	uint32_t slot = 0;
+	for (uint32_t k = 0; k < X->ncons; k++) {
+		SappOp *C = &S->ops[X->cons_op[k]];
+		if (C->has_s && C->nin) {
+			c = (int32_t)X->cons_op[k];
+			slot = X->cons_slot[k];
+			break;
+		}
+	}
+	if (c < 0)
+		return 0;
+	SappOp *C = &S->ops[c];
+	int f = fam(X);
+	if (f == FAM_ARGWITHVALUE || f == FAM_FLATTEN) {
+		if (sapp_explaining(S, x))
+			explain_prop(X, "backward propagation refused for this operator type, consumer", C, NULL, P->md);
+		return 0;
+	}
+	Stra t, s = {0, {0}};
+	input_stra(C, slot, &t);
+	int mask;
+	if (f == FAM_EXPANDDIMS) {
+		int64_t ax = 0;
+		sapp_attr_int(X->n, 1, "axis", &ax);
+		int a = norm_axis(ax, t.n);
+		for (int d = 0; d < t.n; d++)
+			if (d != a)
+				s.v[s.n++] = t.v[d];
+	} else if (f == FAM_RESHAPE && X->nin) {
+		s.n = X->rank[0];
+		if (t.n != X->orank || !sapp_prepare_reshape(X->odims, X->orank, X->dims[0], X->rank[0], t.v, s.v))
+			return 0;
+	} else if (X->type == REC_GatherV2) {
+		s.n = t.n;
+		sapp_gen_gather_stra(C->dims[slot], C->rank[slot], S->stage_devices, s.v);
+	} else if (f == FAM_REDUCE && X->nin) {
+		int r = X->rank[0];
+		axes_of(X, 1, "axis", r, 1, 0, &mask);
+		if (sapp_attr_bool(X->n, 2, "keep_dims", 0)) {
+			s = t;
+		} else {
+			int k = 0;
+			for (int d = 0; d < r; d++)
+				s.v[d] = (mask & (1 << d)) ? 1 : k < t.n ? t.v[k++] : 1;
+			s.n = r;
+		}
+	} else if (f == FAM_TRANSPOSE && X->nin) {
+		int64_t perm[MAX_RANK];
+		int r = sapp_attr_ints(X->n, 1, "perm", perm, MAX_RANK);
+		if (r != X->rank[0] || r != t.n)
+			return 0;
+		s.n = r;
+		for (int i = 0; i < r; i++) {
+			int a = norm_axis(perm[i], r);
+			if (a < 0 || a >= r)
+				return 0;
+			s.v[a] = t.v[i];
+		}
+	} else {
+		s.n = t.n < X->orank ? t.n : X->orank;
+		memcpy(s.v, t.v, (size_t)s.n * sizeof(int64_t));
+	}
+	if (f == FAM_SQUEEZE && X->nin) {
+		int r = X->rank[0];
+		int64_t ax[MAX_RANK];
+		int k = sapp_attr_ints(X->n, 1, "axis", ax, MAX_RANK);
+		mask = 0;
+		if (k <= 0) {
+			for (int d = 0; d < r; d++)
+				if (X->dims[0][d] == 1)
+					mask |= 1 << d;
+		} else {
+			for (int i = 0; i < k; i++)
+				mask |= 1 << norm_axis(ax[i], r);
+		}
+		Stra u = {r, {0}};
+		int j = 0;
+		for (int d = 0; d < r; d++)
+			u.v[d] = (mask & (1 << d)) ? 1 : j < s.n ? s.v[j++] : 1;
+		s = u;
+		if (sapp_product(s.v, s.n) != S->stage_devices)
+			return 0;
+	}
+	if (s.n == 0 || sapp_product(s.v, s.n) < P->md || stop_prop_at(C))
+		return 0;
+	adapt(P, X, &s);
+	X->source = SRC_PROPAGATED;
+	if (sapp_explaining(S, x))
+		explain_prop(X, "backward from", C, &s, P->md);
+	return 1;
+}
+
+/* ------------------------------------------------------------ the no-strategy list */
+
+typedef struct Heap {
+	int32_t *a;
+	uint32_t n;
+} Heap;
+
+static void heap_push(Heap *h, int32_t v)
+{
+	uint32_t i = h->n++;
+	while (i && h->a[(i - 1) / 2] < v) {
+		h->a[i] = h->a[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h->a[i] = v;
+}
+
+static int32_t heap_pop(Heap *h)
+{
+	int32_t top = h->a[0], v = h->a[--h->n];
+	uint32_t i = 0;
+	for (;;) {
+		uint32_t l = 2 * i + 1, r = l + 1, m = i;
+		int32_t mv = v;
+		if (l < h->n && h->a[l] > mv) {
+			m = l;
+			mv = h->a[l];
+		}
+		if (r < h->n && h->a[r] > mv)
+			m = r;
+		if (m == i)
+			break;
+		h->a[i] = h->a[m];
+		i = m;
+	}
+	if (h->n)
+		h->a[i] = v;
+	return top;
+}
+
+typedef struct Queue {
+	Heap cur[2], next[2]; /* [0] forward, [1] backward */
+	int active;            /* direction of the running pass, -1 none */
+	int32_t cursor;
+	uint32_t *list;        /* no-strategy list: position -> operator */
+	uint32_t n;
+} Queue;
+
+static void mark(Sapp *S, Queue *q, uint32_t z, int dir)
+{
+	SappOp *Z = &S->ops[z];
+	if (Z->nspos < 0 || Z->has_s)
+		return;
+	uint8_t *flag = dir ? &Z->bdirty : &Z->fdirty;
+	if (*flag)
+		return;
+	*flag = 1;
+	if (q->active == dir && Z->nspos < q->cursor)
+		heap_push(&q->cur[dir], Z->nspos);
+	else
+		heap_push(&q->next[dir], Z->nspos);
+}
+
+static void decided(Sapp *S, Queue *q, uint32_t y)
+{
+	SappOp *Y = &S->ops[y];
+	for (uint32_t k = 0; k < Y->ncons; k++)
+		mark(S, q, Y->cons_op[k], 0);
+	for (uint32_t i = 0; i < Y->nin; i++)
+		if (Y->prod[i] >= 0)
+			mark(S, q, (uint32_t)Y->prod[i], 1);
+}
+
+static void mark_all(Sapp *S, Queue *q)
+{
+	for (int dir = 0; dir < 2; dir++) {
+		q->next[dir].n = 0;
+		for (uint32_t i = 0; i < q->n; i++) {
+			SappOp *Z = &S->ops[q->list[i]];
+			if (Z->has_s)
+				continue;
+			if (dir)
+				Z->bdirty = 1;
+			else
+				Z->fdirty = 1;
+			heap_push(&q->next[dir], (int32_t)i);
+		}
+	}
+}
+
+static uint32_t run_pass(Prop *P, Queue *q, int dir)
+{
+	Sapp *S = P->S;
+	Heap t = q->cur[dir];
+	q->cur[dir] = q->next[dir];
+	q->next[dir] = t;
+	q->next[dir].n = 0;
+	q->active = dir;
+	q->cursor = INT32_MAX;
+	uint32_t changed = 0;
+	while (q->cur[dir].n) {
+		int32_t pos = heap_pop(&q->cur[dir]);
+		uint32_t x = q->list[pos];
+		SappOp *X = &S->ops[x];
+		uint8_t *flag = dir ? &X->bdirty : &X->fdirty;
+		q->cursor = pos;
+		if (!*flag || X->has_s)
+			continue;
+		*flag = 0;
+		if (dir ? backward(P, x) : forward(P, x)) {
+			changed++;
+			decided(S, q, x);
+		}
+	}
+	q->active = -1;
+	return changed;
+}
+
+/* ------------------------------------------------------------ kept operators (§4.2) */
+
+static void copy_main(Sapp *S, uint32_t x)
+{
+	SappOp *X = &S->ops[x];
+	const RecNode *R = &S->rec[x];
+	if (X->pinned) {
+		X->has_s = 1;
+		X->source = SRC_PINNED;
+		return;
+	}
+	X->source = SRC_SEARCHED;
+	X->has_s = 1;
+	if (x == (uint32_t)S->vd) {
+		for (uint32_t i = 0; i < X->nin; i++) {
+			int64_t *v = sin_of(X, i);
+			for (int d = 0; d < X->rank[i]; d++)
+				v[d] = 1;
+			if (!S->o->full_batch && X->rank[i])
+				v[0] = X->dims[i][0] < S->stage_devices ? X->dims[i][0] : S->stage_devices;
+		}
+		return;
+	}
+	if (X->type == REC_SparseSoftmaxCrossEntropyWithLogits || X->type == REC_UnsortedSegmentOp) {
+		for (uint32_t i = 0; i < X->nin; i++) {
+			int64_t *v = sin_of(X, i);
+			for (int d = 0; d < X->rank[i]; d++)
+				v[d] = 1;
+			if (X->rank[i])
+				v[0] = X->dims[i][0] < S->stage_devices ? X->dims[i][0] : S->stage_devices;
+		}
+		return;
+	}
+	for (uint32_t i = 0; i < X->nin; i++) {
+		int64_t *v = sin_of(X, i);
+		int r = X->rank[i];
+		Dim4 c = i < R->nargs ? R->acut[i] : (Dim4){{1, 1, 1, 1}};
+		if ((X->type == REC_MatMul || X->type == REC_BatchMatMul) && i < 2 && (i == 0 ? X->ta : X->tb) && r >= 2) {
+			int64_t tmp = c.d[2];
+			c.d[2] = c.d[3];
+			c.d[3] = tmp;
+		}
+		for (int d = 0; d < r; d++)
+			v[d] = r <= 4 ? c.d[4 - r + d] : 1;
+	}
+	if (X->type == REC_LayerNorm && X->nin) {
+		int64_t b = 1;
+		sapp_attr_int(X->n, -1, "begin_norm_axis", &b);
+		int r = X->rank[0], bb = norm_axis(b, r);
+		for (int d = bb < 0 ? 0 : bb; d < r; d++)
+			sin_of(X, 0)[d] = 1;
+	}
+}
+
+/* ExtraShardMatmulOnBatchDim (§4.1 step 0): K-cut + all-reduce becomes
+ * K-cut + reduce-scatter on the rows */
+static void extra_shard_matmul(Sapp *S)
+{
+	for (uint32_t i = 0; i < S->nkept; i++) {
+		uint32_t x = S->kept[i];
+		SappOp *X = &S->ops[x];
+		RecNode *R = &S->rec[x];
+		if (X->type != REC_MatMul || X->pinned || !R->nargs || X->orank != 2)
+			continue;
+		int64_t a = R->acut[0].d[2] * R->acut[0].d[3];
+		if (a > S->stage_devices)
+			a = S->stage_devices;
+		int64_t o = R->ocut.d[2] * R->ocut.d[3];
+		if (o && a / o > 1) {
+			R->ocut.d[2] *= a / o;
+			X->os[0] = R->ocut.d[2];
+			X->os[1] = R->ocut.d[3];
+			X->has_os = 1;
+		}
+	}
+}
+
+/* ModifyParamSharingOpsStrategy (§4.7): a Gather sharing its table with a
+ * Cast, MatMul or Mul takes that operator's strategy for the table */
+static void param_sharing(Sapp *S)
+{
+	Module *m = S->m;
+	int32_t *gather_of = xmalloc((m->next_id + 1) * sizeof *gather_of);
+	for (uint32_t i = 0; i <= m->next_id; i++)
+		gather_of[i] = -1;
+	int any = 0;
+	for (uint32_t x = 0; x < S->nops; x++) {
+		SappOp *X = &S->ops[x];
+		if (X->type != REC_GatherV2 || X->nin < 2 || !X->n)
+			continue;
+		Node *p = ir_look_through(X->n->args[X->arg[0]].kind == V_NODE ? X->n->args[X->arg[0]].u.node : NULL);
+		if (p && p->kind == NK_PARAM && p->has_default) {
+			gather_of[p->id] = (int32_t)x;
+			any = 1;
+		}
+	}
+	for (uint32_t y = 0; any && y < S->nops; y++) {
+		SappOp *Y = &S->ops[y];
+		int slot = -1;
+		if (op_is(Y, OP_Cast) || op_is(Y, OP_Mul))
+			slot = 0;
+		else if (Y->type == REC_MatMul)
+			slot = 1;
+		if (slot < 0 || (uint32_t)slot >= Y->nin || !Y->has_s)
+			continue;
+		const Value *v = &Y->n->args[Y->arg[slot]];
+		Node *p = v->kind == V_NODE ? ir_look_through(v->u.node) : NULL;
+		if (!p || p->kind != NK_PARAM || gather_of[p->id] < 0)
+			continue;
+		SappOp *G = &S->ops[gather_of[p->id]];
+		int64_t *ps = sin_of(G, 0), *ys = sin_of(Y, (uint32_t)slot);
+		int r = G->rank[0] < Y->rank[slot] ? G->rank[0] : Y->rank[slot];
+		for (int d = 0; d < G->rank[0]; d++)
+			ps[d] = d < r ? ys[d] : 1;
+		int64_t used = sapp_product(ps, G->rank[0]);
+		int64_t *is = sin_of(G, 1);
+		for (int d = 0; d < G->rank[1]; d++)
+			is[d] = 1;
+		if (G->rank[1] && used > 0)
+			is[0] = S->stage_devices / used > 0 ? S->stage_devices / used : 1;
+		if (sapp_explaining(S, gather_of[p->id])) {
+			char a[256], b[256];
+			fprintf(stderr, "sapp: explain: %s: table shared with %s, strategy taken from it\n",
+				sapp_op_label(G, a, sizeof a), sapp_op_label(Y, b, sizeof b));
+		}
+	}
+	free(gather_of);
+}
+
+/* FixInvalidStra (§4.8) */
+static void fix_invalid(Sapp *S)
+{
+	for (uint32_t x = 0; x < S->nops; x++) {
+		SappOp *X = &S->ops[x];
+		if (!X->has_s || X->pinned)
+			continue;
+		for (uint32_t i = 0; i < X->nin; i++)
+			fix_entries(X, i);
+		if (X->has_os)
+			for (int d = 0; d < X->orank; d++)
+				if (X->os[d] < 1 || X->odims[d] % X->os[d] != 0)
+					X->os[d] = 1;
+	}
+}
+
+void sapp_generate(Sapp *S)
+{
+	Prop P = {S, 1};
+	if (S->devices > S->conf.extra_shard_devices)
+		extra_shard_matmul(S);
+	for (uint32_t i = 0; i < S->nkept; i++)
+		copy_main(S, S->kept[i]);
+	/* the no-strategy list: eliminated operators in elimination order */
+	Queue q;
+	memset(&q, 0, sizeof q);
+	q.active = -1;
+	q.list = xmalloc((S->nelim + 1) * sizeof *q.list);
+	for (uint32_t i = 0; i < S->nelim; i++) {
+		uint32_t x = S->elim_order[i];
+		SappOp *X = &S->ops[x];
+		if (X->type == REC_StandAlone || X->type == REC_BatchParallel) {
+			if (X->type == REC_BatchParallel)
+				data_parallel(S, X);
+			X->has_s = 1;
+			X->source = SRC_PROPAGATED;
+			continue;
+		}
+		X->nspos = (int32_t)q.n;
+		q.list[q.n++] = x;
+	}
+	for (int dir = 0; dir < 2; dir++) {
+		q.cur[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
+		q.next[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
+	}
+	/* min_devices = stage devices, then smaller (one prime less each round) */
+	for (int64_t md = S->stage_devices; md >= 2;) {
+		P.md = md;
+		mark_all(S, &q);
+		for (;;) {
+			if (run_pass(&P, &q, 0))
+				continue;
+			if (run_pass(&P, &q, 1))
+				continue;
+			break;
+		}
+		int sp = smallest_prime(md);
+		if (!sp)
+			break;
+		md /= sp;
+	}
+	P.md = 1;
+	mark_all(S, &q);
+	for (;;) {
+		uint32_t c = run_pass(&P, &q, 0);
+		c += run_pass(&P, &q, 1);
+		if (!c)
+			break;
+	}
+	/* GenerateRemainingOperatorStrategy: all ones through the adapter */
+	for (uint32_t i = 0; i < q.n; i++) {
+		SappOp *X = &S->ops[q.list[i]];
+		if (X->has_s)
+			continue;
+		Stra s = {0, {0}};
+		for (uint32_t k = 0; k < X->nin; k++)
+			if (X->rank[k] > s.n)
+				s.n = X->rank[k];
+		for (int d = 0; d < s.n; d++)
+			s.v[d] = 1;
+		adapt(&P, X, &s);
+		X->source = SRC_DEFAULT;
+		if (sapp_explaining(S, q.list[i]))
+			explain_prop(X, "no neighbour gave a strategy; default", NULL, &s, 1);
+	}
+	for (int dir = 0; dir < 2; dir++) {
+		free(q.cur[dir].a);
+		free(q.next[dir].a);
+	}
+	free(q.list);
+	param_sharing(S);
+	fix_invalid(S);
+}
+
+/* semi_auto: the default batch-parallel strategy (dim 0 of every input cut
+ * by the device count when it divides) */
+int sapp_default_batch(const Sapp *S, SappOp *X)
+{
+	for (uint32_t i = 0; i < X->nin; i++) {
+		int64_t *v = sin_of(X, i);
+		for (int d = 0; d < X->rank[i]; d++)
+			v[d] = 1;
+		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
+			v[0] = S->stage_devices;
+	}
+	X->has_s = 1;
+	return 0;
+}

@@ -1,0 +1,450 @@
+/* sapp.c - the `sapp` pass: operator-level sharding strategies.
+ *
+ * Requires: a verified module (operands defined, shapes consistent).
+ * Provides: on every operator that MindSpore gives an OperatorInfo, the
+ *   strategy suffix `{in_strategy: ((4, 2), (1, 2))}` (and `out_strategy`
+ *   where one is set), as a step_parallel_begin dump shows it; Node.si says
+ *   whether the strategy was pinned by the user, searched or propagated;
+ *   with --strategy-out the same decisions as JSON.
+ * Invalidates: nothing (no node is added or removed).
+ *
+ * --parallel-mode=auto (default; also `recursive_programming`): the SAPP
+ * double recursive search of shared/spec/sapp-search.md:
+ *   graph.c      operator list, rec graph, elimination           §1
+ *   cost.c       cost model and redistribution penalty           §2
+ *   partition.c  levels, visiting order, pipeline roll-back      §3, §3.6, §4.9
+ *   propagate.c  strategies of eliminated operators, fix-ups     §4
+ * Device counts: one level per prime factor of N, largest first (§3.2
+ * generalised); a power of two gives MindSpore's log2(N) halvings exactly.
+ * User strategies (primitive attribute in_strategy/out_strategy) are pinned
+ * with --interfered or MS_INTERFERED_SAPP=1 (§4.9), otherwise ignored.
+ *
+ * --parallel-mode=semi_auto: no search; an operator keeps the strategy it
+ * arrives with (the dump's suffix, else its .shard() attribute) and the
+ * others get MindSpore's default batch-parallel strategy.
+ */
+#include <jansson.h>
+#include <string.h>
+#include <time.h>
+
+#include "sapp.h"
+
+int sapp_explaining(const Sapp *S, uint32_t op)
+{
+	return S->explain >= 0 && (uint32_t)S->explain == op;
+}
+
+const char *sapp_op_label(const SappOp *X, char *buf, size_t n)
+{
+	if (!X->n) {
+		snprintf(buf, n, "_VirtualDataset (implicit)");
+		return buf;
+	}
+	const char *full = ir_node_fullname(X->n);
+	snprintf(buf, n, "%s%s%s%s (%%%d%s%s)", sym_str(X->n->prim), X->n->instance ? " '" : "",
+		 X->n->instance ? sym_str(X->n->instance) : "", X->n->instance ? "'" : "", X->n->local,
+		 *full ? ", " : "", full);
+	return buf;
+}
+
+/* ------------------------------------------------------------ user strategies */
+
+/* Read a strategy value ((a, b), (c)) into X->s (or X->os when out != 0);
+ * report what is wrong with it at the operator's line.  1 ok. */
+static int read_user(const Sapp *S, SappOp *X, const Value *v, int out, const char *what)
+{
+	Node *n = X->n;
+	const char *op = sym_str(n->prim);
+	if (!v || v->kind != V_TUPLE) {
+		diag_error_at(n->loc, "%s (%%%d): %s is not a tuple of tuples", op, n->local, what);
+		return 0;
+	}
+	uint32_t want = out ? 1 : X->nin;
+	if (v->n != want) {
+		diag_error_at(n->loc, "%s (%%%d): %s has %u entries, but the operator has %u tensor %s", op, n->local,
+			      what, v->n, want, out ? "output" : "inputs");
+		return 0;
+	}
+	for (uint32_t i = 0; i < want; i++) {
+		const Value *e = &v->u.elems[i];
+		int r = out ? X->orank : X->rank[i];
+		const int64_t *dims = out ? X->odims : X->dims[i];
+		int64_t vals[MAX_RANK];
+		int k = value_int_list(e, vals, MAX_RANK);
+		if (e->kind == V_TUPLE && e->n == 0)
+			k = 0;
+		if (k < 0) {
+			diag_error_at(n->loc, "%s (%%%d): %s entry %u is not a tuple of integers", op, n->local, what, i + 1);
+			return 0;
+		}
+		if (k != r) {
+			diag_error_at(n->loc, "%s (%%%d): %s entry %u has rank %d, but %s %u has rank %d", op, n->local, what,
+				      i + 1, k, out ? "output" : "input", i + 1, r);
+			return 0;
+		}
+		int64_t prod = 1;
+		for (int d = 0; d < k; d++) {
+			if (vals[d] < 1 || dims[d] % vals[d] != 0) {
+				diag_error_at(n->loc, "%s (%%%d): %s entry %u cuts dimension %d (size %lld) into %lld parts, "
+						      "which does not divide it",
+					      op, n->local, what, i + 1, d, (long long)dims[d], (long long)vals[d]);
+				return 0;
+			}
+			prod *= vals[d];
+		}
+		if (prod > S->stage_devices) {
+			diag_error_at(n->loc, "%s (%%%d): %s entry %u uses %lld devices, but there are only %lld%s", op,
+				      n->local, what, i + 1, (long long)prod, (long long)S->stage_devices,
+				      S->stages > 1 ? " per pipeline stage" : "");
+			return 0;
+		}
+		int64_t *dst = out ? X->os : X->s + X->off[i];
+		memcpy(dst, vals, (size_t)k * sizeof *dst);
+	}
+	if (out)
+		X->has_os = 1;
+	else
+		X->has_s = 1;
+	return 1;
+}
+
+/* Pinned operator: its rec node holds the user's cuts (§4.9) */
+static void pin_rec(Sapp *S, uint32_t x)
+{
+	SappOp *X = &S->ops[x];
+	RecNode *R = &S->rec[x];
+	R->pin = arena_alloc(S->arena, 6 * sizeof(Dim4));
+	Dim4 *user = R->pin;
+	for (uint32_t i = 0; i < 2; i++) {
+		Dim4 c = {{1, 1, 1, 1}};
+		if (i < X->nin && i < R->nargs && X->rank[i] <= 4)
+			c = sapp_dim4(X->s + X->off[i], X->rank[i]);
+		if ((X->type == REC_MatMul || X->type == REC_BatchMatMul) && (i == 0 ? X->ta : X->tb)) {
+			int64_t t = c.d[2];
+			c.d[2] = c.d[3];
+			c.d[3] = t;
+		}
+		user[i] = c;
+		if (i < R->nargs)
+			R->acut[i] = c;
+	}
+	if (X->has_os && X->orank <= 4) {
+		user[2] = sapp_dim4(X->os, X->orank);
+	} else if (X->type == REC_MatMul) {
+		user[2] = (Dim4){{1, 1, user[0].d[2], user[1].d[3]}};
+	} else {
+		user[2] = user[0];
+	}
+	R->ocut = user[2];
+	for (int t = 0; t < 3; t++)
+		R->pin[3 + t] = user[t];
+}
+
+/* ------------------------------------------------------------ setup */
+
+static int factor_desc(int64_t n, int *out, int max)
+{
+	int k = 0;
+	for (int64_t q = 2; q * q <= n; q++)
+		while (n % q == 0 && k < max) {
+			out[k++] = (int)q;
+			n /= q;
+		}
+	if (n > 1 && k < max)
+		out[k++] = (int)n;
+	for (int i = 0; i < k / 2; i++) {
+		int t = out[i];
+		out[i] = out[k - 1 - i];
+		out[k - 1 - i] = t;
+	}
+	return k;
+}
+
+static int64_t find_explain(const Sapp *S, const char *name)
+{
+	if (!name)
+		return -1;
+	for (uint32_t x = 0; x < S->nops; x++) {
+		const Node *n = S->ops[x].n;
+		if (!n) {
+			if (strcmp(name, "_VirtualDataset") == 0)
+				return x;
+			continue;
+		}
+		char loc[32];
+		snprintf(loc, sizeof loc, "%%%d", n->local);
+		if ((n->instance && strcmp(sym_str(n->instance), name) == 0) || strcmp(ir_node_fullname(n), name) == 0 ||
+		    strcmp(loc, name) == 0)
+			return x;
+	}
+	return -2;
+}
+
+/* the largest prime of N must divide some dimension, or N devices cannot be used */
+static int check_absorbable(const Sapp *S)
+{
+	if (S->nlevels == 0)
+		return 1;
+	int p = S->primes[0];
+	for (int l = 1; l < S->nlevels; l++)
+		if (S->primes[l] > p)
+			p = S->primes[l];
+	for (uint32_t x = 0; x < S->nops; x++) {
+		const SappOp *X = &S->ops[x];
+		for (uint32_t i = 0; i < X->nin; i++)
+			for (int d = 0; d < X->rank[i]; d++)
+				if (X->dims[i][d] % p == 0)
+					return 1;
+		for (int d = 0; d < X->orank; d++)
+			if (X->odims[d] % p == 0)
+				return 1;
+	}
+	diag_error("%lld devices cannot be used: no tensor dimension of any operator is divisible by %d",
+		   (long long)S->devices, p);
+	return 0;
+}
+
+/* ------------------------------------------------------------ output */
+
+static Value stra_value(Arena *a, const SappOp *X, int out)
+{
+	uint32_t n = out ? 1 : X->nin;
+	Value *el = arena_alloc(a, (n + 1) * sizeof *el);
+	for (uint32_t i = 0; i < n; i++)
+		el[i] = out ? *value_tuple_ints(a, X->os, X->orank, NT_BARE)
+			    : *value_tuple_ints(a, X->s + X->off[i], X->rank[i], NT_BARE);
+	return value_tuple_of(a, el, n);
+}
+
+static void write_node(Sapp *S, SappOp *X)
+{
+	Module *m = S->m;
+	Node *n = X->n;
+	n->strat.n = 0;
+	n->strat.a = NULL;
+	ir_attr_set(m, &n->strat, "in_strategy", stra_value(m->arena, X, 0));
+	if (X->has_os)
+		ir_attr_set(m, &n->strat, "out_strategy", stra_value(m->arena, X, 1));
+	n->has_strat = 1;
+	StratInfo *si = arena_alloc(m->arena, sizeof *si);
+	si->source = X->source;
+	n->si = si;
+}
+
+static const char *const source_name[] = {"none", "pinned", "searched", "propagated", "default"};
+
+static json_t *json_stra(const SappOp *X, int out)
+{
+	json_t *a = json_array();
+	uint32_t n = out ? 1 : X->nin;
+	for (uint32_t i = 0; i < n; i++) {
+		json_t *t = json_array();
+		const int64_t *v = out ? X->os : X->s + X->off[i];
+		int r = out ? X->orank : X->rank[i];
+		for (int d = 0; d < r; d++)
+			json_array_append_new(t, json_integer((json_int_t)v[d]));
+		json_array_append_new(a, t);
+	}
+	return a;
+}
+
+static int write_json(const Sapp *S, const char *path)
+{
+	json_t *root = json_object();
+	json_object_set_new(root, "device_num", json_integer(S->devices));
+	json_object_set_new(root, "stages", json_integer(S->stages));
+	json_object_set_new(root, "parallel_mode", json_string(S->o->semi_auto ? "semi_auto" : "auto"));
+	json_t *ops = json_array();
+	for (uint32_t x = 0; x < S->nops; x++) {
+		const SappOp *X = &S->ops[x];
+		if (!X->n)
+			continue;
+		json_t *o = json_object();
+		char loc[32];
+		snprintf(loc, sizeof loc, "%%%d", X->n->local);
+		json_object_set_new(o, "node", json_string(loc));
+		json_object_set_new(o, "fullname", json_string(ir_node_fullname(X->n)));
+		json_object_set_new(o, "instance", json_string(X->n->instance ? sym_str(X->n->instance) : ""));
+		json_object_set_new(o, "operator", json_string(sym_str(X->n->prim)));
+		json_object_set_new(o, "in_strategy", json_stra(X, 0));
+		json_object_set_new(o, "out_strategy", X->has_os ? json_stra(X, 1) : json_null());
+		json_object_set_new(o, "source", json_string(source_name[X->source]));
+		json_array_append_new(ops, o);
+	}
+	json_object_set_new(root, "operators", ops);
+	OutFile of;
+	int rc = 0;
+	if (out_open(&of, path) != 0) {
+		rc = 3;
+	} else if (json_dumpf(root, of.f, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || fputc('\n', of.f) == EOF) {
+		out_abort(&of);
+		diag_error("cannot write '%s'", path);
+		rc = 3;
+	} else if (out_commit(&of) != 0) {
+		rc = 3;
+	}
+	json_decref(root);
+	return rc;
+}
+
+/* CPU time of the process: the phase figures do not depend on the load */
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------ modes */
+
+static int semi_auto(Sapp *S)
+{
+	int bad = 0;
+	for (uint32_t x = 0; x < S->nops; x++) {
+		SappOp *X = &S->ops[x];
+		if (!X->n)
+			continue;
+		const Value *in = ir_attr_get(&X->n->strat, "in_strategy");
+		const Value *out = ir_attr_get(&X->n->strat, "out_strategy");
+		if (!in) {
+			in = ir_attr_get(&X->n->pattrs, "in_strategy");
+			if (!out)
+				out = ir_attr_get(&X->n->pattrs, "out_strategy");
+		}
+		if (in) {
+			if (!read_user(S, X, in, 0, "in_strategy"))
+				bad = 1;
+			X->source = SRC_PINNED;
+		} else {
+			sapp_default_batch(S, X);
+			X->source = SRC_DEFAULT;
+		}
+		if (out && !read_user(S, X, out, 1, "out_strategy"))
+			bad = 1;
+	}
+	return bad;
+}
+
+static int user_strategies(Sapp *S)
+{
+	uint32_t ignored = 0;
+	int bad = 0;
+	for (uint32_t x = 0; x < S->nops; x++) {
+		SappOp *X = &S->ops[x];
+		if (!X->n)
+			continue;
+		const Value *in = ir_attr_get(&X->n->pattrs, "in_strategy");
+		const Value *out = ir_attr_get(&X->n->pattrs, "out_strategy");
+		if (!in && !out)
+			continue;
+		if (!S->o->interfered) {
+			ignored++;
+			continue;
+		}
+		int ok = 1;
+		for (uint32_t i = 0; i < X->nin && ok; i++)
+			if (X->rank[i] > 4) {
+				diag_error_at(X->n->loc, "%s (%%%d): SAPP keeps user strategies of rank 4 or less only (input %u has rank %d)",
+					      sym_str(X->n->prim), X->n->local, i + 1, X->rank[i]);
+				ok = 0;
+			}
+		if (ok && in)
+			ok = read_user(S, X, in, 0, "in_strategy");
+		if (ok && out)
+			ok = read_user(S, X, out, 1, "out_strategy");
+		if (!ok) {
+			bad = 1;
+			continue;
+		}
+		if (!in) /* only an output strategy: the inputs stay whole */
+			X->has_s = 1;
+		X->pinned = 1;
+	}
+	if (ignored)
+		diag_warning("%u operator%s carr%s a user strategy (in_strategy/out_strategy), ignored by the SAPP search; "
+			     "use --interfered or MS_INTERFERED_SAPP=1 to keep %s",
+			     ignored, ignored == 1 ? "" : "s", ignored == 1 ? "ies" : "y", ignored == 1 ? "it" : "them");
+	return bad;
+}
+
+int pass_sapp(Module *m, const Options *o)
+{
+	Sapp S;
+	memset(&S, 0, sizeof S);
+	S.m = m;
+	S.o = o;
+	S.conf = sapp_default_conf;
+	S.conf.mem_coef = o->mem_coef;
+	S.conf.replicate_option = !o->fully_use_devices;
+	S.arena = arena_new();
+	S.devices = o->device_num > 0 ? o->device_num : 1;
+	S.stages = o->pipeline_stages > 1 ? o->pipeline_stages : 1;
+	if (S.devices % S.stages != 0) {
+		diag_error("%lld devices cannot be split into %lld pipeline stages", (long long)S.devices, (long long)S.stages);
+		sapp_free(&S);
+		return 1;
+	}
+	S.stage_devices = S.devices / S.stages;
+	int rc = 0;
+	double t[6] = {now(), 0, 0, 0, 0, 0};
+	sapp_build(&S);
+	t[1] = now();
+	S.explain = find_explain(&S, o->explain);
+	if (S.explain == -2) {
+		diag_error("--explain=%s: no operator has this instance name, full name or %%k number", o->explain);
+		rc = 1;
+		goto done;
+	}
+	if (o->semi_auto) {
+		if (semi_auto(&S)) {
+			rc = 1;
+			goto done;
+		}
+	} else {
+		int ns = factor_desc(S.stage_devices, S.primes, 64);
+		int nt = factor_desc(S.stages, S.primes + ns, 64 - ns);
+		S.nlevels = ns + nt;
+		S.rollback = nt;
+		S.mbs = 1;
+		if (S.stages > 1) {
+			int64_t batch = 1;
+			if (S.vd >= 0 && S.ops[S.vd].nin && S.ops[S.vd].rank[0])
+				batch = S.ops[S.vd].dims[0][0];
+			int64_t k = o->micro_batch_num > 0 ? o->micro_batch_num : 1;
+			S.mbs = batch / k > 0 ? batch / k : 1;
+		}
+		S.weight_order = S.devices > S.conf.weight_order_devices && S.mbs < S.conf.weight_order_mbs;
+		if (!check_absorbable(&S) || user_strategies(&S)) {
+			rc = 1;
+			goto done;
+		}
+		sapp_rec_build(&S);
+		for (uint32_t x = 0; x < S.nops; x++)
+			if (S.ops[x].pinned)
+				pin_rec(&S, x);
+		t[2] = now();
+		sapp_partition(&S);
+		t[3] = now();
+		sapp_generate(&S);
+	}
+	t[4] = now();
+	for (uint32_t x = 0; x < S.nops; x++)
+		if (S.ops[x].n && S.ops[x].has_s)
+			write_node(&S, &S.ops[x]);
+	if (o->strategy_out)
+		rc = write_json(&S, o->strategy_out);
+	t[5] = now();
+	if (o->time_passes && !o->semi_auto)
+		fprintf(stderr,
+			"sapp: %u operators (%u kept, %u eliminated), %d level(s): operator list %.4fs, rec graph %.4fs, "
+			"partition %.4fs, propagation %.4fs, output %.4fs (CPU)\n",
+			S.nops, S.nkept, S.nelim, S.nlevels, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3], t[5] - t[4]);
+done:
+	sapp_free(&S);
+	return rc;
+}
+
+const char *sapp_strategy_source(const Node *n)
+{
+	return n && n->si ? source_name[n->si->source] : NULL;
+}

@@ -1,0 +1,236 @@
+/* sapp.h - private interface of the SAPP strategy search (passes/sapp/).
+ *
+ * The pass works on two views of the module:
+ *   - the operator list (SappOp): every primitive CNode that gets a strategy,
+ *     in module order, plus the implicit VirtualDataset (spec sapp-search.md
+ *     §4: "framework operators"); strategies are per tensor input;
+ *   - the rec graph (RecNode, one per operator, same index): tensors squeezed
+ *     to 4-D (§1.3), eliminated operators contracted out (§1.5-1.7), kept
+ *     operators partitioned level by level (§2, §3).
+ * Shard counts are exact integers (the product of the primes of the levels
+ * that cut the dimension), never fractions: two cuts are compared as
+ * integers (§8.6).  One level cuts a dimension by one prime p; for a power
+ * of two device count every level is p = 2, which is MindSpore's halving.
+ */
+#ifndef SAPP_H
+#define SAPP_H
+
+#include <float.h>
+
+#include "sappc.h"
+
+/* ---------------------------------------------------------- constants (§2.11, §8.7) */
+typedef struct SappConf {
+	double mem_coef;         /* rp_matmul_mem_coef: scales the MatMul I-cut cost */
+	double redis_coef;       /* REDIS_COEF: redistribution penalty multiplier */
+	double expert_coef;      /* EXPERT_COEF: multiplier in "replicate" costs */
+	double replicate_below;  /* REPLICATE_BELOW: divisor in "replicate" costs */
+	double ascend_cores;     /* NUMBER_ASCEND_CORES: BatchMatMul batch heuristic */
+	double bmm_coef;         /* BMM_COEF: divisor of BatchMatMul totals */
+	int max_inputs;          /* MAX_INPUT_NUM: inputs modelled per operator */
+	int weight_order_devices; /* weight (memory-first) order above this many devices ... */
+	int weight_order_mbs;     /* ... when the micro-batch size is below this (§3.3) */
+	int extra_shard_devices;  /* ExtraShardMatmulOnBatchDim above this many devices (§4.1) */
+	int vd_forward_refused;   /* forward propagation from the VirtualDataset is refused (§4.3) */
+	int only_same_shape;      /* ONLY_REDIST_WITH_SAME_SHAPE (§1.7) */
+	int replicate_option;     /* MatMul/BatchMatMul may choose "no cut" (off: --fully-use-devices) */
+} SappConf;
+
+extern const SappConf sapp_default_conf;
+
+#define SAPP_MAX_IN 20
+#define SAPP_INVALID DBL_MAX /* DOUBLE_MAX: an invalid option */
+
+/* ---------------------------------------------------------- operator types (§1.1) */
+#define SAPP_RECTYPES(X)                                                                         \
+	X(UnknownType) X(MatMul) X(Convolution) X(Pooling) X(ElmWiseOp) X(ReLU) X(BatchNorm)        \
+	X(LayerNorm) X(Reshape) X(BiasAdd) X(Softmax) X(SparseSoftmaxCrossEntropyWithLogits)       \
+	X(SoftmaxCrossEntropyWithLogits) X(OneHot) X(Log) X(Exp) X(Add) X(Sub) X(Mul) X(Div)        \
+	X(Squeeze) X(Cast) X(Reduce) X(PReLU) X(GatherV2) X(ExpandDims) X(StridedSlice)            \
+	X(ArgWithValue) X(UnsortedSegmentOp) X(BatchMatMul) X(Flatten) X(Cum) X(StandAlone)        \
+	X(BatchParallel) X(PadV3) X(Virtual) X(FlashAttentionScore) X(RmsNorm)
+
+enum {
+#define X(t) REC_##t,
+	SAPP_RECTYPES(X)
+#undef X
+	REC_COUNT_
+};
+extern const char *const sapp_rectype_name[REC_COUNT_];
+
+/* where an operator's strategy came from (JSON "source", --explain) */
+enum { SRC_NONE, SRC_PINNED, SRC_SEARCHED, SRC_PROPAGATED, SRC_DEFAULT };
+
+/* per-node data left on the IR (Node.si) for the printers */
+struct StratInfo {
+	uint8_t source;
+};
+
+/* ---------------------------------------------------------- 4-D tensors (§1.3) */
+typedef struct Dim4 {
+	int64_t d[4]; /* n, c, h, w */
+} Dim4;
+
+/* Edge mapping (§1.7): g[i] = bit set of the producer's 4-D dims that make up
+ * the consumer's dim i (a permutation has one bit per dim; a merging reshape
+ * several; an empty set is a size-1 dim).  bad: the mapping is unknown, the
+ * tensors are never "adjacent". */
+typedef struct RecMap {
+	uint8_t g[4];
+	uint8_t bad;
+} RecMap;
+
+typedef struct RecEdge {
+	uint32_t to;
+	RecMap map;
+} RecEdge;
+
+typedef struct RecAux {
+	uint32_t node;
+	uint32_t idx; /* consumer input slot the aux producer relates to */
+	RecMap map;   /* mapping from the aux producer's output to that input */
+} RecAux;
+
+typedef struct EdgeSet {
+	uint64_t *keys;
+	uint32_t *vals;
+	uint32_t cap, used, live;
+} EdgeSet;
+
+typedef Vec(uint32_t) U32Vec;
+
+/* growable arrays inside the pass arena (a grown array leaves its old block
+ * to the arena): the rec graph has a few small lists per node */
+void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n);
+#define avec_push(A, v, x)                                                                 \
+	do {                                                                               \
+		if ((v)->n == (v)->cap)                                                    \
+			sapp_avec_grow((A), (void **)&(v)->a, &(v)->cap, sizeof *(v)->a, (v)->n); \
+		(v)->a[(v)->n++] = (x);                                                    \
+	} while (0)
+
+typedef struct RecNode {
+	uint32_t op;
+	uint8_t type;
+	uint8_t kept;    /* not eliminated */
+	uint8_t pinned;  /* interfered SAPP: never re-partitioned */
+	uint8_t nargs;
+	uint8_t ta, tb;  /* transposed MatMul/BatchMatMul operands (stored logically) */
+	RecMap own;      /* Transpose/Reshape: the node's own mapping */
+	Dim4 *arg;       /* input shapes */
+	Dim4 *acut;      /* input shard counts (only inputs 0..1 are ever cut, §1.4) */
+	Dim4 out, ocut;
+	U32Vec in;       /* producer per input slot (positions compress, §1.6) */
+	Vec(RecMap) inmap; /* mapping from that producer's output to the slot */
+	Vec(RecAux) aux;
+	Vec(RecEdge) outs;
+	U32Vec users;    /* nodes that list this one in `in` or `aux` (may repeat) */
+	/* partition state */
+	int32_t lvl;     /* the level this node decided in (-1: not yet) */
+	Dim4 one[3];     /* this level's cut factors: input 0, input 1, output */
+	Dim4 *snap;      /* pipeline: cuts after the last level the roll-back keeps (3) */
+	Dim4 *pin;       /* pinned: the user's cuts (in0, in1, out), then what
+			  * DecomposeStrategy has not handed out yet (6) */
+} RecNode;
+
+/* ---------------------------------------------------------- operators (§4) */
+typedef struct SappOp {
+	Node *n;          /* NULL: the implicit VirtualDataset */
+	uint8_t type;     /* REC_* */
+	uint8_t elim;     /* contracted before partitioning */
+	uint8_t pinned;   /* user strategy frozen (interfered SAPP) */
+	uint8_t source;   /* SRC_* */
+	uint8_t has_s;    /* strategy decided (possibly all ones) */
+	uint8_t has_os;   /* out strategy set */
+	uint8_t ta, tb;
+	uint8_t orank;
+	uint8_t fdirty, bdirty; /* propagation: a neighbour changed since last look */
+	uint32_t nin;     /* tensor inputs */
+	uint32_t *arg;    /* operand index of each tensor input */
+	uint8_t *rank;
+	const int64_t **dims;
+	int32_t *prod;    /* producer operator of each tensor input, -1 none */
+	uint32_t *off;    /* offset of input i's entries in s[] */
+	int64_t *s;       /* strategy: for each tensor input, one shard count per dim */
+	int64_t *os;      /* out strategy (orank entries) */
+	const int64_t *odims;
+	uint32_t ncons;   /* consumers (operator, tensor input slot), in operator order */
+	uint32_t *cons_op, *cons_slot;
+	int32_t nspos;    /* position in the no-strategy list, -1 */
+} SappOp;
+
+typedef struct Sapp {
+	Module *m;
+	const Options *o;
+	SappConf conf;
+	Arena *arena;       /* pass-local memory */
+	SappOp *ops;
+	uint32_t nops;
+	int32_t vd;          /* the VirtualDataset operator, -1 if the graph has no inputs */
+	int32_t *op_of_node; /* node id -> operator index, -1 */
+	RecNode *rec;        /* one per operator */
+	uint32_t *kept;      /* kept rec nodes in index order */
+	uint32_t nkept;
+	uint32_t *elim_order; /* eliminated operators in elimination order */
+	uint32_t nelim;
+	uint32_t *stamp;     /* scratch, one per operator */
+	EdgeSet edges;       /* (producer, consumer) -> out-list position */
+	Vec(RecAux) prods;   /* scratch of eliminate() */
+	void *cons;          /* scratch of the cost model: constraints of one node */
+	uint32_t ncons_cap;
+	int64_t devices, stage_devices;
+	int64_t stages;
+	int64_t mbs;         /* micro-batch size (1 without pipeline) */
+	int nlevels, rollback;
+	int primes[64];      /* the prime of each level */
+	int weight_order;
+	int64_t explain;     /* operator index for --explain, -1 */
+} Sapp;
+
+/* graph.c */
+int sapp_build(Sapp *S);      /* operator list, producers, consumers; 0 ok */
+void sapp_rec_build(Sapp *S); /* rec graph, then elimination */
+void sapp_free(Sapp *S);
+int sapp_rectype_of(const Node *n);
+int sapp_dataset_param(const Node *p);
+int sapp_map_reshape(const int64_t *in, int rin, const int64_t *out, int rout, RecMap *m);
+RecMap sapp_map_identity(void);
+RecMap sapp_map_transpose(const int64_t *perm, int r);
+RecMap sapp_map_compose(RecMap first, RecMap then);
+int sapp_map_shape(const RecMap *m, const Dim4 *src, Dim4 *dst);
+Dim4 sapp_dim4(const int64_t *d, int r);
+int sapp_attr_int(const Node *n, int operand, const char *attr, int64_t *out);
+int sapp_attr_ints(const Node *n, int operand, const char *attr, int64_t *out, int max);
+int sapp_attr_bool(const Node *n, int operand, const char *attr, int dflt);
+
+/* cost.c */
+typedef struct SappChoice {
+	int nopt;
+	const char *name[8];
+	double opcost[8], redis[8], total[8];
+	Dim4 mode[8][3];  /* per option: cut factors on input 0, input 1, output */
+	Dim4 eff[8][3];   /* what the option does to input 0, input 1, output */
+	int best;         /* -1: no cut at this level */
+} SappChoice;
+void sapp_choose(Sapp *S, const RecNode *N, int p, int level, SappChoice *c);
+void sapp_apply_choice(RecNode *N, const SappChoice *c);
+double sapp_weight(const Sapp *S, const RecNode *N, int p);
+double sapp_redis(Sapp *S, const RecNode *N, const Dim4 mode[3], int level);
+
+/* partition.c */
+int sapp_partition(Sapp *S);
+void sapp_decompose_step(Dim4 *rem, const Dim4 *user, int p, Dim4 *step);
+
+/* propagate.c */
+void sapp_generate(Sapp *S);
+int sapp_prepare_reshape(const int64_t *from, int rf, const int64_t *to, int rt, const int64_t *fs, int64_t *ts);
+void sapp_gen_gather_stra(const int64_t *shape, int r, int64_t devices, int64_t *out);
+int sapp_default_batch(const Sapp *S, SappOp *X);
+void sapp_set_input(SappOp *X, uint32_t i, const int64_t *v, int len, int fill);
+int64_t sapp_product(const int64_t *v, int n);
+
+/* sapp.c */
+int sapp_explaining(const Sapp *S, uint32_t op);
+const char *sapp_op_label(const SappOp *X, char *buf, size_t n);
+
+#endif
