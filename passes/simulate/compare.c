@@ -110,7 +110,7 @@ static int check_slice(const SimSlice *sl, const SimTensor *gt, const SimTensor 
 	sim_fmt_shape(c, sizeof c, gt->ndim, gt->shape);
 	if (sl->rank != gt->ndim || !sim_same_shape(lt, sl->rank, sl->shape)) {
 		snprintf(mm->why, sizeof mm->why, "the rank's tensor is %s but its slice of the global %s is %s", a, c,
-			 b);
+		         b);
 		return 1;
 	}
 	for (int i = 0; i < sl->rank; i++)
@@ -183,7 +183,7 @@ static void record(SimReport *rep, const SimMismatch *mm)
 
 /* the ranks holding partial sums of p[r]'s block: add them, then compare */
 static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const SimTensor *gt, double rtol,
-			    SimReport *rep)
+                            SimReport *rep)
 {
 	SimMismatch mm;
 	set_where(&mm, gn, p[r].ln, r);
@@ -200,7 +200,7 @@ static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const Si
 	rep->compared++;
 	if (found != p[r].sl.replicated_sum) {
 		snprintf(mm.why, sizeof mm.why, "%lld ranks hold partial sums of this block, the layout says %d",
-			 (long long)found, p[r].sl.replicated_sum);
+		         (long long)found, p[r].sl.replicated_sum);
 		record(rep, &mm);
 	} else {
 		float *sum = xmalloc((size_t)(numel ? numel : 1) * sizeof *sum);
@@ -286,7 +286,7 @@ void sim_print_report(FILE *f, const SimReport *rep)
 {
 	if (!rep->mismatched) {
 		fprintf(f, "simulate: %d operator values compared, all within tolerance (%d skipped: no layout)\n",
-			rep->compared, rep->skipped);
+		        rep->compared, rep->skipped);
 		return;
 	}
 	const SimMismatch *m = &rep->first;
@@ -302,8 +302,8 @@ void sim_print_report(FILE *f, const SimReport *rep)
 		sim_fmt_index(li, sizeof li, m->ndim, m->index);
 		sim_fmt_index(gi, sizeof gi, m->ndim, m->gindex);
 		fprintf(f, ": element %s (global %s) expected %.9g, got %.9g; %lld of %lld elements differ\n", li, gi,
-			m->expected, m->got, (long long)m->nbad, (long long)m->numel);
+		        m->expected, m->got, (long long)m->nbad, (long long)m->numel);
 	}
-	fprintf(f, "simulate: %d of %d operator values differ (%d skipped: no layout)\n", rep->mismatched, rep->compared,
-		rep->skipped);
+	fprintf(f, "simulate: %d of %d operator values differ (%d skipped: no layout)\n", rep->mismatched,
+	        rep->compared, rep->skipped);
 }

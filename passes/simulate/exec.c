@@ -30,7 +30,7 @@ static const char *world_name(const SimRun *r, const char *g)
 	if (!g)
 		return NULL;
 	if (r->o.world_group ? strcmp(g, r->o.world_group) == 0
-			     : strcmp(g, "hccl_world_group") == 0 || strcmp(g, "nccl_world_group") == 0)
+	                     : strcmp(g, "hccl_world_group") == 0 || strcmp(g, "nccl_world_group") == 0)
 		return g;
 	return NULL;
 }
@@ -61,14 +61,14 @@ int sim_group_of(SimRun *r, RankState *s, Node *n, int64_t *ranks, int max)
 			ranks[k] = k;
 	} else {
 		return sim_errorf(r, s, n,
-				  "cannot tell the ranks of group '%s': no group_rank_ids, rank_list or group_ranks",
-				  gname ? gname : "");
+		                  "cannot tell the ranks of group '%s': no group_rank_ids, rank_list or group_ranks",
+		                  gname ? gname : "");
 	}
 	int self = 0;
 	for (int i = 0; i < k; i++) {
 		if (ranks[i] < 0 || ranks[i] >= r->nranks)
 			return sim_errorf(r, s, n, "group rank %lld is not among the %d simulated ranks",
-					  (long long)ranks[i], r->nranks);
+			                  (long long)ranks[i], r->nranks);
 		for (int j = 0; j < i; j++)
 			if (ranks[j] == ranks[i])
 				return sim_errorf(r, s, n, "rank %lld appears twice in the group", (long long)ranks[i]);
@@ -130,7 +130,7 @@ static int arrive(SimRun *r, RankState *s, Node *n)
 			return sim_errorf(r, s, n, "peer rank %lld is not another simulated rank", (long long)peer);
 		return 0;
 	}
-	s->wn = sim_group_of(r, s, n, s->wranks, r->nranks);
+	s->wn = sim_group_of(r, s, n, s->wranks, s->wcap);
 	if (s->wn < 0)
 		return -1;
 	s->wgroup = group_sym(s->wranks, s->wn);
@@ -162,7 +162,7 @@ static int send(SimRun *r, RankState *s)
 	if (!v)
 		return -1;
 	SimMsg msg = {s->rank, (int)int_attr(s->wait, "dest_rank", -1, NULL), int_attr(s->wait, "sr_tag", 0, NULL), v,
-		      s->wait};
+	              s->wait};
 	vec_push(&r->mail, msg);
 	return finish(r, s, v) < 0 ? -1 : 1;
 }
@@ -189,7 +189,7 @@ static int receive(SimRun *r, RankState *s)
 			else
 				snprintf(b, sizeof b, "a non-tensor");
 			return sim_errorf(r, s, n, "expects shape %s but rank %d sent %s (sr_tag %lld)", a, src, b,
-					  (long long)tag);
+			                  (long long)tag);
 		}
 		return finish(r, s, v) < 0 ? -1 : 1;
 	}
@@ -213,8 +213,11 @@ static int gather_members(SimRun *r, RankState *s, RankState **mem)
 static const char *ordinal(uint32_t k, char *buf, size_t n)
 {
 	uint32_t x = k + 1;
-	const char *suf = x % 100 >= 11 && x % 100 <= 13 ? "th" : x % 10 == 1 ? "st" : x % 10 == 2 ? "nd"
-											   : x % 10 == 3 ? "rd" : "th";
+	const char *suf = x % 100 >= 11 && x % 100 <= 13 ? "th"
+	                  : x % 10 == 1                  ? "st"
+	                  : x % 10 == 2                  ? "nd"
+	                  : x % 10 == 3                  ? "rd"
+	                                                 : "th";
 	snprintf(buf, n, "%u%s", x, suf);
 	return buf;
 }
@@ -231,8 +234,11 @@ static SimTensor *reduce_inputs(SimRun *r, RankState *s, SimTensor **in, int k, 
 	SimTensor *o = sim_tensor_new(r, in[0]->dtype, in[0]->ndim, in[0]->shape);
 	if (!o)
 		return NULL;
-	int kind = strcmp(op, "sum") == 0 ? 's' : strcmp(op, "max") == 0 ? 'M' : strcmp(op, "min") == 0 ? 'm'
-					    : strcmp(op, "prod") == 0 ? 'p' : 0;
+	int kind = strcmp(op, "sum") == 0    ? 's'
+	           : strcmp(op, "max") == 0  ? 'M'
+	           : strcmp(op, "min") == 0  ? 'm'
+	           : strcmp(op, "prod") == 0 ? 'p'
+	                                     : 0;
 	if (!kind) {
 		sim_errorf(r, s, s->wait, "reduce op \"%s\" is not simulated (sum, max, min, prod)", op);
 		return NULL;
@@ -241,8 +247,10 @@ static SimTensor *reduce_inputs(SimRun *r, RankState *s, SimTensor **in, int k, 
 		double acc = in[0]->data[i];
 		for (int j = 1; j < k; j++) {
 			double x = in[j]->data[i];
-			acc = kind == 's' ? acc + x : kind == 'p' ? acc * x : kind == 'M' ? (x > acc ? x : acc)
-												  : (x < acc ? x : acc);
+			acc = kind == 's'   ? acc + x
+			      : kind == 'p' ? acc * x
+			      : kind == 'M' ? (x > acc ? x : acc)
+			                    : (x < acc ? x : acc);
 		}
 		o->data[i] = (float)acc;
 	}
@@ -302,8 +310,8 @@ static int collective(SimRun *r, RankState *s)
 	for (int j = 0; j < k; j++) {
 		if (mem[j]->wait->op != n->op) {
 			sim_errorf(r, s, n, "the %s collective of group %s is %s here but %s on rank %d",
-				   ordinal(s->wseq, ord, sizeof ord), sym_str(s->wgroup), sym_str(n->prim),
-				   sym_str(mem[j]->wait->prim), mem[j]->rank);
+			           ordinal(s->wseq, ord, sizeof ord), sym_str(s->wgroup), sym_str(n->prim),
+			           sym_str(mem[j]->wait->prim), mem[j]->rank);
 			goto out;
 		}
 		if (!(in[j] = member_input(r, mem[j])))
@@ -312,7 +320,7 @@ static int collective(SimRun *r, RankState *s)
 			sim_fmt_shape(a, sizeof a, in[0]->ndim, in[0]->shape);
 			sim_fmt_shape(b, sizeof b, in[j]->ndim, in[j]->shape);
 			sim_errorf(r, s, n, "rank %d contributes shape %s but rank %d contributes %s", mem[0]->rank, a,
-				   mem[j]->rank, b);
+			           mem[j]->rank, b);
 			goto out;
 		}
 	}
@@ -356,9 +364,10 @@ static int collective(SimRun *r, RankState *s)
 			goto out;
 		}
 		if (cnt != k || sd < 0 || sd >= nd || cd < 0 || cd >= nd || in[0]->shape[sd] % k) {
-			sim_errorf(r, s, n, "split_count %lld, split_dim %lld, concat_dim %lld do not fit a %d-rank group "
-					    "and a rank-%d input",
-				   (long long)cnt, (long long)sd, (long long)cd, k, nd);
+			sim_errorf(r, s, n,
+			           "split_count %lld, split_dim %lld, concat_dim %lld do not fit a %d-rank group "
+			           "and a rank-%d input",
+			           (long long)cnt, (long long)sd, (long long)cd, k, nd);
 			goto out;
 		}
 		for (int j = 0; j < k; j++)
@@ -435,13 +444,16 @@ static void deadlock(SimRun *r)
 		if (s->done)
 			k += (size_t)snprintf(buf + k, sizeof buf - k, "%srank %d has returned", i ? "; " : "", i);
 		else if (n && n->op == OP_Receive)
-			k += (size_t)snprintf(buf + k, sizeof buf - k, "%srank %d waits in Receive %%%d for rank %lld (sr_tag %lld)",
-					      i ? "; " : "", i, n->local, (long long)int_attr(n, "src_rank", -1, NULL),
-					      (long long)int_attr(n, "sr_tag", 0, NULL));
+			k += (size_t)snprintf(buf + k, sizeof buf - k,
+			                      "%srank %d waits in Receive %%%d for rank %lld (sr_tag %lld)",
+			                      i ? "; " : "", i, n->local, (long long)int_attr(n, "src_rank", -1, NULL),
+			                      (long long)int_attr(n, "sr_tag", 0, NULL));
 		else if (n)
-			k += (size_t)snprintf(buf + k, sizeof buf - k, "%srank %d waits in %s %%%d, its %s collective of group %s",
-					      i ? "; " : "", i, sym_str(n->prim), n->local, ordinal(s->wseq, ord, sizeof ord),
-					      sym_str(s->wgroup));
+			k += (size_t)snprintf(buf + k, sizeof buf - k,
+			                      "%srank %d waits in %s %%%d%s%s%s, its %s collective of group %s",
+			                      i ? "; " : "", i, sym_str(n->prim), n->local, n->instance ? " (" : "",
+			                      n->instance ? sym_str(n->instance) : "", n->instance ? ")" : "",
+			                      ordinal(s->wseq, ord, sizeof ord), sym_str(s->wgroup));
 	}
 	sim_errorf(r, NULL, NULL, "deadlock: %s", buf);
 }
@@ -463,8 +475,9 @@ static int schedule(SimRun *r)
 			RankState *s = &r->rs[i];
 			if (!s->wait)
 				continue;
-			int rc = s->wait->op == OP_Send ? send(r, s) : s->wait->op == OP_Receive ? receive(r, s)
-												  : collective(r, s);
+			int rc = s->wait->op == OP_Send      ? send(r, s)
+			         : s->wait->op == OP_Receive ? receive(r, s)
+			                                     : collective(r, s);
 			if (rc < 0)
 				return -1;
 			moved |= rc;
@@ -481,7 +494,7 @@ static int schedule(SimRun *r)
 	if (r->mail.n) {
 		SimMsg *m = &r->mail.a[0];
 		return sim_errorf(r, &r->rs[m->src], m->send, "the message to rank %d (sr_tag %lld) was never received",
-				  m->dest, (long long)m->tag);
+		                  m->dest, (long long)m->tag);
 	}
 	return 0;
 }
@@ -510,7 +523,8 @@ SimRun *sim_new(Module **ranks, int nranks, const SimOptions *o)
 		}
 		s->nvals = ranks[k]->next_id;
 		s->vals = xcalloc(s->nvals ? s->nvals : 1, sizeof *s->vals);
-		s->wranks = xcalloc((size_t)nranks, sizeof *s->wranks);
+		s->wcap = nranks > 4096 ? nranks : 4096;
+		s->wranks = xcalloc((size_t)s->wcap, sizeof *s->wranks);
 	}
 	return r;
 }
@@ -536,11 +550,12 @@ int sim_exec(SimRun *r)
 		int64_t est = sim_estimate_bytes(ms, r->nranks);
 		free(ms);
 		if (est > r->limit)
-			return sim_errorf(r, NULL, NULL,
-					  "the simulation needs about %.1f MB of tensor storage%s, more than the %.0f MB "
-					  "allowed (--simulate-max-mb)",
-					  (double)est / (1024.0 * 1024.0), r->nranks > 1 ? " over all ranks" : "",
-					  (double)r->limit / (1024.0 * 1024.0));
+			return sim_errorf(
+			    r, NULL, NULL,
+			    "the simulation needs about %.1f MB of tensor storage%s, more than the %.0f MB "
+			    "allowed (--simulate-max-mb)",
+			    (double)est / (1024.0 * 1024.0), r->nranks > 1 ? " over all ranks" : "",
+			    (double)r->limit / (1024.0 * 1024.0));
 	}
 	for (int k = 0; k < r->nranks; k++)
 		if (sim_make_inputs(r, &r->rs[k]) < 0)
@@ -593,6 +608,14 @@ void sim_free(SimRun *r)
 const char *sim_error(const SimRun *r)
 {
 	return r->failed ? r->err : NULL;
+}
+
+const char *sim_error_detail(const SimRun *r, Loc *loc)
+{
+	if (!r->failed)
+		return NULL;
+	*loc = r->errloc;
+	return r->err + r->msgoff;
 }
 
 int sim_nranks(const SimRun *r)

@@ -110,16 +110,18 @@ static Dist derive(const Module *m, const Node *p)
 				flow[n->id] = 2 + (int)i;
 			else if ((n->op == OP_Gather || n->op == OP_GatherV2) && i == 1) {
 				int64_t ax = 0;
-				const Value *av = n->nargs > 2 && n->args[2].kind != V_NODE ? &n->args[2]
-											: ir_attr_get(&n->pattrs, "axis");
+				const Value *av = n->nargs > 2 && n->args[2].kind != V_NODE
+				                      ? &n->args[2]
+				                      : ir_attr_get(&n->pattrs, "axis");
 				if (av)
 					value_get_int(av, &ax);
 				lim = in_dim(n, 0, ax);
 			} else if (n->op == OP_SparseSoftmaxCrossEntropyWithLogits && i == 1)
 				lim = in_dim(n, 0, -1);
 			else if (n->op == OP_OneHot && i == 0) {
-				const Value *dv = n->nargs > 1 && n->args[1].kind != V_NODE ? &n->args[1]
-											   : ir_attr_get(&n->pattrs, "depth");
+				const Value *dv = n->nargs > 1 && n->args[1].kind != V_NODE
+				                      ? &n->args[1]
+				                      : ir_attr_get(&n->pattrs, "depth");
 				if (dv)
 					value_get_int(dv, &lim);
 			} else if ((n->op == OP_Log || n->op == OP_Sqrt || n->op == OP_Rsqrt) && i == 0)
@@ -177,13 +179,14 @@ static int param_slice(SimRun *r, RankState *s, Node *p, Node *G, int64_t *off)
 	if (rc == 0)
 		return sim_errorf(r, s, p, "local shape %s differs from the global %s and no slice is known", a, b);
 	if (sl.rank != ls->rank)
-		return sim_errorf(r, s, p, "the slice describes %d dimensions, the parameter has %d", sl.rank, ls->rank);
+		return sim_errorf(r, s, p, "the slice describes %d dimensions, the parameter has %d", sl.rank,
+		                  ls->rank);
 	for (int i = 0; i < ls->rank; i++) {
 		if (sl.shape[i] != ls->dims[i] || sl.offset[i] < 0 || sl.offset[i] + sl.shape[i] > gs->dims[i]) {
 			char c[160];
 			sim_fmt_shape(c, sizeof c, sl.rank, sl.shape);
-			return sim_errorf(r, s, p, "slice %s at dimension %d does not fit local %s inside global %s", c, i,
-					  a, b);
+			return sim_errorf(r, s, p, "slice %s at dimension %d does not fit local %s inside global %s", c,
+			                  i, a, b);
 		}
 		off[i] = sl.offset[i];
 	}
@@ -215,7 +218,7 @@ static int make_param(SimRun *r, RankState *s, Node *p)
 	if (ov) {
 		if (ov->n != t->numel)
 			return sim_errorf(r, s, p, "%lld values given for %lld elements", (long long)ov->n,
-					  (long long)t->numel);
+			                  (long long)t->numel);
 		memcpy(t->data, ov->data, (size_t)t->numel * sizeof(float));
 		return 0;
 	}

@@ -165,7 +165,7 @@ SimValue *sim_arg(Ctx *c, uint32_t i)
 	const Value *v = &n->args[i];
 	if (v->kind == V_EXTERN)
 		return FAILV("operand %u (%s) is outside the text; a fragment cannot be simulated", i,
-			     sym_str(v->text));
+		             sym_str(v->text));
 	if (v->kind == V_GRAPH)
 		return FAILV("operand %u is a graph; higher-order operands are not simulated", i);
 	if (v->kind != V_NODE)
@@ -174,7 +174,7 @@ SimValue *sim_arg(Ctx *c, uint32_t i)
 	if (p->id >= c->s->nvals || !c->s->vals[p->id]) {
 		if (p->g != c->s->g)
 			return FAILV("operand %u refers to a node of graph @%s; only the entry graph is simulated", i,
-				     sym_str(p->g->name));
+			             sym_str(p->g->name));
 		return FAILV("operand %u (%%%d) has no value yet", i, p->local);
 	}
 	return c->s->vals[p->id];
@@ -332,7 +332,8 @@ int sim_check_declared(Ctx *c, const SimValue *v)
 		for (uint32_t i = 0; i < v->n; i++) {
 			char what[32];
 			snprintf(what, sizeof what, "output %u", i);
-			if (v->elems[i]->kind == SV_TENSOR && check_shape(c, v->elems[i]->t, &n->out.shape.sub[i], what))
+			if (v->elems[i]->kind == SV_TENSOR &&
+			    check_shape(c, v->elems[i]->t, &n->out.shape.sub[i], what))
 				return -1;
 		}
 	}
@@ -576,7 +577,7 @@ static SimValue *bias_add(Ctx *c)
 	int ch = x->ndim < 2 ? 0 : fmt && strcmp(fmt, "NHWC") == 0 ? x->ndim - 1 : 1;
 	if (x->ndim == 0 || b->ndim != 1 || b->shape[0] != x->shape[ch])
 		return FAILV("bias of %lld elements does not match channel dimension %d of the input",
-			     (long long)b->numel, ch);
+		             (long long)b->numel, ch);
 	SimTensor *o = sim_tensor_new(c->r, x->dtype, x->ndim, x->shape);
 	if (!o)
 		return NULL;
@@ -709,7 +710,7 @@ static SimValue *squeeze(Ctx *c)
 static SimValue *transpose(Ctx *c)
 {
 	SimTensor *x = sim_arg_tensor(c, 0);
-	int64_t p[MAX_RANK], d[MAX_RANK], st[MAX_RANK];
+	int64_t p[MAX_RANK], d[MAX_RANK], st[MAX_RANK], ost[MAX_RANK];
 	if (!x)
 		return NULL;
 	int k = sim_ints(c, 1, "perm", p, MAX_RANK);
@@ -730,18 +731,9 @@ static SimValue *transpose(Ctx *c)
 	if (!o)
 		return NULL;
 	sim_strides(k, x->shape, st);
-	int64_t idx[MAX_RANK] = {0};
-	for (int64_t i = 0; i < o->numel; i++) {
-		int64_t off = 0;
-		for (int j = 0; j < k; j++)
-			off += idx[j] * st[p[j]];
-		o->data[i] = x->data[off];
-		for (int j = k - 1; j >= 0; j--) {
-			if (++idx[j] < d[j])
-				break;
-			idx[j] = 0;
-		}
-	}
+	for (int j = 0; j < k; j++)
+		ost[j] = st[p[j]];
+	sim_copy_strided(x->data, 0, k, d, ost, o->data);
 	return sim_val_tensor(c->r, o);
 }
 
@@ -859,7 +851,7 @@ static SimValue *strided_slice(Ctx *c)
 	SimTensor *x = sim_arg_tensor(c, 0);
 	int64_t bg[MAX_RANK], en[MAX_RANK], sd[MAX_RANK], mask[5] = {0};
 	static const char *const mnames[5] = {"begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
-					      "shrink_axis_mask"};
+	                                      "shrink_axis_mask"};
 	if (!x)
 		return NULL;
 	int kb = sim_ints(c, 1, "begin", bg, MAX_RANK), ke = sim_ints(c, 2, "end", en, MAX_RANK);
@@ -887,7 +879,8 @@ static SimValue *strided_slice(Ctx *c)
 				if (b < 0)
 					b += dim;
 				if (b < 0 || b >= dim)
-					return FAILV("shrink index %lld out of range in dimension %d", (long long)bg[i], i);
+					return FAILV("shrink index %lld out of range in dimension %d", (long long)bg[i],
+					             i);
 				start[i] = b;
 				step[i] = 1;
 				cnt[i] = 1;
@@ -913,19 +906,13 @@ static SimValue *strided_slice(Ctx *c)
 	SimTensor *o = sim_tensor_new(c->r, x->dtype, ond, oshape);
 	if (!o)
 		return NULL;
+	int64_t base = 0;
 	sim_strides(x->ndim, x->shape, st);
-	int64_t idx[MAX_RANK] = {0};
-	for (int64_t i = 0; i < o->numel; i++) {
-		int64_t off = 0;
-		for (int d = 0; d < x->ndim; d++)
-			off += (start[d] + idx[d] * step[d]) * st[d];
-		o->data[i] = x->data[off];
-		for (int d = x->ndim - 1; d >= 0; d--) {
-			if (++idx[d] < cnt[d])
-				break;
-			idx[d] = 0;
-		}
+	for (int d = 0; d < x->ndim; d++) {
+		base += start[d] * st[d];
+		st[d] *= step[d];
 	}
+	sim_copy_strided(x->data, base, x->ndim, cnt, st, o->data);
 	return sim_val_tensor(c->r, o);
 }
 
@@ -1013,7 +1000,7 @@ static SimValue *split(Ctx *c)
 		return NULL;
 	if (num <= 0 || x->shape[ax] % num)
 		return FAILV("dimension %d (%lld) does not split into %lld parts", ax, (long long)x->shape[ax],
-			     (long long)num);
+		             (long long)num);
 	SimValue *t = sim_val_tuple(c->r, (uint32_t)num);
 	int64_t off[MAX_RANK] = {0}, d[MAX_RANK];
 	for (int i = 0; i < x->ndim; i++)
@@ -1047,7 +1034,7 @@ static SimValue *tuple_get_item(Ctx *c)
 		return FAILV("no index");
 	if (t->kind != SV_TUPLE || i < 0 || i >= (int64_t)t->n)
 		return FAILV("index %lld out of range of a %s", (long long)i,
-			     t->kind == SV_TUPLE ? "tuple" : "non-tuple operand");
+		             t->kind == SV_TUPLE ? "tuple" : "non-tuple operand");
 	return t->elems[i];
 }
 

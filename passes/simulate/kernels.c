@@ -205,7 +205,7 @@ SimValue *k_conv2d(Ctx *c)
 		return FAILV("group, stride and dilation must be positive");
 	if (C != CG * g || O % g)
 		return FAILV("input has %lld channels, the weight expects %lld x group %lld", (long long)C,
-			     (long long)CG, (long long)g);
+		             (long long)CG, (long long)g);
 	int mode = pad_mode(c->n);
 	int64_t pt, pl;
 	int64_t OH = out_dim(H, KH, sh, dh, mode, pads[0], pads[1], &pt);
@@ -230,8 +230,10 @@ SimValue *k_conv2d(Ctx *c)
 								int64_t ix = ox * sw - pl + kx * dw;
 								if (ix < 0 || ix >= W)
 									continue;
-								s += (double)x->data[((nb * C + c0 + ic) * H + iy) * W + ix] *
-								     w->data[((oc * CG + ic) * KH + ky) * KW + kx];
+								s +=
+								    (double)x
+								        ->data[((nb * C + c0 + ic) * H + iy) * W + ix] *
+								    w->data[((oc * CG + ic) * KH + ky) * KW + kx];
 							}
 						}
 					o->data[((nb * O + oc) * OH + oy) * OW + ox] = (float)s;
@@ -368,8 +370,8 @@ SimValue *k_argwithvalue(Ctx *c)
 			shape[nd++] = i == ax ? 1 : x->shape[i];
 	around(x, ax, &outer, &inner);
 	int64_t n = x->shape[ax];
-	SimTensor *iv = sim_tensor_new(c->r, SD_INT, nd, shape), *vv = iv ? sim_tensor_new(c->r, x->dtype, nd, shape)
-									 : NULL;
+	SimTensor *iv = sim_tensor_new(c->r, SD_INT, nd, shape),
+	          *vv = iv ? sim_tensor_new(c->r, x->dtype, nd, shape) : NULL;
 	if (!vv)
 		return NULL;
 	int isMax = c->n->op == OP_ArgMaxWithValue;
@@ -400,7 +402,8 @@ static void softmax_rows(const float *x, float *y, int64_t outer, int64_t n, int
 			for (int64_t j = 0; j < n; j++)
 				sum += exp(xr[j * inner] - mx);
 			for (int64_t j = 0; j < n; j++)
-				yr[j * inner] = (float)(logv ? xr[j * inner] - mx - log(sum) : exp(xr[j * inner] - mx) / sum);
+				yr[j * inner] =
+				    (float)(logv ? xr[j * inner] - mx - log(sum) : exp(xr[j * inner] - mx) / sum);
 		}
 }
 
@@ -460,8 +463,8 @@ SimValue *k_layernorm(Ctx *c)
 	for (int i = bp; i < x->ndim; i++)
 		gsz *= x->shape[i];
 	if (g->numel != gsz || b->numel != gsz)
-		return FAILV("gamma and beta have %lld and %lld elements; dims %d.. of the input have %lld", (long long)g->numel,
-			     (long long)b->numel, bp, (long long)gsz);
+		return FAILV("gamma and beta have %lld and %lld elements; dims %d.. of the input have %lld",
+		             (long long)g->numel, (long long)b->numel, bp, (long long)gsz);
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
 	SimTensor *mean = o ? stat_tensor(c, x, bn) : NULL, *rstd = mean ? stat_tensor(c, x, bn) : NULL;
 	if (!rstd)
@@ -539,12 +542,12 @@ SimValue *k_batchnorm(Ctx *c)
 	for (int i = 1; i < 5; i++)
 		if (in[i]->numel != C)
 			return FAILV("operand %d has %lld elements for %lld channels", i, (long long)in[i]->numel,
-				     (long long)C);
+			             (long long)C);
 	int train = sim_flag(c, 5, "is_training", NULL, 0);
 	double eps = sim_float(c, 6, "epsilon", 1e-5);
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
-	SimTensor *bm = o ? sim_tensor_new(c->r, SD_F32, 1, &C) : NULL, *bv = bm ? sim_tensor_new(c->r, SD_F32, 1, &C)
-										      : NULL;
+	SimTensor *bm = o ? sim_tensor_new(c->r, SD_F32, 1, &C) : NULL,
+	          *bv = bm ? sim_tensor_new(c->r, SD_F32, 1, &C) : NULL;
 	if (!bv)
 		return NULL;
 	for (int64_t ch = 0; ch < C; ch++) {
@@ -591,8 +594,8 @@ SimValue *k_loss(Ctx *c)
 	if (x->ndim != 2 || !sim_same_shape(y, 2, x->shape))
 		return FAILV("takes 2-D logits and labels of the same shape");
 	int64_t B = x->shape[0], C = x->shape[1];
-	SimTensor *sm = sim_tensor_new(c->r, SD_F32, 2, x->shape), *loss = sm ? sim_tensor_new(c->r, SD_F32, 1, &B)
-										: NULL;
+	SimTensor *sm = sim_tensor_new(c->r, SD_F32, 2, x->shape),
+	          *loss = sm ? sim_tensor_new(c->r, SD_F32, 1, &B) : NULL;
 	if (!loss)
 		return NULL;
 	softmax_rows(x->data, sm->data, B, C, 1, 1);
@@ -624,7 +627,7 @@ SimValue *k_sparseloss(Ctx *c)
 		int64_t lab = (int64_t)y->data[i];
 		if (lab < 0 || lab >= C)
 			return FAILV("label %lld of row %lld is outside [0, %lld)", (long long)lab, (long long)i,
-				     (long long)C);
+			             (long long)C);
 		const float *xr = x->data + i * C;
 		double mx = -INFINITY, s = 0;
 		for (int64_t j = 0; j < C; j++)

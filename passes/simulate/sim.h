@@ -96,7 +96,9 @@ SimRun *sim_run(Module *m, const SimOptions *o);
 SimRun *sim_run_ranks(Module **ranks, int nranks, const SimOptions *o);
 void sim_free(SimRun *r);
 
-const char *sim_error(const SimRun *r); /* NULL, or the first error of the run */
+const char *sim_error(const SimRun *r); /* NULL, or the first error of the run ("file:line:col: ...") */
+/* the same without its location, which goes to *loc (line 0: none) */
+const char *sim_error_detail(const SimRun *r, Loc *loc);
 int sim_nranks(const SimRun *r);
 Module *sim_module(const SimRun *r, int rank);
 const SimValue *sim_value(const SimRun *r, int rank, const Node *n); /* NULL if not computed */
@@ -124,9 +126,9 @@ typedef struct SimMismatch {
 } SimMismatch;
 
 typedef struct SimReport {
-	int compared;   /* (operator, rank) pairs checked */
-	int skipped;    /* present in both, but no slice known and shapes differ */
-	int mismatched; /* pairs beyond tolerance or structurally wrong */
+	int compared;      /* (operator, rank) pairs checked */
+	int skipped;       /* present in both, but no slice known and shapes differ */
+	int mismatched;    /* pairs beyond tolerance or structurally wrong */
 	SimMismatch first; /* the first mismatch in the single-device graph's order, lowest rank */
 } SimReport;
 
@@ -134,8 +136,7 @@ typedef struct SimReport {
  * <= rtol * max(1, |expected|) element-wise (rtol <= 0: 1e-4).  Returns 0 when
  * everything compared agrees, 1 on a mismatch (rep->first), -1 on an error
  * of the hook. */
-int sim_compare(const SimRun *global, const SimRun *ranks, SimSliceFn slice, void *ctx, double rtol,
-		SimReport *rep);
+int sim_compare(const SimRun *global, const SimRun *ranks, SimSliceFn slice, void *ctx, double rtol, SimReport *rep);
 void sim_print_report(FILE *f, const SimReport *rep);
 
 #endif

@@ -19,8 +19,11 @@ typedef struct RankState {
 	Sym wgroup;      /* its group ("0-1") */
 	uint32_t wseq;   /* and its number among the collectives of that group on this rank */
 	int64_t *wranks; /* the group's ranks, in group order */
-	int wn;
-	Vec(struct GroupSeq { Sym group; uint32_t n; }) seqs;
+	int wn, wcap;
+	Vec(struct GroupSeq {
+		Sym group;
+		uint32_t n;
+	}) seqs;
 } RankState;
 
 typedef struct SimMsg {
@@ -49,7 +52,9 @@ struct SimRun {
 	int64_t bytes, limit;
 	uint32_t executed;
 	int failed;
-	char err[640];
+	char err[640]; /* "file:line:col: " + err + msgoff */
+	size_t msgoff;
+	Loc errloc;
 };
 
 /* What a kernel sees: the run, the rank and the node being evaluated. */
@@ -74,14 +79,16 @@ void sim_unflatten(int64_t flat, int ndim, const int64_t *shape, int64_t *idx);
 int sim_dtype_of(Sym dtype); /* SimDType of a type-line element type */
 const char *sim_dtype_name(int d);
 uint64_t sim_mix64(uint64_t x); /* splitmix64 finaliser */
+/* dst[i] = src[base + sum_d idx_d(i) * stride[d]] over the row-major indices of shape */
+void sim_copy_strided(const float *src, int64_t base, int nd, const int64_t *shape, const int64_t *stride, float *dst);
 /* copy the block [off, off+shape) of src into a new tensor */
 SimTensor *sim_extract(SimRun *r, const SimTensor *src, const int64_t *off, const int64_t *shape);
 /* record the first error: "<where>: message" */
 int sim_errorf(SimRun *r, const RankState *s, const Node *n, const char *fmt, ...) PRINTF(4, 5);
 
 /* ------------------------------------------------------------- interp.c */
-int sim_eval_node(Ctx *c);            /* computes c->s->vals[c->n->id]; 0 ok, -1 error */
-int sim_is_comm(const Node *n);       /* evaluated by the executor, not by sim_eval_node */
+int sim_eval_node(Ctx *c);      /* computes c->s->vals[c->n->id]; 0 ok, -1 error */
+int sim_is_comm(const Node *n); /* evaluated by the executor, not by sim_eval_node */
 SimValue *sim_arg(Ctx *c, uint32_t i);
 SimTensor *sim_arg_tensor(Ctx *c, uint32_t i);
 /* attribute-like operand i (literal or computed), else the attribute key:

@@ -114,9 +114,9 @@ SimTensor *sim_tensor_new(SimRun *r, int dtype, int ndim, const int64_t *shape)
 	int64_t bytes = numel * (int64_t)sizeof(float);
 	if (r->limit > 0 && r->bytes + bytes > r->limit) {
 		sim_errorf(r, NULL, NULL,
-			   "the simulation needs more than the %.0f MB of tensor storage it may use "
-			   "(--simulate-max-mb)",
-			   (double)r->limit / (1024.0 * 1024.0));
+		           "the simulation needs more than the %.0f MB of tensor storage it may use "
+		           "(--simulate-max-mb)",
+		           (double)r->limit / (1024.0 * 1024.0));
 		return NULL;
 	}
 	SimTensor *t = tensor_shell(r, dtype, ndim, shape, numel);
@@ -166,25 +166,34 @@ SimValue *sim_val_none(SimRun *r)
 	return val_new(r, SV_NONE);
 }
 
+void sim_copy_strided(const float *src, int64_t base, int nd, const int64_t *shape, const int64_t *stride, float *dst)
+{
+	int64_t idx[MAX_RANK] = {0}, numel, off = base;
+	if (sim_numel(nd, shape, &numel) < 0)
+		return;
+	for (int64_t i = 0; i < numel; i++) {
+		dst[i] = src[off];
+		for (int d = nd - 1; d >= 0; d--) {
+			off += stride[d];
+			if (++idx[d] < shape[d])
+				break;
+			off -= stride[d] * shape[d];
+			idx[d] = 0;
+		}
+	}
+}
+
 SimTensor *sim_extract(SimRun *r, const SimTensor *src, const int64_t *off, const int64_t *shape)
 {
 	int nd = src->ndim;
 	SimTensor *t = sim_tensor_new(r, src->dtype, nd, shape);
 	if (!t)
 		return NULL;
-	int64_t sst[MAX_RANK], idx[MAX_RANK] = {0};
-	sim_strides(nd, src->shape, sst);
-	for (int64_t i = 0; i < t->numel; i++) {
-		int64_t o = 0;
-		for (int d = 0; d < nd; d++)
-			o += (off[d] + idx[d]) * sst[d];
-		t->data[i] = src->data[o];
-		for (int d = nd - 1; d >= 0; d--) {
-			if (++idx[d] < shape[d])
-				break;
-			idx[d] = 0;
-		}
-	}
+	int64_t st[MAX_RANK], base = 0;
+	sim_strides(nd, src->shape, st);
+	for (int d = 0; d < nd; d++)
+		base += off[d] * st[d];
+	sim_copy_strided(src->data, base, nd, shape, st, t->data);
 	return t;
 }
 
@@ -196,7 +205,10 @@ int sim_errorf(SimRun *r, const RankState *s, const Node *n, const char *fmt, ..
 	size_t k = 0, cap = sizeof r->err;
 	if (n && s) {
 		if (n->loc.line)
-			k += (size_t)snprintf(r->err + k, cap - k, "%s:%u:%u: ", s->m->filename, n->loc.line, n->loc.col);
+			k += (size_t)snprintf(r->err + k, cap - k, "%s:%u:%u: ", s->m->filename, n->loc.line,
+			                      n->loc.col);
+		r->errloc = n->loc;
+		r->msgoff = k;
 		if (r->nranks > 1)
 			k += (size_t)snprintf(r->err + k, cap - k, "rank %d: ", s->rank);
 		if (n->kind == NK_PARAM)
@@ -205,7 +217,7 @@ int sim_errorf(SimRun *r, const RankState *s, const Node *n, const char *fmt, ..
 			k += (size_t)snprintf(r->err + k, cap - k, "Return: ");
 		else
 			k += (size_t)snprintf(r->err + k, cap - k, "%%%d(%s) %s: ", n->local, sym_str(n->name),
-					      n->prim ? sym_str(n->prim) : "call");
+			                      n->prim ? sym_str(n->prim) : "call");
 	} else if (s && r->nranks > 1) {
 		k += (size_t)snprintf(r->err + k, cap - k, "rank %d: ", s->rank);
 	}
@@ -235,8 +247,8 @@ static void print_tensor_line(FILE *f, const char *label, const SimTensor *t)
 		mn = x < mn ? x : mn;
 		mx = x > mx ? x : mx;
 	}
-	fprintf(f, " sum=%.6g mean=%.6g min=%.6g max=%.6g first=[", sum, t->numel ? sum / (double)t->numel : 0.0,
-		mn, mx);
+	fprintf(f, " sum=%.6g mean=%.6g min=%.6g max=%.6g first=[", sum, t->numel ? sum / (double)t->numel : 0.0, mn,
+	        mx);
 	for (int64_t i = 0; i < t->numel && i < 4; i++)
 		fprintf(f, "%s%.6g", i ? ", " : "", (double)t->data[i]);
 	fprintf(f, "%s]\n", t->numel > 4 ? ", ..." : "");
@@ -259,9 +271,10 @@ static void print_value(FILE *f, const char *label, const SimValue *v)
 
 void sim_print_summary(FILE *f, const SimRun *r, uint64_t seed)
 {
-	fprintf(f, "# simulate: %d %s, seed %llu, %u operators, %.1f MB of tensors\n", r->nranks,
-		r->nranks == 1 ? "device" : "ranks", (unsigned long long)seed, r->executed,
-		(double)r->bytes / (1024.0 * 1024.0));
+	double kb = (double)r->bytes / 1024.0;
+	fprintf(f, "# simulate: %d %s, seed %llu, %u operators, %.1f %s of tensors\n", r->nranks,
+	        r->nranks == 1 ? "device" : "ranks", (unsigned long long)seed, r->executed, kb < 1024 ? kb : kb / 1024,
+	        kb < 1024 ? "KB" : "MB");
 	for (int k = 0; k < r->nranks; k++) {
 		char label[32];
 		if (r->nranks > 1)
