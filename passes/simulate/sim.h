@@ -110,8 +110,11 @@ int64_t sim_bytes(const SimRun *r);                    /* tensor storage allocat
  * element, views not counted). */
 int64_t sim_estimate_bytes(Module **ranks, int nranks);
 
+/* ------------------------------------------------------------- report.c */
 /* --simulate's report on one run: its size and a line per output. */
 void sim_print_summary(FILE *f, const SimRun *r, uint64_t seed);
+/* --simulate: run m, print the summary to out or the error through diag; 0 ok, 1 error */
+int sim_run_and_print(Module *m, const SimOptions *o, FILE *out);
 
 /* ------------------------------------------------------------ compare.c */
 typedef struct SimMismatch {
