@@ -190,7 +190,10 @@ static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const Si
 	int64_t numel = p[r].lt->numel, found = 0;
 	double *acc = xcalloc((size_t)(numel ? numel : 1), sizeof *acc);
 	for (int q = r; q < nranks; q++) {
-		if (p[q].rc != 1 || p[q].done || !same_block(&p[r].sl, &p[q].sl))
+		/* a member whose tensor is not the block's shape is left to
+		 * check_slice, and missing from the count here */
+		if (p[q].rc != 1 || p[q].done || !same_block(&p[r].sl, &p[q].sl) ||
+		    !sim_same_shape(p[q].lt, p[r].sl.rank, p[r].sl.shape))
 			continue;
 		p[q].done = 1;
 		found++;
