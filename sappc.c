@@ -3,6 +3,7 @@
  * Exit status: 0 ok, 1 bad input, 2 bad usage, 3 I/O or rendering failure.
  */
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "config.h"
 #include "ir/sappc.h"
 #include "backend/render.h"
+#include "passes/simulate/sim.h"
 
 enum {
 	OPT_PASSES = 256,
@@ -25,6 +27,9 @@ enum {
 	OPT_VIEW,
 	OPT_MAX_NODES,
 	OPT_FOCUS,
+	OPT_SIMULATE,
+	OPT_SEED,
+	OPT_SIMULATE_MAX_MB,
 	OPT_VERSION,
 	OPT_HELP,
 	OPT_MEM_COEF,
@@ -55,6 +60,9 @@ static const struct option longopts[] = {
 	{"view", required_argument, NULL, OPT_VIEW},
 	{"max-nodes", required_argument, NULL, OPT_MAX_NODES},
 	{"focus", required_argument, NULL, OPT_FOCUS},
+	{"simulate", no_argument, NULL, OPT_SIMULATE},
+	{"seed", required_argument, NULL, OPT_SEED},
+	{"simulate-max-mb", required_argument, NULL, OPT_SIMULATE_MAX_MB},
 	{"version", no_argument, NULL, OPT_VERSION},
 	{"help", no_argument, NULL, OPT_HELP},
 	{"mem-coef", required_argument, NULL, OPT_MEM_COEF},
@@ -111,6 +119,13 @@ static void usage(FILE *f)
 	      "Input:\n"
 	      "      --fragment          read a dump excerpt: references to nodes that are not in the\n"
 	      "                          text are kept as opaque external operands\n"
+	      "\n"
+	      "Simulation:\n"
+	      "      --simulate          run the graph's forward pass on seeded random inputs (float32)\n"
+	      "                          and print a summary of its outputs instead of the IR\n"
+	      "      --seed=S            seed of the simulated inputs (default 0)\n"
+	      "      --simulate-max-mb=N refuse to simulate when the tensors need more than N MB\n"
+	      "                          (default 2048)\n"
 	      "\n"
 	      "Pass manager:\n"
 	      "      --passes=LIST       run exactly these passes (comma separated); empty = parse and print\n"
@@ -188,7 +203,9 @@ int main(int argc, char **argv)
 	Options o = {0};
 	PassManagerOptions pm = {0};
 	const char *out = "-", *dot = NULL, *svg = NULL;
-	int passes_given = 0;
+	int passes_given = 0, out_given = 0, simulate = 0;
+	SimOptions so = {0};
+	so.max_mb = 2048;
 	o.device_num = 1;
 	o.mem_coef = 0.1;
 	o.world_group = "hccl_world_group";
@@ -199,6 +216,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'o':
 			out = optarg;
+			out_given = 1;
 			break;
 		case 'n':
 			o.device_num = (int)parse_long("--device-num", optarg, 1, 65536);
@@ -299,6 +317,15 @@ int main(int argc, char **argv)
 		case OPT_STRATEGY_OUT:
 			o.strategy_out = optarg;
 			break;
+		case OPT_SIMULATE:
+			simulate = 1;
+			break;
+		case OPT_SEED:
+			so.seed = (uint64_t)parse_long("--seed", optarg, 0, LONG_MAX);
+			break;
+		case OPT_SIMULATE_MAX_MB:
+			so.max_mb = (double)parse_long("--simulate-max-mb", optarg, 1, 1L << 30);
+			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);
 			return 0;
@@ -361,7 +388,11 @@ int main(int argc, char **argv)
 	int rc = pm_run(m, &o, &pm);
 	if (rc == 0 && diag_errors())
 		rc = 1;
-	if (rc == 0) {
+	if (rc == 0 && simulate) {
+		so.world_group = o.world_group;
+		rc = sim_run_and_print(m, &so, stdout);
+	}
+	if (rc == 0 && (!simulate || out_given)) {
 		OutFile of;
 		if (out_open(&of, out) != 0)
 			rc = 3;

@@ -1,0 +1,652 @@
+/* exec.c - runs R ranks together, one Module per rank (rank i = ranks[i]).
+ *
+ * Each rank evaluates its entry graph's nodes in order until it reaches a
+ * communication operator, where it stops.  A round-robin scheduler (ranks
+ * in ascending order, so every run is deterministic) then fires what can
+ * fire:
+ *   - a collective (AllReduce, AllGather, ReduceScatter, AlltoAll) fires
+ *     when every rank of its group waits at the matching op: the k-th
+ *     collective of that group on each rank (SIM_MATCH_ORDER, what NCCL and
+ *     HCCL require), or the one with the same instance name
+ *     (SIM_MATCH_INSTANCE).  Group members must agree on the operator and
+ *     on the input shapes;
+ *   - Send is buffered: it posts its tensor under (src, dest, sr_tag) and
+ *     goes on; Receive takes the oldest matching message, or waits.
+ * A round in which no rank moves while some have not returned is a
+ * deadlock; it is reported with where every rank waits.  Messages nobody
+ * received are reported at the end.
+ *
+ * Groups come from group_rank_ids or rank_list (tuples, in group order),
+ * else group_ranks ("0-1-2", "WORLD_GROUP"), else a group name equal to the
+ * world group (parallel-lowering.md §3.3-3.4).  Group order is the order of
+ * AllGather's concatenation and of ReduceScatter's and AlltoAll's blocks.
+ */
+#include <string.h>
+
+#include "simint.h"
+
+static const char *world_name(const SimRun *r, const char *g)
+{
+	if (!g)
+		return NULL;
+	if (r->o.world_group ? strcmp(g, r->o.world_group) == 0
+	                     : strcmp(g, "hccl_world_group") == 0 || strcmp(g, "nccl_world_group") == 0)
+		return g;
+	return NULL;
+}
+
+int sim_group_of(SimRun *r, RankState *s, Node *n, int64_t *ranks, int max)
+{
+	const Value *v = sim_attr(n, "group_rank_ids");
+	const char *gr = sim_attr_str(n, "group_ranks"), *gname = sim_attr_str(n, "group");
+	int k = -1;
+	if (!v)
+		v = sim_attr(n, "rank_list");
+	if (v) {
+		k = value_int_list(v, ranks, max);
+		if (k < 0)
+			return sim_errorf(r, s, n, "group_rank_ids/rank_list is not a tuple of at most %d ranks", max);
+	} else if (gr && strcmp(gr, "WORLD_GROUP") != 0) {
+		k = 0;
+		for (const char *p = gr; *p;) {
+			char *end;
+			long x = strtol(p, &end, 10);
+			if (end == p || k == max || (*end && *end != '-'))
+				return sim_errorf(r, s, n, "cannot read group_ranks \"%s\"", gr);
+			ranks[k++] = x;
+			p = *end ? end + 1 : end;
+		}
+	} else if ((gr && strcmp(gr, "WORLD_GROUP") == 0) || world_name(r, gname)) {
+		for (k = 0; k < r->nranks; k++)
+			ranks[k] = k;
+	} else {
+		return sim_errorf(r, s, n,
+		                  "cannot tell the ranks of group '%s': no group_rank_ids, rank_list or group_ranks",
+		                  gname ? gname : "");
+	}
+	int self = 0;
+	for (int i = 0; i < k; i++) {
+		if (ranks[i] < 0 || ranks[i] >= r->nranks)
+			return sim_errorf(r, s, n, "group rank %lld is not among the %d simulated ranks",
+			                  (long long)ranks[i], r->nranks);
+		for (int j = 0; j < i; j++)
+			if (ranks[j] == ranks[i])
+				return sim_errorf(r, s, n, "rank %lld appears twice in the group", (long long)ranks[i]);
+		self |= ranks[i] == s->rank;
+	}
+	if (!self)
+		return sim_errorf(r, s, n, "this rank is not in the operator's group");
+	return k;
+}
+
+static Sym group_sym(const int64_t *ranks, int k)
+{
+	char buf[4096];
+	size_t n = 0;
+	for (int i = 0; i < k && n < sizeof buf - 24; i++)
+		n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%lld", i ? "-" : "", (long long)ranks[i]);
+	return intern(buf, n);
+}
+
+static uint32_t *seq_slot(RankState *s, Sym g)
+{
+	for (uint32_t i = 0; i < s->seqs.n; i++)
+		if (s->seqs.a[i].group == g)
+			return &s->seqs.a[i].n;
+	struct GroupSeq z = {g, 0};
+	vec_push(&s->seqs, z);
+	return &s->seqs.a[s->seqs.n - 1].n;
+}
+
+static int is_p2p(const Node *n)
+{
+	return n->op == OP_Send || n->op == OP_Receive;
+}
+
+static int64_t int_attr(const Node *n, const char *key, int64_t dflt, int *found)
+{
+	int64_t v;
+	const Value *a = sim_attr(n, key);
+	if (a && value_get_int(a, &v)) {
+		if (found)
+			*found = 1;
+		return v;
+	}
+	if (found)
+		*found = 0;
+	return dflt;
+}
+
+/* a rank reaches a communication op: remember what it waits for */
+static int arrive(SimRun *r, RankState *s, Node *n)
+{
+	s->wait = n;
+	if (is_p2p(n)) {
+		int found;
+		int64_t peer = int_attr(n, n->op == OP_Send ? "dest_rank" : "src_rank", -1, &found);
+		if (!found)
+			return sim_errorf(r, s, n, "no %s attribute", n->op == OP_Send ? "dest_rank" : "src_rank");
+		if (peer < 0 || peer >= r->nranks || peer == s->rank)
+			return sim_errorf(r, s, n, "peer rank %lld is not another simulated rank", (long long)peer);
+		return 0;
+	}
+	s->wn = sim_group_of(r, s, n, s->wranks, s->wcap);
+	if (s->wn < 0)
+		return -1;
+	s->wgroup = group_sym(s->wranks, s->wn);
+	s->wseq = *seq_slot(s, s->wgroup);
+	return 0;
+}
+
+/* the communication op of t has its value: store it, move t on */
+static int finish(SimRun *r, RankState *t, SimValue *v)
+{
+	Ctx c = {r, t, t->wait};
+	if (!v || sim_check_declared(&c, v) < 0)
+		return -1;
+	t->vals[t->wait->id] = v;
+	if (!is_p2p(t->wait))
+		(*seq_slot(t, t->wgroup))++;
+	if (r->o.trace)
+		fprintf(r->o.trace, "rank %d: %%%d %s\n", t->rank, t->wait->local, sym_str(t->wait->prim));
+	t->wait = NULL;
+	t->pc++;
+	r->executed++;
+	return 0;
+}
+
+static int send(SimRun *r, RankState *s)
+{
+	Ctx c = {r, s, s->wait};
+	SimValue *v = sim_arg(&c, 0);
+	if (!v)
+		return -1;
+	SimMsg msg = {s->rank, (int)int_attr(s->wait, "dest_rank", -1, NULL), int_attr(s->wait, "sr_tag", 0, NULL), v,
+	              s->wait};
+	vec_push(&r->mail, msg);
+	return finish(r, s, v) < 0 ? -1 : 1;
+}
+
+static int receive(SimRun *r, RankState *s)
+{
+	Node *n = s->wait;
+	int src = (int)int_attr(n, "src_rank", -1, NULL);
+	int64_t tag = int_attr(n, "sr_tag", 0, NULL), shape[MAX_RANK];
+	for (uint32_t i = 0; i < r->mail.n; i++) {
+		SimMsg *m = &r->mail.a[i];
+		if (m->src != src || m->dest != s->rank || m->tag != tag)
+			continue;
+		SimValue *v = m->v;
+		memmove(m, m + 1, (r->mail.n - i - 1) * sizeof *m);
+		r->mail.n--;
+		const Value *sv = sim_attr(n, "shape");
+		int k = sv ? value_int_list(sv, shape, MAX_RANK) : -1;
+		if (k >= 0 && (v->kind != SV_TENSOR || !sim_same_shape(v->t, k, shape))) {
+			char a[160], b[160];
+			sim_fmt_shape(a, sizeof a, k, shape);
+			if (v->kind == SV_TENSOR)
+				sim_fmt_shape(b, sizeof b, v->t->ndim, v->t->shape);
+			else
+				snprintf(b, sizeof b, "a non-tensor");
+			return sim_errorf(r, s, n, "expects shape %s but rank %d sent %s (sr_tag %lld)", a, src, b,
+			                  (long long)tag);
+		}
+		return finish(r, s, v) < 0 ? -1 : 1;
+	}
+	return 0;
+}
+
+/* the members of s's collective, if all are there */
+static int gather_members(SimRun *r, RankState *s, RankState **mem)
+{
+	for (int j = 0; j < s->wn; j++) {
+		RankState *t = &r->rs[s->wranks[j]];
+		if (!t->wait || is_p2p(t->wait) || t->wgroup != s->wgroup)
+			return 0;
+		if (r->o.match == SIM_MATCH_INSTANCE ? t->wait->instance != s->wait->instance : t->wseq != s->wseq)
+			return 0;
+		mem[j] = t;
+	}
+	return 1;
+}
+
+static const char *ordinal(uint32_t k, char *buf, size_t n)
+{
+	uint32_t x = k + 1;
+	const char *suf = x % 100 >= 11 && x % 100 <= 13 ? "th"
+	                  : x % 10 == 1                  ? "st"
+	                  : x % 10 == 2                  ? "nd"
+	                  : x % 10 == 3                  ? "rd"
+	                                                 : "th";
+	snprintf(buf, n, "%u%s", x, suf);
+	return buf;
+}
+
+static SimTensor *member_input(SimRun *r, RankState *t)
+{
+	Ctx c = {r, t, t->wait};
+	return sim_arg_tensor(&c, 0);
+}
+
+/* element-wise reduction of the members' inputs in group order */
+static SimTensor *reduce_inputs(SimRun *r, RankState *s, SimTensor **in, int k, const char *op)
+{
+	SimTensor *o = sim_tensor_new(r, in[0]->dtype, in[0]->ndim, in[0]->shape);
+	if (!o)
+		return NULL;
+	int kind = strcmp(op, "sum") == 0    ? 's'
+	           : strcmp(op, "max") == 0  ? 'M'
+	           : strcmp(op, "min") == 0  ? 'm'
+	           : strcmp(op, "prod") == 0 ? 'p'
+	                                     : 0;
+	if (!kind) {
+		sim_errorf(r, s, s->wait, "reduce op \"%s\" is not simulated (sum, max, min, prod)", op);
+		return NULL;
+	}
+	for (int64_t i = 0; i < o->numel; i++) {
+		double acc = in[0]->data[i];
+		for (int j = 1; j < k; j++) {
+			double x = in[j]->data[i];
+			acc = kind == 's'   ? acc + x
+			      : kind == 'p' ? acc * x
+			      : kind == 'M' ? (x > acc ? x : acc)
+			                    : (x < acc ? x : acc);
+		}
+		o->data[i] = (float)acc;
+	}
+	return o;
+}
+
+static SimTensor *all_gather(SimRun *r, SimTensor **in, int k)
+{
+	int64_t d[MAX_RANK];
+	memcpy(d, in[0]->shape, sizeof d);
+	d[0] *= k;
+	SimTensor *o = sim_tensor_new(r, in[0]->dtype, in[0]->ndim, d);
+	if (!o)
+		return NULL;
+	for (int j = 0; j < k; j++)
+		memcpy(o->data + j * in[0]->numel, in[j]->data, (size_t)in[0]->numel * sizeof(float));
+	return o;
+}
+
+/* AlltoAll on the member at position p: chunk p (along split_dim) of every
+ * sender, concatenated along concat_dim in group order */
+static SimTensor *all_to_all(SimRun *r, SimTensor **in, int k, int p, int sd, int cd)
+{
+	int nd = in[0]->ndim;
+	int64_t cs[MAX_RANK], os[MAX_RANK], st[MAX_RANK], idx[MAX_RANK];
+	memcpy(cs, in[0]->shape, sizeof cs);
+	cs[sd] /= k;
+	memcpy(os, cs, sizeof os);
+	os[cd] *= k;
+	SimTensor *o = sim_tensor_new(r, in[0]->dtype, nd, os);
+	if (!o)
+		return NULL;
+	sim_strides(nd, in[0]->shape, st);
+	for (int64_t i = 0; i < o->numel; i++) {
+		sim_unflatten(i, nd, os, idx);
+		int q = (int)(idx[cd] / cs[cd]);
+		idx[cd] %= cs[cd];
+		idx[sd] += p * cs[sd];
+		int64_t off = 0;
+		for (int d = 0; d < nd; d++)
+			off += idx[d] * st[d];
+		o->data[i] = in[q]->data[off];
+	}
+	return o;
+}
+
+static int collective(SimRun *r, RankState *s)
+{
+	RankState **mem = xmalloc((size_t)s->wn * sizeof *mem);
+	SimTensor **in = xmalloc((size_t)s->wn * sizeof *in);
+	int rc = gather_members(r, s, mem), k = s->wn;
+	Node *n = s->wait;
+	char ord[32], a[160], b[160];
+	if (rc <= 0)
+		goto out;
+	rc = -1;
+	for (int j = 0; j < k; j++) {
+		if (mem[j]->wait->op != n->op) {
+			sim_errorf(r, s, n, "the %s collective of group %s is %s here but %s on rank %d",
+			           ordinal(s->wseq, ord, sizeof ord), sym_str(s->wgroup), sym_str(n->prim),
+			           sym_str(mem[j]->wait->prim), mem[j]->rank);
+			goto out;
+		}
+		if (!(in[j] = member_input(r, mem[j])))
+			goto out;
+		if (!sim_same_shape(in[j], in[0]->ndim, in[0]->shape)) {
+			sim_fmt_shape(a, sizeof a, in[0]->ndim, in[0]->shape);
+			sim_fmt_shape(b, sizeof b, in[j]->ndim, in[j]->shape);
+			sim_errorf(r, s, n, "rank %d contributes shape %s but rank %d contributes %s", mem[0]->rank, a,
+			           mem[j]->rank, b);
+			goto out;
+		}
+	}
+	int found;
+	int64_t rs = int_attr(n, "rank_size", k, &found);
+	if (found && rs != k && n->op != OP_AllReduce) {
+		sim_errorf(r, s, n, "rank_size %lld but the group has %d ranks", (long long)rs, k);
+		goto out;
+	}
+	const char *op = sim_attr_str(n, "op");
+	if (!op)
+		op = "sum";
+	SimTensor *res = NULL;
+	switch (n->op) {
+	case OP_AllReduce:
+		res = reduce_inputs(r, s, in, k, op);
+		break;
+	case OP_AllGather:
+		if (in[0]->ndim == 0) {
+			sim_errorf(r, s, n, "cannot gather scalars along dimension 0");
+			goto out;
+		}
+		res = all_gather(r, in, k);
+		break;
+	case OP_ReduceScatter:
+		if (in[0]->ndim == 0 || in[0]->shape[0] % k) {
+			sim_errorf(r, s, n, "dimension 0 does not split into %d blocks", k);
+			goto out;
+		}
+		res = reduce_inputs(r, s, in, k, op);
+		break;
+	case OP_AlltoAll: {
+		int f1, f2, f3;
+		int64_t cnt = int_attr(n, "split_count", k, &f1), sd = int_attr(n, "split_dim", 0, &f2);
+		int64_t cd = int_attr(n, "concat_dim", 0, &f3);
+		int nd = in[0]->ndim;
+		sd += sd < 0 ? nd : 0;
+		cd += cd < 0 ? nd : 0;
+		if (!f1 || !f2 || !f3) {
+			sim_errorf(r, s, n, "needs split_count, split_dim and concat_dim");
+			goto out;
+		}
+		if (cnt != k || sd < 0 || sd >= nd || cd < 0 || cd >= nd || in[0]->shape[sd] % k) {
+			sim_errorf(r, s, n,
+			           "split_count %lld, split_dim %lld, concat_dim %lld do not fit a %d-rank group "
+			           "and a rank-%d input",
+			           (long long)cnt, (long long)sd, (long long)cd, k, nd);
+			goto out;
+		}
+		for (int j = 0; j < k; j++)
+			if (finish(r, mem[j], sim_val_tensor(r, all_to_all(r, in, k, j, (int)sd, (int)cd))) < 0)
+				goto out;
+		rc = 1;
+		goto out;
+	}
+	default:
+		sim_errorf(r, s, n, "communication operator %s is not simulated", sym_str(n->prim));
+		goto out;
+	}
+	if (!res)
+		goto out;
+	SimValue *shared = sim_val_tensor(r, res);
+	for (int j = 0; j < k; j++) {
+		SimValue *v = shared;
+		if (n->op == OP_ReduceScatter) {
+			int64_t d[MAX_RANK];
+			memcpy(d, res->shape, sizeof d);
+			d[0] /= k;
+			v = sim_val_tensor(r, sim_tensor_view(r, res, res->ndim, d, j * (res->numel / k)));
+		}
+		if (finish(r, mem[j], v) < 0)
+			goto out;
+	}
+	rc = 1;
+out:
+	free(mem);
+	free(in);
+	return rc;
+}
+
+/* run s until it returns or stops at a communication op: 1 moved, 0 not, -1 error */
+static int run_rank(SimRun *r, RankState *s)
+{
+	while (s->pc < s->g->nodes.n) {
+		Node *n = s->g->nodes.a[s->pc];
+		if (n->dead) {
+			s->pc++;
+			continue;
+		}
+		if (sim_is_comm(n))
+			return arrive(r, s, n) < 0 ? -1 : 1;
+		Ctx c = {r, s, n};
+		if (sim_eval_node(&c) < 0)
+			return -1;
+		if (r->o.trace && n->kind == NK_CNODE) {
+			const SimValue *v = s->vals[n->id];
+			char sh[160] = "";
+			if (v->kind == SV_TENSOR)
+				sim_fmt_shape(sh, sizeof sh, v->t->ndim, v->t->shape);
+			fprintf(r->o.trace, "rank %d: %%%d %s %s\n", s->rank, n->local, sym_str(n->prim), sh);
+		}
+		if (n->kind == NK_RETURN) {
+			s->result = s->vals[n->id];
+			s->done = 1;
+			return 1;
+		}
+		r->executed++;
+		s->pc++;
+	}
+	s->done = 1;
+	return 1;
+}
+
+static void deadlock(SimRun *r)
+{
+	char buf[sizeof r->err - 64], ord[32];
+	size_t k = 0;
+	for (int i = 0; i < r->nranks && k < sizeof buf - 1; i++) {
+		RankState *s = &r->rs[i];
+		const Node *n = s->wait;
+		if (s->done)
+			k += (size_t)snprintf(buf + k, sizeof buf - k, "%srank %d has returned", i ? "; " : "", i);
+		else if (n && n->op == OP_Receive)
+			k += (size_t)snprintf(buf + k, sizeof buf - k,
+			                      "%srank %d waits in Receive %%%d for rank %lld (sr_tag %lld)",
+			                      i ? "; " : "", i, n->local, (long long)int_attr(n, "src_rank", -1, NULL),
+			                      (long long)int_attr(n, "sr_tag", 0, NULL));
+		else if (n)
+			k += (size_t)snprintf(buf + k, sizeof buf - k,
+			                      "%srank %d waits in %s %%%d%s%s%s, its %s collective of group %s",
+			                      i ? "; " : "", i, sym_str(n->prim), n->local, n->instance ? " (" : "",
+			                      n->instance ? sym_str(n->instance) : "", n->instance ? ")" : "",
+			                      ordinal(s->wseq, ord, sizeof ord), sym_str(s->wgroup));
+	}
+	sim_errorf(r, NULL, NULL, "deadlock: %s", buf);
+}
+
+static int schedule(SimRun *r)
+{
+	for (;;) {
+		int moved = 0, done = 1;
+		for (int i = 0; i < r->nranks; i++) {
+			RankState *s = &r->rs[i];
+			if (s->done || s->wait)
+				continue;
+			int rc = run_rank(r, s);
+			if (rc < 0)
+				return -1;
+			moved |= rc;
+		}
+		for (int i = 0; i < r->nranks; i++) {
+			RankState *s = &r->rs[i];
+			if (!s->wait)
+				continue;
+			int rc = s->wait->op == OP_Send      ? send(r, s)
+			         : s->wait->op == OP_Receive ? receive(r, s)
+			                                     : collective(r, s);
+			if (rc < 0)
+				return -1;
+			moved |= rc;
+		}
+		for (int i = 0; i < r->nranks; i++)
+			done &= r->rs[i].done;
+		if (done)
+			break;
+		if (!moved) {
+			deadlock(r);
+			return -1;
+		}
+	}
+	if (r->mail.n) {
+		SimMsg *m = &r->mail.a[0];
+		return sim_errorf(r, &r->rs[m->src], m->send, "the message to rank %d (sr_tag %lld) was never received",
+		                  m->dest, (long long)m->tag);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ the run */
+SimRun *sim_new(Module **ranks, int nranks, const SimOptions *o)
+{
+	SimRun *r = xcalloc(1, sizeof *r);
+	if (o)
+		r->o = *o;
+	r->nranks = nranks > 0 ? nranks : 0;
+	r->limit = r->o.max_mb > 0 ? (int64_t)(r->o.max_mb * 1024.0 * 1024.0) : 0;
+	r->rs = xcalloc(r->nranks ? (size_t)r->nranks : 1, sizeof *r->rs);
+	if (nranks <= 0) {
+		sim_errorf(r, NULL, NULL, "nothing to simulate (no ranks)");
+		return r;
+	}
+	for (int k = 0; k < nranks; k++) {
+		RankState *s = &r->rs[k];
+		s->m = ranks[k];
+		s->rank = k;
+		s->g = ranks[k] ? ir_entry(ranks[k]) : NULL;
+		if (!s->g) {
+			sim_errorf(r, s, NULL, "the module has no graph");
+			return r;
+		}
+		s->nvals = ranks[k]->next_id;
+		s->vals = xcalloc(s->nvals ? s->nvals : 1, sizeof *s->vals);
+		s->wcap = nranks > 4096 ? nranks : 4096;
+		s->wranks = xcalloc((size_t)s->wcap, sizeof *s->wranks);
+	}
+	return r;
+}
+
+int sim_set_input(SimRun *r, int rank, const char *param, const float *data, int64_t n)
+{
+	if (rank < 0 || rank >= r->nranks || n < 0)
+		return -1;
+	SimOverride ov = {rank, intern_cstr(param), xmalloc((size_t)(n ? n : 1) * sizeof(float)), n};
+	memcpy(ov.data, data, (size_t)n * sizeof(float));
+	vec_push(&r->overrides, ov);
+	return 0;
+}
+
+int sim_exec(SimRun *r)
+{
+	if (r->failed)
+		return -1;
+	if (r->limit > 0) {
+		Module **ms = xmalloc((size_t)r->nranks * sizeof *ms);
+		for (int k = 0; k < r->nranks; k++)
+			ms[k] = r->rs[k].m;
+		int64_t est = sim_estimate_bytes(ms, r->nranks);
+		free(ms);
+		if (est > r->limit)
+			return sim_errorf(
+			    r, NULL, NULL,
+			    "the simulation needs about %.1f MB of tensor storage%s, more than the %.0f MB "
+			    "allowed (--simulate-max-mb)",
+			    (double)est / (1024.0 * 1024.0), r->nranks > 1 ? " over all ranks" : "",
+			    (double)r->limit / (1024.0 * 1024.0));
+	}
+	for (int k = 0; k < r->nranks; k++)
+		if (sim_make_inputs(r, &r->rs[k]) < 0)
+			return -1;
+	return schedule(r);
+}
+
+SimRun *sim_run(Module *m, const SimOptions *o)
+{
+	SimRun *r = sim_new(&m, 1, o);
+	sim_exec(r);
+	return r;
+}
+
+SimRun *sim_run_ranks(Module **ranks, int nranks, const SimOptions *o)
+{
+	SimRun *r = sim_new(ranks, nranks, o);
+	sim_exec(r);
+	return r;
+}
+
+void sim_free(SimRun *r)
+{
+	if (!r)
+		return;
+	for (uint32_t i = 0; i < r->buffers.n; i++)
+		free(r->buffers.a[i]);
+	for (uint32_t i = 0; i < r->tensors.n; i++)
+		free(r->tensors.a[i]);
+	for (uint32_t i = 0; i < r->values.n; i++) {
+		free(r->values.a[i]->elems);
+		free(r->values.a[i]);
+	}
+	for (uint32_t i = 0; i < r->overrides.n; i++)
+		free(r->overrides.a[i].data);
+	for (int k = 0; k < r->nranks; k++) {
+		free(r->rs[k].vals);
+		free(r->rs[k].wranks);
+		vec_free(&r->rs[k].seqs);
+	}
+	vec_free(&r->buffers);
+	vec_free(&r->tensors);
+	vec_free(&r->values);
+	vec_free(&r->overrides);
+	vec_free(&r->mail);
+	free(r->rs);
+	free(r);
+}
+
+const char *sim_error(const SimRun *r)
+{
+	return r->failed ? r->err : NULL;
+}
+
+const char *sim_error_detail(const SimRun *r, Loc *loc)
+{
+	if (!r->failed)
+		return NULL;
+	*loc = r->errloc;
+	return r->err + r->msgoff;
+}
+
+int sim_nranks(const SimRun *r)
+{
+	return r->nranks;
+}
+
+Module *sim_module(const SimRun *r, int rank)
+{
+	return rank >= 0 && rank < r->nranks ? r->rs[rank].m : NULL;
+}
+
+const SimValue *sim_value(const SimRun *r, int rank, const Node *n)
+{
+	if (rank < 0 || rank >= r->nranks || !n || n->id >= r->rs[rank].nvals)
+		return NULL;
+	return r->rs[rank].vals[n->id];
+}
+
+const SimTensor *sim_tensor(const SimRun *r, int rank, const Node *n)
+{
+	const SimValue *v = sim_value(r, rank, n);
+	return v && v->kind == SV_TENSOR ? v->t : NULL;
+}
+
+const SimValue *sim_result(const SimRun *r, int rank)
+{
+	return rank >= 0 && rank < r->nranks ? r->rs[rank].result : NULL;
+}
+
+int64_t sim_bytes(const SimRun *r)
+{
+	return r->bytes;
+}

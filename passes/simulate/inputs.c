@@ -1,0 +1,285 @@
+/* inputs.c - the values of graph inputs and parameters, and the memory
+ * estimate.
+ *
+ * Every parameter's values are a pure function of (seed, parameter name,
+ * element position in the GLOBAL tensor): element i of parameter P is
+ * drawn from splitmix64's stream at sim_mix64(seed ^ hash(P)) + i.  A rank
+ * that holds block [offset, offset+shape) of P computes exactly those
+ * elements, without the global tensor ever being built, so the single
+ * device and every rank see the same numbers however the lowering cut them.
+ *
+ * The distribution comes from the parameter and from what consumes it in
+ * the single-device graph, looking through value-preserving operators
+ * (Load, Reshape, Cast, TupleGetItem of _VirtualDataset, ...):
+ *   - integer inputs feeding Gather's indices get [0, rows of the table),
+ *     sparse-loss labels [0, classes), OneHot indices [0, depth);
+ *     other integers [0, 16); Bool inputs {0, 1};
+ *   - inputs of Log, Sqrt, Rsqrt and BatchNorm's variance get [0.5, 1.5);
+ *   - weights of rank >= 2 get Glorot-uniform +-sqrt(6 / (fan_in + fan_out)),
+ *     other floats [-1, 1), which keeps activations of deep graphs O(1).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "simint.h"
+
+typedef struct Dist {
+	int isint;
+	double lo, hi; /* [lo, hi) */
+} Dist;
+
+static int64_t in_dim(const Node *n, uint32_t operand, int64_t axis)
+{
+	const Abs *a = ir_in_abs(n, operand);
+	const Shape *s = a ? &a->shape : NULL;
+	if ((!s || s->kind != SK_DIMS) && operand < n->nargs && n->args[operand].kind == V_NODE)
+		s = &n->args[operand].u.node->out.shape;
+	if (!s || s->kind != SK_DIMS || s->rank == 0)
+		return -1;
+	if (axis < 0)
+		axis += s->rank;
+	return axis >= 0 && axis < s->rank ? s->dims[axis] : -1;
+}
+
+static int passes_value(const Node *n, uint32_t i)
+{
+	switch (n->op) {
+	case OP_Load:
+	case OP_Depend:
+	case OP_StopGradient:
+	case OP_Reshape:
+	case OP_Cast:
+	case OP_Flatten:
+	case OP_ExpandDims:
+	case OP_Squeeze:
+	case OP_Transpose:
+	case OP_StridedSlice:
+	case OP_MirrorOperator:
+	case OP_VirtualDiv:
+		return i == 0;
+	default:
+		return 0;
+	}
+}
+
+/* Walk the graph once in order, following where p's values flow
+ * (flow[id] = 1: the node's value is p's values; 2 + k: element k of the
+ * node's tuple is), and narrow the distribution at each consumer. */
+static Dist derive(const Module *m, const Node *p)
+{
+	Dist d = {0, -1, 1};
+	int dt = sim_dtype_of(p->out.dtype);
+	const Shape *s = &p->out.shape;
+	if (dt == SD_BOOL)
+		return (Dist){1, 0, 2};
+	if (dt == SD_INT)
+		d = (Dist){1, 0, 16};
+	else if (p->has_default && s->kind == SK_DIMS && s->rank >= 2) {
+		double rf = 1;
+		for (int i = 2; i < s->rank; i++)
+			rf *= (double)s->dims[i];
+		double fan = (double)s->dims[1] * rf + (double)s->dims[0] * rf;
+		double a = fan > 0 ? sqrt(6.0 / fan) : 1;
+		d = (Dist){0, -a, a};
+	}
+	Graph *g = ir_entry((Module *)m);
+	int *flow = xcalloc(m->next_id + 1, sizeof *flow);
+	int64_t hi = -1;
+	int positive = 0;
+	flow[p->id] = 1;
+	for (uint32_t k = 0; g && k < g->nodes.n; k++) {
+		const Node *n = g->nodes.a[k];
+		if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+			continue;
+		for (uint32_t i = 0; i < n->nargs; i++) {
+			if (n->args[i].kind != V_NODE)
+				continue;
+			int f = flow[n->args[i].u.node->id];
+			if (f == 0)
+				continue;
+			int64_t lim = -1, idx;
+			if (f >= 2) {
+				if (n->op == OP_TupleGetItem && i == 0 && n->nargs > 1 &&
+				    value_get_int(&n->args[1], &idx) && idx == f - 2)
+					flow[n->id] = 1;
+				continue;
+			}
+			if (passes_value(n, i))
+				flow[n->id] = 1;
+			else if (n->op == OP_VirtualDataset || n->op == OP_MakeTuple)
+				flow[n->id] = 2 + (int)i;
+			else if ((n->op == OP_Gather || n->op == OP_GatherV2) && i == 1) {
+				int64_t ax = 0;
+				const Value *av = n->nargs > 2 && n->args[2].kind != V_NODE
+				                      ? &n->args[2]
+				                      : ir_attr_get(&n->pattrs, "axis");
+				if (av)
+					value_get_int(av, &ax);
+				lim = in_dim(n, 0, ax);
+			} else if (n->op == OP_SparseSoftmaxCrossEntropyWithLogits && i == 1)
+				lim = in_dim(n, 0, -1);
+			else if (n->op == OP_OneHot && i == 0) {
+				const Value *dv = n->nargs > 1 && n->args[1].kind != V_NODE
+				                      ? &n->args[1]
+				                      : ir_attr_get(&n->pattrs, "depth");
+				if (dv)
+					value_get_int(dv, &lim);
+			} else if ((n->op == OP_Log || n->op == OP_Sqrt || n->op == OP_Rsqrt) && i == 0)
+				positive = 1;
+			else if (n->op == OP_BatchNorm && i == 4)
+				positive = 1;
+			if (lim >= 0 && (hi < 0 || lim < hi))
+				hi = lim;
+		}
+	}
+	free(flow);
+	if (d.isint && hi >= 0)
+		d.hi = (double)hi;
+	else if (!d.isint && positive)
+		d = (Dist){0, 0.5, 1.5};
+	return d;
+}
+
+static float draw(const Dist *d, uint64_t key, int64_t i)
+{
+	uint64_t h = sim_mix64(key + (uint64_t)i * 0x9E3779B97F4A7C15ULL);
+	if (d->isint) {
+		uint64_t span = (uint64_t)(d->hi - d->lo);
+		return (float)(d->lo + (double)(span ? h % span : 0));
+	}
+	double u = (double)(h >> 40) * (1.0 / 16777216.0);
+	return (float)(d->lo + (d->hi - d->lo) * u);
+}
+
+static Node *find_param(Module *m, Sym name)
+{
+	Graph *g = ir_entry(m);
+	for (uint32_t i = 0; g && i < g->params.n; i++)
+		if (g->params.a[i]->name == name)
+			return g->params.a[i];
+	return NULL;
+}
+
+/* where this rank's block of p sits in the global parameter G */
+static int param_slice(SimRun *r, RankState *s, Node *p, Node *G, int64_t *off)
+{
+	const Shape *ls = &p->out.shape, *gs = &G->out.shape;
+	memset(off, 0, MAX_RANK * sizeof *off);
+	if (G == p || shape_equal(ls, gs))
+		return 0;
+	char a[160], b[160];
+	sim_fmt_shape(a, sizeof a, ls->rank, ls->dims);
+	sim_fmt_shape(b, sizeof b, gs->kind == SK_DIMS ? gs->rank : 0, gs->dims);
+	if (gs->kind != SK_DIMS)
+		return sim_errorf(r, s, p, "the single-device parameter has no static shape");
+	SimSlice sl = {0};
+	int rc = r->o.slice ? r->o.slice(r->o.slice_ctx, p, G, s->rank, &sl) : 0;
+	if (rc < 0)
+		return sim_errorf(r, s, p, "the layout hook failed");
+	if (rc == 0)
+		return sim_errorf(r, s, p, "local shape %s differs from the global %s and no slice is known", a, b);
+	if (sl.rank != ls->rank)
+		return sim_errorf(r, s, p, "the slice describes %d dimensions, the parameter has %d", sl.rank,
+		                  ls->rank);
+	for (int i = 0; i < ls->rank; i++) {
+		if (sl.shape[i] != ls->dims[i] || sl.offset[i] < 0 || sl.offset[i] + sl.shape[i] > gs->dims[i]) {
+			char c[160];
+			sim_fmt_shape(c, sizeof c, sl.rank, sl.shape);
+			return sim_errorf(r, s, p, "slice %s at dimension %d does not fit local %s inside global %s", c,
+			                  i, a, b);
+		}
+		off[i] = sl.offset[i];
+	}
+	return 0;
+}
+
+static SimOverride *find_override(SimRun *r, int rank, Sym name)
+{
+	for (uint32_t i = 0; i < r->overrides.n; i++)
+		if (r->overrides.a[i].rank == rank && r->overrides.a[i].name == name)
+			return &r->overrides.a[i];
+	return NULL;
+}
+
+static int make_param(SimRun *r, RankState *s, Node *p)
+{
+	if (!p->out.is_tensor) {
+		s->vals[p->id] = sim_val_none(r);
+		return 0;
+	}
+	const Shape *ls = &p->out.shape;
+	if (ls->kind != SK_DIMS)
+		return sim_errorf(r, s, p, "no static shape to simulate");
+	SimTensor *t = sim_tensor_new(r, sim_dtype_of(p->out.dtype), ls->rank, ls->dims);
+	if (!t)
+		return -1;
+	s->vals[p->id] = sim_val_tensor(r, t);
+	SimOverride *ov = find_override(r, s->rank, p->name);
+	if (ov) {
+		if (ov->n != t->numel)
+			return sim_errorf(r, s, p, "%lld values given for %lld elements", (long long)ov->n,
+			                  (long long)t->numel);
+		memcpy(t->data, ov->data, (size_t)t->numel * sizeof(float));
+		return 0;
+	}
+	Node *G = r->o.global && r->o.global != s->m ? find_param(r->o.global, p->name) : NULL;
+	Module *gm = G ? r->o.global : s->m;
+	if (!G)
+		G = p;
+	int64_t off[MAX_RANK], gst[MAX_RANK], idx[MAX_RANK] = {0};
+	if (param_slice(r, s, p, G, off) < 0)
+		return -1;
+	Dist d = derive(gm, G);
+	if (d.isint && d.hi <= d.lo)
+		return sim_errorf(r, s, p, "no valid integer value: a consumer accepts only [0, %.0f)", d.hi);
+	const char *nm = sym_str(p->name);
+	uint64_t key = sim_mix64(r->o.seed ^ std_hash_bytes(nm, strlen(nm)));
+	sim_strides(G->out.shape.rank, G->out.shape.dims, gst);
+	for (int64_t i = 0; i < t->numel; i++) {
+		int64_t gi = 0;
+		for (int k = 0; k < t->ndim; k++)
+			gi += (off[k] + idx[k]) * gst[k];
+		t->data[i] = draw(&d, key, gi);
+		for (int k = t->ndim - 1; k >= 0; k--) {
+			if (++idx[k] < t->shape[k])
+				break;
+			idx[k] = 0;
+		}
+	}
+	return 0;
+}
+
+int sim_make_inputs(SimRun *r, RankState *s)
+{
+	for (uint32_t i = 0; i < s->g->params.n; i++)
+		if (make_param(r, s, s->g->params.a[i]) < 0)
+			return -1;
+	return 0;
+}
+
+static int64_t shape_bytes(const Shape *s)
+{
+	int64_t n = 0;
+	if (s->kind == SK_TUPLE || s->kind == SK_LIST) {
+		for (int i = 0; i < s->rank; i++)
+			n += shape_bytes(&s->sub[i]);
+		return n;
+	}
+	if (shape_numel(s, &n) < 0 || n > INT64_MAX / 8)
+		return 0;
+	return n * (int64_t)sizeof(float);
+}
+
+int64_t sim_estimate_bytes(Module **ranks, int nranks)
+{
+	int64_t total = 0;
+	for (int k = 0; k < nranks; k++) {
+		Graph *g = ir_entry(ranks[k]);
+		for (uint32_t i = 0; g && i < g->params.n; i++)
+			total += shape_bytes(&g->params.a[i]->out.shape);
+		for (uint32_t i = 0; g && i < g->nodes.n; i++)
+			if (sim_allocates(g->nodes.a[i]))
+				total += shape_bytes(&g->nodes.a[i]->out.shape);
+	}
+	return total;
+}

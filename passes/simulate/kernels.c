@@ -1,0 +1,644 @@
+/* kernels.c - the operators with arithmetic structure: MatMul/BatchMatMul,
+ * Conv2D, MaxPool/AvgPool, reductions, ArgMax/MinWithValue, Softmax and
+ * LogSoftmax, LayerNorm, RmsNorm, BatchNorm and the two softmax losses.
+ *
+ * All of them accumulate in double and round once to float32 on store, so
+ * that a sum split across ranks (k-split MatMul + AllReduce, a split
+ * reduction) lands within the comparison tolerance of the undivided sum.
+ * Several take the view "outer x n x inner" of a tensor around one axis:
+ * element (a, j, b) is at (a * n + j) * inner + b.
+ */
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+#include "simint.h"
+
+#define FAILV(...) (sim_fail(c, __VA_ARGS__), (SimValue *)NULL)
+
+static void around(const SimTensor *x, int ax, int64_t *outer, int64_t *inner)
+{
+	*outer = *inner = 1;
+	for (int i = 0; i < ax; i++)
+		*outer *= x->shape[i];
+	for (int i = ax + 1; i < x->ndim; i++)
+		*inner *= x->shape[i];
+}
+
+static SimValue *tuple2(Ctx *c, SimTensor *a, SimTensor *b)
+{
+	SimValue *t = sim_val_tuple(c->r, 2);
+	t->elems[0] = sim_val_tensor(c->r, a);
+	t->elems[1] = sim_val_tensor(c->r, b);
+	return t;
+}
+
+static int declared_tuple(const Ctx *c)
+{
+	return c->n->has_type_line && c->n->out.shape.kind == SK_TUPLE;
+}
+
+/* ------------------------------------------------------------- MatMul */
+/* C (m, n) = A (m, k) x B (k, n), A possibly stored transposed.  Blocks of
+ * MM_ROWS rows x MM_COLS columns keep their double accumulators in L1 while
+ * the k loop streams B's row segment once per block: the inner loop is an
+ * axpy the compiler vectorises without reassociating a sum. */
+#define MM_ROWS 4
+#define MM_COLS 256
+static void mm_block(const float *A, const float *B, float *C, int64_t m, int64_t k, int64_t n, int ta, double *acc)
+{
+	for (int64_t i0 = 0; i0 < m; i0 += MM_ROWS) {
+		int64_t ni = m - i0 < MM_ROWS ? m - i0 : MM_ROWS;
+		for (int64_t j0 = 0; j0 < n; j0 += MM_COLS) {
+			int64_t nj = n - j0 < MM_COLS ? n - j0 : MM_COLS;
+			for (int64_t x = 0; x < ni * MM_COLS; x++)
+				acc[x] = 0;
+			for (int64_t p = 0; p < k; p++) {
+				const float *row = B + p * n + j0;
+				for (int64_t r = 0; r < ni; r++) {
+					double av = ta ? A[p * m + i0 + r] : A[(i0 + r) * k + p];
+					double *ac = acc + r * MM_COLS;
+					for (int64_t j = 0; j < nj; j++)
+						ac[j] += av * row[j];
+				}
+			}
+			for (int64_t r = 0; r < ni; r++)
+				for (int64_t j = 0; j < nj; j++)
+					C[(i0 + r) * n + j0 + j] = (float)acc[r * MM_COLS + j];
+		}
+	}
+}
+
+/* MatMul (2-D) and BatchMatMul (broadcast batch dims).  Transposes come from
+ * Bool operands 2 and 3 (newest dumps) or transpose_a/transpose_x1 and
+ * transpose_b/transpose_x2. */
+SimValue *k_matmul(Ctx *c)
+{
+	SimTensor *a = sim_arg_tensor(c, 0), *b = a ? sim_arg_tensor(c, 1) : NULL;
+	if (!b)
+		return NULL;
+	int ta = sim_flag(c, 2, "transpose_a", "transpose_x1", 0);
+	int tb = sim_flag(c, 3, "transpose_b", "transpose_x2", 0);
+	if (a->ndim < 2 || b->ndim < 2 || (c->n->op == OP_MatMul && (a->ndim != 2 || b->ndim != 2)))
+		return FAILV("inputs of rank %d and %d: MatMul takes 2-D, BatchMatMul rank >= 2", a->ndim, b->ndim);
+	int64_t ar = a->shape[a->ndim - 2], ac = a->shape[a->ndim - 1];
+	int64_t br = b->shape[b->ndim - 2], bc = b->shape[b->ndim - 1];
+	int64_t m = ta ? ac : ar, k = ta ? ar : ac, k2 = tb ? bc : br, n = tb ? br : bc;
+	if (k != k2)
+		return FAILV("reduction dimensions differ: %lld vs %lld", (long long)k, (long long)k2);
+	SimTensor ba = *a, bb = *b, *bt[2] = {&ba, &bb};
+	ba.ndim -= 2;
+	bb.ndim -= 2;
+	int nb;
+	int64_t shape[MAX_RANK], st[2][MAX_RANK];
+	if (sim_broadcast(c, 2, bt, &nb, shape, st) < 0)
+		return NULL;
+	if (nb + 2 > MAX_RANK)
+		return FAILV("output rank too large");
+	shape[nb] = m;
+	shape[nb + 1] = n;
+	SimTensor *o = sim_tensor_new(c->r, sim_out_dtype(c->n, SD_F32), nb + 2, shape);
+	if (!o)
+		return NULL;
+	int64_t nbatch = 1;
+	for (int i = 0; i < nb; i++)
+		nbatch *= shape[i];
+	float *bkn = tb ? xmalloc((size_t)(k * n > 0 ? k * n : 1) * sizeof(float)) : NULL;
+	double *acc = xmalloc(MM_ROWS * MM_COLS * sizeof(double));
+	int64_t idx[MAX_RANK] = {0};
+	for (int64_t bi = 0; bi < nbatch; bi++) {
+		int64_t aoff = 0, boff = 0;
+		for (int d = 0; d < nb; d++) {
+			aoff += idx[d] * st[0][d];
+			boff += idx[d] * st[1][d];
+		}
+		const float *A = a->data + aoff * ar * ac, *B = b->data + boff * br * bc;
+		if (tb) { /* B is (n, k): make it (k, n) */
+			for (int64_t j = 0; j < n; j++)
+				for (int64_t p = 0; p < k; p++)
+					bkn[p * n + j] = B[j * k + p];
+			B = bkn;
+		}
+		mm_block(A, B, o->data + bi * m * n, m, k, n, ta, acc);
+		for (int d = nb - 1; d >= 0; d--) {
+			if (++idx[d] < shape[d])
+				break;
+			idx[d] = 0;
+		}
+	}
+	free(bkn);
+	free(acc);
+	return sim_val_tensor(c->r, o);
+}
+
+/* ------------------------------------------------------- Conv2D, pools */
+/* the (h, w) pair of an attribute written as one int, (h, w) or (1, 1, h, w) */
+static void hw_attr(const Node *n, const char *key, int64_t dflt, int64_t *h, int64_t *w)
+{
+	int64_t v[8];
+	const Value *a = sim_attr(n, key);
+	int k = a ? value_int_list(a, v, 8) : -1;
+	*h = *w = dflt;
+	if (k == 1)
+		*h = *w = v[0];
+	else if (k >= 2) {
+		*h = v[k - 2];
+		*w = v[k - 1];
+	}
+}
+
+static int pad_mode(const Node *n)
+{
+	const char *m = sim_attr_str(n, "pad_mode");
+	if (!m)
+		return 'v';
+	if (strcasecmp(m, "same") == 0)
+		return 's';
+	if (strcasecmp(m, "pad") == 0)
+		return 'p';
+	return 'v';
+}
+
+/* output size and leading pad of one spatial dimension (TF-style "same") */
+static int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t dil, int mode, int64_t p0, int64_t p1, int64_t *lead)
+{
+	int64_t eff = dil * (k - 1) + 1;
+	if (mode == 's') {
+		int64_t o = (in + s - 1) / s, tot = (o - 1) * s + eff - in;
+		*lead = tot > 0 ? tot / 2 : 0;
+		return o;
+	}
+	*lead = mode == 'p' ? p0 : 0;
+	int64_t span = in + (mode == 'p' ? p0 + p1 : 0);
+	return span < eff ? 0 : (span - eff) / s + 1;
+}
+
+SimValue *k_conv2d(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *w = x ? sim_arg_tensor(c, 1) : NULL;
+	if (!w)
+		return NULL;
+	if (x->ndim != 4 || w->ndim != 4)
+		return FAILV("Conv2D takes a 4-D NCHW input and a 4-D weight");
+	const char *fmt = sim_attr_str(c->n, "format");
+	if (fmt && strcmp(fmt, "NCHW") != 0)
+		return FAILV("format %s is not simulated (NCHW only)", fmt);
+	int64_t g = 1, sh, sw, dh, dw, pads[4] = {0};
+	const Value *gv = sim_attr(c->n, "group");
+	if (!gv)
+		gv = sim_attr(c->n, "groups");
+	if (gv)
+		value_get_int(gv, &g);
+	hw_attr(c->n, "stride", 1, &sh, &sw);
+	hw_attr(c->n, "dilation", 1, &dh, &dw);
+	const Value *pv = sim_attr(c->n, "pad");
+	int np = pv ? value_int_list(pv, pads, 4) : 0;
+	if (np == 1)
+		pads[1] = pads[2] = pads[3] = pads[0];
+	else if (np == 2) { /* (h, w) */
+		pads[2] = pads[3] = pads[1];
+		pads[1] = pads[0];
+	}
+	int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+	int64_t O = w->shape[0], CG = w->shape[1], KH = w->shape[2], KW = w->shape[3];
+	if (g <= 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0)
+		return FAILV("group, stride and dilation must be positive");
+	if (C != CG * g || O % g)
+		return FAILV("input has %lld channels, the weight expects %lld x group %lld", (long long)C,
+		             (long long)CG, (long long)g);
+	int mode = pad_mode(c->n);
+	int64_t pt, pl;
+	int64_t OH = out_dim(H, KH, sh, dh, mode, pads[0], pads[1], &pt);
+	int64_t OW = out_dim(W, KW, sw, dw, mode, pads[2], pads[3], &pl);
+	int64_t shape[4] = {N, O, OH, OW};
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, 4, shape);
+	if (!o)
+		return NULL;
+	int64_t opg = O / g;
+	for (int64_t nb = 0; nb < N; nb++)
+		for (int64_t oc = 0; oc < O; oc++) {
+			int64_t c0 = oc / opg * CG;
+			for (int64_t oy = 0; oy < OH; oy++)
+				for (int64_t ox = 0; ox < OW; ox++) {
+					double s = 0;
+					for (int64_t ic = 0; ic < CG; ic++)
+						for (int64_t ky = 0; ky < KH; ky++) {
+							int64_t iy = oy * sh - pt + ky * dh;
+							if (iy < 0 || iy >= H)
+								continue;
+							for (int64_t kx = 0; kx < KW; kx++) {
+								int64_t ix = ox * sw - pl + kx * dw;
+								if (ix < 0 || ix >= W)
+									continue;
+								s +=
+								    (double)x
+								        ->data[((nb * C + c0 + ic) * H + iy) * W + ix] *
+								    w->data[((oc * CG + ic) * KH + ky) * KW + kx];
+							}
+						}
+					o->data[((nb * O + oc) * OH + oy) * OW + ox] = (float)s;
+				}
+		}
+	return sim_val_tensor(c->r, o);
+}
+
+/* MaxPool / AvgPool, NCHW; the average counts only the window's elements
+ * inside the input ("same" padding does not dilute it) */
+SimValue *k_pool(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	if (!x)
+		return NULL;
+	if (x->ndim != 4)
+		return FAILV("%s takes a 4-D NCHW input", sym_str(c->n->prim));
+	int64_t kh, kw, sh, sw, pt, pl;
+	hw_attr(c->n, "kernel_size", 1, &kh, &kw);
+	hw_attr(c->n, "strides", 1, &sh, &sw);
+	if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0)
+		return FAILV("kernel_size and strides must be positive");
+	int mode = pad_mode(c->n), isMax = c->n->op == OP_MaxPool;
+	int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+	int64_t OH = out_dim(H, kh, sh, 1, mode, 0, 0, &pt), OW = out_dim(W, kw, sw, 1, mode, 0, 0, &pl);
+	int64_t shape[4] = {N, C, OH, OW};
+	SimTensor *o = sim_tensor_new(c->r, x->dtype, 4, shape);
+	if (!o)
+		return NULL;
+	for (int64_t p = 0; p < N * C; p++)
+		for (int64_t oy = 0; oy < OH; oy++)
+			for (int64_t ox = 0; ox < OW; ox++) {
+				double acc = isMax ? -INFINITY : 0;
+				int64_t cnt = 0;
+				for (int64_t ky = 0; ky < kh; ky++) {
+					int64_t iy = oy * sh - pt + ky;
+					for (int64_t kx = 0; kx < kw; kx++) {
+						int64_t ix = ox * sw - pl + kx;
+						if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+							continue;
+						double v = x->data[(p * H + iy) * W + ix];
+						acc = isMax ? (v > acc ? v : acc) : acc + v;
+						cnt++;
+					}
+				}
+				o->data[(p * OH + oy) * OW + ox] = (float)(isMax ? acc : cnt ? acc / (double)cnt : 0);
+			}
+	return sim_val_tensor(c->r, o);
+}
+
+/* ---------------------------------------------------------- reductions */
+/* axis: operand 1 or attribute; absent or () = every axis.  keep_dims:
+ * operand 2 or attribute. */
+SimValue *k_reduce(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t ax[MAX_RANK], shape[MAX_RANK], ost[MAX_RANK];
+	if (!x)
+		return NULL;
+	int k = sim_ints(c, 1, "axis", ax, MAX_RANK);
+	int keep = sim_flag(c, 2, "keep_dims", NULL, 0);
+	unsigned red = k <= 0 ? (1u << x->ndim) - 1 : 0;
+	for (int i = 0; i < k; i++) {
+		int a;
+		if (sim_axis(c, ax[i], x->ndim, &a) < 0)
+			return NULL;
+		red |= 1u << a;
+	}
+	int nd = 0;
+	int64_t full[MAX_RANK]; /* output shape with the reduced dims kept as 1 */
+	for (int i = 0; i < x->ndim; i++) {
+		full[i] = red >> i & 1 ? 1 : x->shape[i];
+		if (!(red >> i & 1) || keep)
+			shape[nd++] = full[i];
+	}
+	SimTensor *o = sim_tensor_new(c->r, sim_out_dtype(c->n, x->dtype), nd, shape);
+	if (!o)
+		return NULL;
+	int op = c->n->op;
+	double init = op == OP_ReduceMax ? -INFINITY : op == OP_ReduceMin ? INFINITY : op == OP_ReduceProd ? 1 : 0;
+	double *acc = xmalloc((size_t)(o->numel ? o->numel : 1) * sizeof(double));
+	for (int64_t i = 0; i < o->numel; i++)
+		acc[i] = init;
+	sim_strides(x->ndim, full, ost);
+	for (int i = 0; i < x->ndim; i++)
+		if (red >> i & 1)
+			ost[i] = 0;
+	int64_t idx[MAX_RANK] = {0}, off = 0;
+	for (int64_t i = 0; i < x->numel; i++) {
+		double v = x->data[i];
+		switch (op) {
+		case OP_ReduceMax:
+			acc[off] = v > acc[off] || isnan(v) ? v : acc[off];
+			break;
+		case OP_ReduceMin:
+			acc[off] = v < acc[off] || isnan(v) ? v : acc[off];
+			break;
+		case OP_ReduceProd:
+			acc[off] *= v;
+			break;
+		default:
+			acc[off] += v;
+		}
+		for (int d = x->ndim - 1; d >= 0; d--) {
+			off += ost[d];
+			if (++idx[d] < x->shape[d])
+				break;
+			off -= ost[d] * x->shape[d];
+			idx[d] = 0;
+		}
+	}
+	double cnt = o->numel ? (double)x->numel / (double)o->numel : 1;
+	for (int64_t i = 0; i < o->numel; i++)
+		o->data[i] = (float)(op == OP_ReduceMean ? acc[i] / cnt : acc[i]);
+	free(acc);
+	return sim_val_tensor(c->r, o);
+}
+
+/* ArgMaxWithValue / ArgMinWithValue -> (index, value); attrs axis, keep_dims */
+SimValue *k_argwithvalue(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t axv = 0, shape[MAX_RANK], outer, inner;
+	int ax, nd = 0;
+	if (!x)
+		return NULL;
+	if (sim_ints(c, 1, "axis", &axv, 1) < 0)
+		axv = 0;
+	int keep = sim_flag(c, 2, "keep_dims", NULL, 0);
+	if (sim_axis(c, axv, x->ndim, &ax) < 0)
+		return NULL;
+	for (int i = 0; i < x->ndim; i++)
+		if (i != ax || keep)
+			shape[nd++] = i == ax ? 1 : x->shape[i];
+	around(x, ax, &outer, &inner);
+	int64_t n = x->shape[ax];
+	SimTensor *iv = sim_tensor_new(c->r, SD_INT, nd, shape),
+	          *vv = iv ? sim_tensor_new(c->r, x->dtype, nd, shape) : NULL;
+	if (!vv)
+		return NULL;
+	int isMax = c->n->op == OP_ArgMaxWithValue;
+	for (int64_t a = 0; a < outer; a++)
+		for (int64_t b = 0; b < inner; b++) {
+			int64_t best = 0;
+			for (int64_t j = 1; j < n; j++) {
+				float v = x->data[(a * n + j) * inner + b], bv = x->data[(a * n + best) * inner + b];
+				if (isMax ? v > bv : v < bv)
+					best = j;
+			}
+			iv->data[a * inner + b] = (float)best;
+			vv->data[a * inner + b] = n ? x->data[(a * n + best) * inner + b] : 0;
+		}
+	return tuple2(c, iv, vv);
+}
+
+/* ------------------------------------------------------------- softmax */
+static void softmax_rows(const float *x, float *y, int64_t outer, int64_t n, int64_t inner, int logv)
+{
+	for (int64_t a = 0; a < outer; a++)
+		for (int64_t b = 0; b < inner; b++) {
+			const float *xr = x + a * n * inner + b;
+			float *yr = y + a * n * inner + b;
+			double mx = -INFINITY, sum = 0;
+			for (int64_t j = 0; j < n; j++)
+				mx = xr[j * inner] > mx ? xr[j * inner] : mx;
+			for (int64_t j = 0; j < n; j++)
+				sum += exp(xr[j * inner] - mx);
+			for (int64_t j = 0; j < n; j++)
+				yr[j * inner] =
+				    (float)(logv ? xr[j * inner] - mx - log(sum) : exp(xr[j * inner] - mx) / sum);
+		}
+}
+
+SimValue *k_softmax(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t ax[MAX_RANK], outer, inner;
+	int a;
+	if (!x)
+		return NULL;
+	int k = sim_ints(c, 1, "axis", ax, MAX_RANK);
+	if (k <= 0) {
+		ax[0] = -1;
+		k = 1;
+	}
+	if (k != 1)
+		return FAILV("softmax over %d axes is not simulated", k);
+	if (sim_axis(c, ax[0], x->ndim, &a) < 0)
+		return NULL;
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
+	if (!o)
+		return NULL;
+	around(x, a, &outer, &inner);
+	softmax_rows(x->data, o->data, outer, x->ndim ? x->shape[a] : 1, inner, c->n->op == OP_LogSoftmax);
+	return sim_val_tensor(c->r, o);
+}
+
+/* --------------------------------------------------------------- norms */
+/* shape of the saved statistics: x's shape with dims from `from` set to 1 */
+static SimTensor *stat_tensor(Ctx *c, const SimTensor *x, int from)
+{
+	int64_t d[MAX_RANK];
+	for (int i = 0; i < x->ndim; i++)
+		d[i] = i < from ? x->shape[i] : 1;
+	return sim_tensor_new(c->r, SD_F32, x->ndim, d);
+}
+
+/* LayerNorm(x, gamma, beta): normalise over dims [begin_norm_axis, end),
+ * scale/shift by gamma/beta laid over dims [begin_params_axis, end).  The
+ * axes and epsilon are operands 3-5 in newest dumps, attributes before. */
+SimValue *k_layernorm(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *g = x ? sim_arg_tensor(c, 1) : NULL, *b = g ? sim_arg_tensor(c, 2) : NULL;
+	int64_t bnv = 1, bpv = 1, rows, cols, gsz = 1;
+	int bn, bp;
+	if (!b)
+		return NULL;
+	if (sim_ints(c, 3, "begin_norm_axis", &bnv, 1) < 0)
+		bnv = 1;
+	if (sim_ints(c, 4, "begin_params_axis", &bpv, 1) < 0)
+		bpv = 1;
+	double eps = sim_float(c, 5, "epsilon", 1e-7);
+	if (sim_axis(c, bnv, x->ndim, &bn) < 0 || sim_axis(c, bpv, x->ndim, &bp) < 0)
+		return NULL;
+	around(x, bn, &rows, &cols);
+	cols = x->numel / (rows ? rows : 1);
+	for (int i = bp; i < x->ndim; i++)
+		gsz *= x->shape[i];
+	if (g->numel != gsz || b->numel != gsz)
+		return FAILV("gamma and beta have %lld and %lld elements; dims %d.. of the input have %lld",
+		             (long long)g->numel, (long long)b->numel, bp, (long long)gsz);
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
+	SimTensor *mean = o ? stat_tensor(c, x, bn) : NULL, *rstd = mean ? stat_tensor(c, x, bn) : NULL;
+	if (!rstd)
+		return NULL;
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x->data + r * cols;
+		double s = 0, ss = 0;
+		for (int64_t j = 0; j < cols; j++)
+			s += xr[j];
+		double mu = cols ? s / (double)cols : 0;
+		for (int64_t j = 0; j < cols; j++)
+			ss += (xr[j] - mu) * (xr[j] - mu);
+		double rs = 1 / sqrt((cols ? ss / (double)cols : 0) + eps);
+		for (int64_t j = 0; j < cols; j++) {
+			int64_t gi = (r * cols + j) % gsz;
+			o->data[r * cols + j] = (float)((xr[j] - mu) * rs * g->data[gi] + b->data[gi]);
+		}
+		mean->data[r] = (float)mu;
+		rstd->data[r] = (float)rs;
+	}
+	if (!declared_tuple(c))
+		return sim_val_tensor(c->r, o);
+	SimValue *t = sim_val_tuple(c->r, 3);
+	t->elems[0] = sim_val_tensor(c->r, o);
+	t->elems[1] = sim_val_tensor(c->r, mean);
+	t->elems[2] = sim_val_tensor(c->r, rstd);
+	return t;
+}
+
+/* RmsNorm(x, gamma, epsilon): y = x / sqrt(mean(x^2) + eps) * gamma over the
+ * trailing dims that gamma covers */
+SimValue *k_rmsnorm(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *g = x ? sim_arg_tensor(c, 1) : NULL;
+	if (!g)
+		return NULL;
+	double eps = sim_float(c, 2, "epsilon", 1e-6);
+	int from = x->ndim - g->ndim;
+	if (from < 0 || g->numel == 0)
+		return FAILV("gamma has a higher rank than the input");
+	for (int i = 0; i < g->ndim; i++)
+		if (g->shape[i] != x->shape[from + i])
+			return FAILV("gamma does not match the trailing dimensions of the input");
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape), *rstd = o ? stat_tensor(c, x, from) : NULL;
+	if (!rstd)
+		return NULL;
+	int64_t cols = g->numel, rows = x->numel / cols;
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x->data + r * cols;
+		double ss = 0;
+		for (int64_t j = 0; j < cols; j++)
+			ss += (double)xr[j] * xr[j];
+		double rs = 1 / sqrt(ss / (double)cols + eps);
+		for (int64_t j = 0; j < cols; j++)
+			o->data[r * cols + j] = (float)(xr[j] * rs * g->data[j]);
+		rstd->data[r] = (float)rs;
+	}
+	return declared_tuple(c) ? tuple2(c, o, rstd) : sim_val_tensor(c->r, o);
+}
+
+/* BatchNorm(x, scale, offset, mean, variance), channels on dim 1.  With
+ * is_training the statistics are the batch's own (biased variance over N
+ * and the spatial dims), exactly as one device computes them on its local
+ * batch: a data-parallel split changes them, and the comparison says so. */
+SimValue *k_batchnorm(Ctx *c)
+{
+	SimTensor *in[5];
+	for (uint32_t i = 0; i < 5; i++)
+		if (!(in[i] = sim_arg_tensor(c, i)))
+			return NULL;
+	SimTensor *x = in[0];
+	if (x->ndim < 2)
+		return FAILV("BatchNorm needs an input of rank >= 2");
+	int64_t C = x->shape[1], outer = x->shape[0], inner = x->numel / (outer * C > 0 ? outer * C : 1);
+	for (int i = 1; i < 5; i++)
+		if (in[i]->numel != C)
+			return FAILV("operand %d has %lld elements for %lld channels", i, (long long)in[i]->numel,
+			             (long long)C);
+	int train = sim_flag(c, 5, "is_training", NULL, 0);
+	double eps = sim_float(c, 6, "epsilon", 1e-5);
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
+	SimTensor *bm = o ? sim_tensor_new(c->r, SD_F32, 1, &C) : NULL,
+	          *bv = bm ? sim_tensor_new(c->r, SD_F32, 1, &C) : NULL;
+	if (!bv)
+		return NULL;
+	for (int64_t ch = 0; ch < C; ch++) {
+		double mu = in[3]->data[ch], var = in[4]->data[ch];
+		if (train) {
+			double s = 0, ss = 0, cnt = (double)(outer * inner);
+			for (int64_t a = 0; a < outer; a++)
+				for (int64_t b = 0; b < inner; b++)
+					s += x->data[(a * C + ch) * inner + b];
+			mu = cnt ? s / cnt : 0;
+			for (int64_t a = 0; a < outer; a++)
+				for (int64_t b = 0; b < inner; b++) {
+					double d = x->data[(a * C + ch) * inner + b] - mu;
+					ss += d * d;
+				}
+			var = cnt ? ss / cnt : 0;
+		}
+		double rs = 1 / sqrt(var + eps);
+		for (int64_t a = 0; a < outer; a++)
+			for (int64_t b = 0; b < inner; b++) {
+				int64_t i = (a * C + ch) * inner + b;
+				o->data[i] = (float)((x->data[i] - mu) * rs * in[1]->data[ch] + in[2]->data[ch]);
+			}
+		bm->data[ch] = (float)mu;
+		bv->data[ch] = (float)var;
+	}
+	if (!declared_tuple(c))
+		return sim_val_tensor(c->r, o);
+	SimValue *t = sim_val_tuple(c->r, 5);
+	t->elems[0] = sim_val_tensor(c->r, o);
+	t->elems[1] = t->elems[3] = sim_val_tensor(c->r, bm);
+	t->elems[2] = t->elems[4] = sim_val_tensor(c->r, bv);
+	return t;
+}
+
+/* -------------------------------------------------------------- losses */
+/* SoftmaxCrossEntropyWithLogits(logits (B, C), labels (B, C)) -> loss (B),
+ * or (loss, backprop = softmax - labels) when the type line is a tuple */
+SimValue *k_loss(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *y = x ? sim_arg_tensor(c, 1) : NULL;
+	if (!y)
+		return NULL;
+	if (x->ndim != 2 || !sim_same_shape(y, 2, x->shape))
+		return FAILV("takes 2-D logits and labels of the same shape");
+	int64_t B = x->shape[0], C = x->shape[1];
+	SimTensor *sm = sim_tensor_new(c->r, SD_F32, 2, x->shape),
+	          *loss = sm ? sim_tensor_new(c->r, SD_F32, 1, &B) : NULL;
+	if (!loss)
+		return NULL;
+	softmax_rows(x->data, sm->data, B, C, 1, 1);
+	for (int64_t i = 0; i < B; i++) {
+		double s = 0;
+		for (int64_t j = 0; j < C; j++) {
+			s -= (double)y->data[i * C + j] * sm->data[i * C + j];
+			sm->data[i * C + j] = (float)(exp(sm->data[i * C + j]) - y->data[i * C + j]);
+		}
+		loss->data[i] = (float)s;
+	}
+	return declared_tuple(c) ? tuple2(c, loss, sm) : sim_val_tensor(c->r, loss);
+}
+
+/* SparseSoftmaxCrossEntropyWithLogits(logits (B, C), labels (B)) -> the
+ * mean loss, a scalar () */
+SimValue *k_sparseloss(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *y = x ? sim_arg_tensor(c, 1) : NULL;
+	if (!y)
+		return NULL;
+	if (sim_flag(c, 2, "is_grad", NULL, 0))
+		return FAILV("is_grad=True (the gradient form) is not simulated");
+	if (x->ndim != 2 || y->numel != x->shape[0])
+		return FAILV("takes 2-D logits and one label per row");
+	int64_t B = x->shape[0], C = x->shape[1];
+	double total = 0;
+	for (int64_t i = 0; i < B; i++) {
+		int64_t lab = (int64_t)y->data[i];
+		if (lab < 0 || lab >= C)
+			return FAILV("label %lld of row %lld is outside [0, %lld)", (long long)lab, (long long)i,
+			             (long long)C);
+		const float *xr = x->data + i * C;
+		double mx = -INFINITY, s = 0;
+		for (int64_t j = 0; j < C; j++)
+			mx = xr[j] > mx ? xr[j] : mx;
+		for (int64_t j = 0; j < C; j++)
+			s += exp(xr[j] - mx);
+		total += log(s) + mx - xr[lab];
+	}
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, 0, NULL);
+	if (!o)
+		return NULL;
+	o->data[0] = (float)(B ? total / (double)B : 0);
+	return sim_val_tensor(c->r, o);
+}

@@ -1,0 +1,128 @@
+/* simint.h - what the files of passes/simulate/ share and nobody else sees. */
+#ifndef SAPPC_SIMINT_H
+#define SAPPC_SIMINT_H
+
+#include "sim.h"
+
+/* A rank's execution state: a program counter over its entry graph and the
+ * value of every node computed so far (indexed by Node.id). */
+typedef struct RankState {
+	Module *m;
+	Graph *g;
+	int rank;
+	uint32_t pc;
+	uint8_t done;
+	SimValue **vals;
+	uint32_t nvals;
+	SimValue *result;
+	Node *wait;      /* the communication op this rank is blocked at, or NULL */
+	Sym wgroup;      /* its group ("0-1") */
+	uint32_t wseq;   /* and its number among the collectives of that group on this rank */
+	int64_t *wranks; /* the group's ranks, in group order */
+	int wn, wcap;
+	Vec(struct GroupSeq {
+		Sym group;
+		uint32_t n;
+	}) seqs;
+} RankState;
+
+typedef struct SimMsg {
+	int src, dest;
+	int64_t tag;
+	SimValue *v;
+	Node *send;
+} SimMsg;
+
+typedef struct SimOverride {
+	int rank;
+	Sym name;
+	float *data;
+	int64_t n;
+} SimOverride;
+
+struct SimRun {
+	SimOptions o;
+	int nranks;
+	RankState *rs;
+	Vec(SimTensor *) tensors; /* every tensor, with its data if owned (see tensor.c) */
+	Vec(float *) buffers;
+	Vec(SimValue *) values;
+	Vec(SimMsg) mail;
+	Vec(SimOverride) overrides;
+	int64_t bytes, limit;
+	uint32_t executed;
+	int failed;
+	char err[640]; /* "file:line:col: " + err + msgoff */
+	size_t msgoff;
+	Loc errloc;
+};
+
+/* What a kernel sees: the run, the rank and the node being evaluated. */
+typedef struct Ctx {
+	SimRun *r;
+	RankState *s;
+	Node *n;
+} Ctx;
+
+/* ------------------------------------------------------------- tensor.c */
+SimTensor *sim_tensor_new(SimRun *r, int dtype, int ndim, const int64_t *shape); /* zeroed; NULL: limit hit */
+SimTensor *sim_tensor_view(SimRun *r, const SimTensor *base, int ndim, const int64_t *shape, int64_t off);
+SimValue *sim_val_tensor(SimRun *r, SimTensor *t);
+SimValue *sim_val_tuple(SimRun *r, uint32_t n);
+SimValue *sim_val_none(SimRun *r);
+int sim_numel(int ndim, const int64_t *shape, int64_t *out); /* 0 ok, -1 overflow / negative */
+void sim_strides(int ndim, const int64_t *shape, int64_t *st);
+int sim_same_shape(const SimTensor *a, int ndim, const int64_t *shape);
+void sim_fmt_shape(char *buf, size_t n, int ndim, const int64_t *shape);
+void sim_fmt_index(char *buf, size_t n, int ndim, const int64_t *idx);
+void sim_unflatten(int64_t flat, int ndim, const int64_t *shape, int64_t *idx);
+int sim_dtype_of(Sym dtype); /* SimDType of a type-line element type */
+const char *sim_dtype_name(int d);
+uint64_t sim_mix64(uint64_t x); /* splitmix64 finaliser */
+/* dst[i] = src[base + sum_d idx_d(i) * stride[d]] over the row-major indices of shape */
+void sim_copy_strided(const float *src, int64_t base, int nd, const int64_t *shape, const int64_t *stride, float *dst);
+/* copy the block [off, off+shape) of src into a new tensor */
+SimTensor *sim_extract(SimRun *r, const SimTensor *src, const int64_t *off, const int64_t *shape);
+/* record the first error: "<where>: message" */
+int sim_errorf(SimRun *r, const RankState *s, const Node *n, const char *fmt, ...) PRINTF(4, 5);
+
+/* ------------------------------------------------------------- interp.c */
+int sim_eval_node(Ctx *c);      /* computes c->s->vals[c->n->id]; 0 ok, -1 error */
+int sim_is_comm(const Node *n); /* evaluated by the executor, not by sim_eval_node */
+SimValue *sim_arg(Ctx *c, uint32_t i);
+SimTensor *sim_arg_tensor(Ctx *c, uint32_t i);
+/* attribute-like operand i (literal or computed), else the attribute key:
+ * count of ints (0 = empty tuple), -1 when neither is present */
+int sim_ints(Ctx *c, uint32_t i, const char *key, int64_t *out, int max);
+int sim_flag(Ctx *c, uint32_t i, const char *k1, const char *k2, int dflt);
+double sim_float(Ctx *c, uint32_t i, const char *key, double dflt);
+int sim_axis(Ctx *c, int64_t ax, int ndim, int *out); /* normalise a possibly negative axis */
+/* numpy broadcasting of nin tensors: output shape, per-input element strides (0 on broadcast dims) */
+int sim_broadcast(Ctx *c, int nin, SimTensor **in, int *ond, int64_t *oshape, int64_t st[][MAX_RANK]);
+int sim_fail(Ctx *c, const char *fmt, ...) PRINTF(2, 3);
+int sim_check_declared(Ctx *c, const SimValue *v); /* computed vs type-line shape */
+const char *sim_attr_str(const Node *n, const char *key);
+const Value *sim_attr(const Node *n, const char *key); /* primitive_attrs, then cnode_attrs */
+int sim_out_dtype(const Node *n, int dflt);
+int sim_allocates(const Node *n); /* whether the op makes new storage (memory estimate) */
+
+/* ------------------------------------------------------------ kernels.c */
+SimValue *k_matmul(Ctx *c);
+SimValue *k_conv2d(Ctx *c);
+SimValue *k_pool(Ctx *c);
+SimValue *k_reduce(Ctx *c);
+SimValue *k_argwithvalue(Ctx *c);
+SimValue *k_softmax(Ctx *c);
+SimValue *k_layernorm(Ctx *c);
+SimValue *k_rmsnorm(Ctx *c);
+SimValue *k_batchnorm(Ctx *c);
+SimValue *k_loss(Ctx *c);
+SimValue *k_sparseloss(Ctx *c);
+
+/* ------------------------------------------------------------- inputs.c */
+int sim_make_inputs(SimRun *r, RankState *s);
+
+/* --------------------------------------------------------------- exec.c */
+int sim_group_of(SimRun *r, RankState *s, Node *n, int64_t *ranks, int max); /* count, -1 error */
+
+#endif

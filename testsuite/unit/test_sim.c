@@ -1,0 +1,1073 @@
+/* test_sim.c - cmocka tests of the simulator (passes/simulate/): operator
+ * numerics against hand-computed values, seeded inputs, the multi-rank
+ * executor on hand-written 2-rank programs (AllReduce, AllGather,
+ * ReduceScatter, AlltoAll, Send/Receive), deadlock and mismatch reports, and
+ * the comparison catching a wrong slice and a wrong program. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sappc.h"
+#include "sim.h"
+
+/* ------------------------------------------------------------- helpers */
+/* diagnostics quote the source, so every parsed buffer lives to the end */
+static char *bufs[256];
+static int nbufs;
+
+static Module *parse_as(const char *text, int fragment)
+{
+	size_t n = strlen(text);
+	char *b = malloc(n + 2);
+	memcpy(b, text, n + 1);
+	b[n + 1] = 0;
+	assert_true(nbufs < 256);
+	bufs[nbufs++] = b;
+	Module *m = ir_parse("<test>", b, n, fragment);
+	if (!m)
+		fail_msg("parse failed:\n%s", text);
+	return m;
+}
+
+static Module *parse(const char *text)
+{
+	return parse_as(text, 0);
+}
+
+typedef struct In {
+	const char *name;
+	const float *v;
+	int64_t n;
+} In;
+
+#define IN(name, arr) {name, arr, (int64_t)(sizeof arr / sizeof arr[0])}
+
+static SimRun *run(Module *m, const In *in, int nin)
+{
+	SimOptions o = {0};
+	o.max_mb = 64;
+	SimRun *r = sim_new(&m, 1, &o);
+	for (int i = 0; i < nin; i++)
+		assert_int_equal(sim_set_input(r, 0, in[i].name, in[i].v, in[i].n), 0);
+	if (sim_exec(r) != 0)
+		fail_msg("simulation failed: %s", sim_error(r));
+	return r;
+}
+
+static Node *node(Module *m, uint32_t k)
+{
+	Graph *g = ir_entry(m);
+	assert_true(k < g->nodes.n);
+	return g->nodes.a[k];
+}
+
+static void expect_vals(const SimTensor *t, const float *v, int64_t n, double tol)
+{
+	assert_non_null(t);
+	assert_int_equal(t->numel, n);
+	for (int64_t i = 0; i < n; i++)
+		if (!(fabs((double)t->data[i] - v[i]) <= tol * (fabs(v[i]) > 1 ? fabs(v[i]) : 1)))
+			fail_msg("element %lld: got %.9g, expected %.9g", (long long)i, (double)t->data[i], (double)v[i]);
+}
+
+/* node k's tensor has this shape and these values */
+static void expect(SimRun *r, Module *m, uint32_t k, int nd, const int64_t *shape, const float *v, int64_t n)
+{
+	const SimTensor *t = sim_tensor(r, 0, node(m, k));
+	if (!t)
+		fail_msg("node %u has no tensor value", k);
+	assert_int_equal(t->ndim, nd);
+	for (int i = 0; i < nd; i++)
+		assert_int_equal(t->shape[i], shape[i]);
+	expect_vals(t, v, n, 1e-5);
+}
+
+#define EXPECT(r, m, k, shp, vals)                                                                       \
+	do {                                                                                             \
+		static const int64_t s_[] = {shp};                                                       \
+		static const float v_[] = {vals};                                                        \
+		expect(r, m, k, (int)(sizeof s_ / sizeof s_[0]), s_, v_, (int64_t)(sizeof v_ / sizeof v_[0])); \
+	} while (0)
+#define EXPECT0(r, m, k, vals)                                                      \
+	do {                                                                        \
+		static const float v_[] = {vals};                                   \
+		expect(r, m, k, 0, NULL, v_, (int64_t)(sizeof v_ / sizeof v_[0])); \
+	} while (0)
+#define S(...) __VA_ARGS__
+
+static const float k1to6[] = {1, 2, 3, 4, 5, 6};
+
+/* ---------------------------------------------------- operator numerics */
+static void test_matmul(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_x: <Tensor[Float32], (2, 3)>\n"
+			  "%para2_w: <Tensor[Float32], (3, 2)>\n"
+			  "%para3_v: <Tensor[Float32], (2, 3)>\n"
+			  "%para4_a: <Tensor[Float32], (2, 2, 2)>\n"
+			  "%para5_b: <Tensor[Float32], (2, 2)>\n"
+			  "  %0(p) = MatMul(%para1_x, %para2_w) primitive_attrs: {transpose_a: Bool(0), transpose_b: Bool(0)}\n"
+			  "      : (<Tensor[Float32], (2, 3)>, <Tensor[Float32], (3, 2)>) -> (<Tensor[Float32], (2, 2)>)\n"
+			  "  %1(q) = MatMul(%para1_x, %para3_v) primitive_attrs: {transpose_x2: Bool(1)}\n"
+			  "  %2(r) = PrimFunc_MatMul(%para2_w, %para2_w, Bool(1), Bool(0))\n"
+			  "  %3(s) = BatchMatMul(%para4_a, %para5_b)\n"
+			  "  %4(t) = PrimFunc_BatchMatMul(%para4_a, %para5_b, Bool(0), Bool(1))\n"
+			  "  Return(%4)\n");
+	static const float a[] = {1, 2, 3, 4, 5, 6, 7, 8}, b[] = {1, 2, 3, 4};
+	In in[] = {IN("x", k1to6), IN("w", k1to6), IN("v", k1to6), IN("a", a), IN("b", b)};
+	SimRun *r = run(m, in, 5);
+	EXPECT(r, m, 0, S(2, 2), S(22, 28, 49, 64));
+	EXPECT(r, m, 1, S(2, 2), S(14, 32, 32, 77));
+	EXPECT(r, m, 2, S(2, 2), S(35, 44, 44, 56));
+	EXPECT(r, m, 3, S(2, 2, 2), S(7, 10, 15, 22, 23, 34, 31, 46));
+	EXPECT(r, m, 4, S(2, 2, 2), S(5, 11, 11, 25, 17, 39, 23, 53));
+	sim_free(r);
+	ir_module_free(m);
+}
+
+static void test_elementwise(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_a: <Tensor[Float32], (2, 3)>\n"
+			  "%para2_b: <Tensor[Float32], (3)>\n"
+			  "%para3_c: <Tensor[Float32], (2)>\n"
+			  "  %0(x) = Add(%para1_a, %para2_b)\n"
+			  "      : (<Tensor[Float32], (2, 3)>, <Tensor[Float32], (3)>) -> (<Tensor[Float32], (2, 3)>)\n"
+			  "  %1(x) = PrimFunc_Sub(%para1_a, %para2_b)\n"
+			  "  %2(x) = Mul(%para1_a, Tensor(shape=[], dtype=Float32, value=2))\n"
+			  "  %3(x) = RealDiv(%para1_a, %para2_b)\n"
+			  "  %4(x) = Maximum(%para1_a, %para2_b)\n"
+			  "  %5(x) = Minimum(%para1_a, %para2_b)\n"
+			  "  %6(x) = Pow(%para1_a, F32(2))\n"
+			  "  %7(x) = Equal(%para1_a, Tensor(shape=[], dtype=Float32, value=3))\n"
+			  "      : (<Tensor[Float32], (2, 3)>, <Tensor[Float32], ()>) -> (<Tensor[Bool], (2, 3)>)\n"
+			  "  %8(x) = Greater(%para1_a, %para2_b)\n"
+			  "  %9(x) = FloorMod(%para3_c, Tensor(shape=[], dtype=Float32, value=3))\n"
+			  "  %10(x) = FloorDiv(%para3_c, Tensor(shape=[], dtype=Float32, value=3))\n"
+			  "  %11(x) = SquaredDifference(%para1_a, %para2_b)\n"
+			  "  %12(x) = Select(%8, %para1_a, Tensor(shape=[], dtype=Float32, value=0))\n"
+			  "  %13(x) = Div(%para3_c, Tensor(shape=[2], dtype=Float32, value=[2, 4]))\n"
+			  "  Return(%13)\n");
+	static const float b[] = {1, -1, 2}, c[] = {-7, 7};
+	In in[] = {IN("a", k1to6), IN("b", b), IN("c", c)};
+	SimRun *r = run(m, in, 3);
+	EXPECT(r, m, 0, S(2, 3), S(2, 1, 5, 5, 4, 8));
+	EXPECT(r, m, 1, S(2, 3), S(0, 3, 1, 3, 6, 4));
+	EXPECT(r, m, 2, S(2, 3), S(2, 4, 6, 8, 10, 12));
+	EXPECT(r, m, 3, S(2, 3), S(1, -2, 1.5, 4, -5, 3));
+	EXPECT(r, m, 4, S(2, 3), S(1, 2, 3, 4, 5, 6));
+	EXPECT(r, m, 5, S(2, 3), S(1, -1, 2, 1, -1, 2));
+	EXPECT(r, m, 6, S(2, 3), S(1, 4, 9, 16, 25, 36));
+	EXPECT(r, m, 7, S(2, 3), S(0, 0, 1, 0, 0, 0));
+	assert_int_equal(sim_tensor(r, 0, node(m, 7))->dtype, SD_BOOL);
+	EXPECT(r, m, 8, S(2, 3), S(0, 1, 1, 1, 1, 1));
+	EXPECT(r, m, 9, S(2), S(2, 1));
+	EXPECT(r, m, 10, S(2), S(-3, 2));
+	EXPECT(r, m, 11, S(2, 3), S(0, 9, 1, 9, 36, 16));
+	EXPECT(r, m, 12, S(2, 3), S(0, 2, 3, 4, 5, 6));
+	EXPECT(r, m, 13, S(2), S(-3.5, 1.75));
+	sim_free(r);
+	ir_module_free(m);
+}
+
+static void test_unary(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_x: <Tensor[Float32], (4)>\n"
+			  "%para2_y: <Tensor[Float32], (4)>\n"
+			  "  %0(a) = ReLU(%para1_x)\n"
+			  "  %1(a) = Sigmoid(%para1_x)\n"
+			  "  %2(a) = SiLU(%para1_x)\n"
+			  "  %3(a) = GeLU(%para1_x)\n"
+			  "  %4(a) = FastGeLU(%para1_x)\n"
+			  "  %5(a) = Tanh(%para1_x)\n"
+			  "  %6(a) = Exp(%para1_x)\n"
+			  "  %7(a) = Neg(%para1_x)\n"
+			  "  %8(a) = Abs(%para1_x)\n"
+			  "  %9(a) = Square(%para1_x)\n"
+			  "  %10(a) = Log(%para2_y)\n"
+			  "  %11(a) = Sqrt(%para2_y)\n"
+			  "  %12(a) = Rsqrt(%para2_y)\n"
+			  "  %13(a) = Reciprocal(%para2_y)\n"
+			  "  %14(a) = Softplus(%para1_x)\n"
+			  "  %15(a) = ReLU6(%para2_y)\n"
+			  "  Return(%15)\n");
+	static const float x[] = {-1, 0, 0.5f, 2}, y[] = {0.25f, 1, 4, 9};
+	In in[] = {IN("x", x), IN("y", y)};
+	SimRun *r = run(m, in, 2);
+	EXPECT(r, m, 0, S(4), S(0, 0, 0.5, 2));
+	EXPECT(r, m, 1, S(4), S(0.26894142, 0.5, 0.62245933, 0.88079708));
+	EXPECT(r, m, 2, S(4), S(-0.26894142, 0, 0.31122967, 1.76159416));
+	EXPECT(r, m, 3, S(4), S(-0.15880801, 0, 0.34571401, 1.95459769));
+	EXPECT(r, m, 4, S(4), S(-0.15420423, 0, 0.35038844, 1.93565862));
+	EXPECT(r, m, 5, S(4), S(-0.76159416, 0, 0.46211716, 0.96402758));
+	EXPECT(r, m, 6, S(4), S(0.36787944, 1, 1.64872127, 7.3890561));
+	EXPECT(r, m, 7, S(4), S(1, 0, -0.5, -2));
+	EXPECT(r, m, 8, S(4), S(1, 0, 0.5, 2));
+	EXPECT(r, m, 9, S(4), S(1, 0, 0.25, 4));
+	EXPECT(r, m, 10, S(4), S(-1.38629436, 0, 1.38629436, 2.19722458));
+	EXPECT(r, m, 11, S(4), S(0.5, 1, 2, 3));
+	EXPECT(r, m, 12, S(4), S(2, 1, 0.5, 0.33333333));
+	EXPECT(r, m, 13, S(4), S(4, 1, 0.25, 0.11111111));
+	EXPECT(r, m, 14, S(4), S(0.31326169, 0.69314718, 0.97407698, 2.12692801));
+	EXPECT(r, m, 15, S(4), S(0.25, 1, 4, 6));
+	sim_free(r);
+	ir_module_free(m);
+}
+
+static void test_reduce_softmax(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_x: <Tensor[Float32], (2, 3)>\n"
+			  "%para2_s: <Tensor[Float32], (2, 3)>\n"
+			  "  %0(a) = ReduceSum(%para1_x, (I64(1)), Bool(0))\n"
+			  "      : (<Tensor[Float32], (2, 3)>, <Tuple[Int64], TupleShape(NoShape)>, <Bool, NoShape>) -> (<Tensor[Float32], (2)>)\n"
+			  "  %1(a) = ReduceMean(%para1_x, (), Bool(0))\n"
+			  "  %2(a) = ReduceMax(%para1_x, (I64(0)), Bool(1))\n"
+			  "  %3(a) = ReduceMin(%para1_x, I64(-1)) primitive_attrs: {keep_dims: Bool(1)}\n"
+			  "  %4(a) = ReduceProd(%para1_x) primitive_attrs: {axis: (1), keep_dims: Bool(0)}\n"
+			  "  %5(a) = ArgMaxWithValue(%para1_x) primitive_attrs: {axis: I64(1), keep_dims: Bool(0)}\n"
+			  "  %6(a) = TupleGetItem(%5, I64(0))\n"
+			  "  %7(a) = TupleGetItem(%5, I64(1))\n"
+			  "  %8(a) = Softmax(%para2_s, (I64(-1)))\n"
+			  "  %9(a) = LogSoftmax(%para2_s) primitive_attrs: {axis: I64(-1)}\n"
+			  "  %10(a) = Softmax(%para2_s, (I64(0)))\n"
+			  "  Return(%10)\n");
+	static const float s[] = {1, 2, 3, 1, 1, 1};
+	In in[] = {IN("x", k1to6), IN("s", s)};
+	SimRun *r = run(m, in, 2);
+	EXPECT(r, m, 0, S(2), S(6, 15));
+	EXPECT0(r, m, 1, S(3.5));
+	EXPECT(r, m, 2, S(1, 3), S(4, 5, 6));
+	EXPECT(r, m, 3, S(2, 1), S(1, 4));
+	EXPECT(r, m, 4, S(2), S(6, 120));
+	EXPECT(r, m, 6, S(2), S(2, 2));
+	EXPECT(r, m, 7, S(2), S(3, 6));
+	EXPECT(r, m, 8, S(2, 3), S(0.09003057, 0.24472847, 0.66524096, 0.33333333, 0.33333333, 0.33333333));
+	EXPECT(r, m, 9, S(2, 3), S(-2.40760596, -1.40760596, -0.40760596, -1.09861229, -1.09861229, -1.09861229));
+	EXPECT(r, m, 10, S(2, 3), S(0.5, 0.73105858, 0.88079708, 0.5, 0.26894142, 0.11920292));
+	sim_free(r);
+	ir_module_free(m);
+}
+
+static void test_norms(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_x: <Tensor[Float32], (2, 4)>\n"
+			  "%para2_g: <Tensor[Float32], (4)>\n"
+			  "%para3_b: <Tensor[Float32], (4)>\n"
+			  "%para4_i: <Tensor[Float32], (2, 2, 1, 1)>\n"
+			  "%para5_sc: <Tensor[Float32], (2)>\n"
+			  "%para6_of: <Tensor[Float32], (2)>\n"
+			  "%para7_mu: <Tensor[Float32], (2)>\n"
+			  "%para8_va: <Tensor[Float32], (2)>\n"
+			  "  %0(a) = LayerNorm(%para1_x, %para2_g, %para3_b) primitive_attrs: {begin_norm_axis: I64(-1), "
+			  "begin_params_axis: I64(-1), epsilon: F32(1e-05)}\n"
+			  "      : (<Tensor[Float32], (2, 4)>, <Tensor[Float32], (4)>, <Tensor[Float32], (4)>) -> "
+			  "(<Tuple[Tensor[Float32]*3], TupleShape((2, 4), (2, 1), (2, 1))>)\n"
+			  "  %1(a) = TupleGetItem(%0, I64(0))\n"
+			  "  %2(a) = TupleGetItem(%0, I64(2))\n"
+			  "  %3(a) = RmsNorm(%para1_x, %para2_g, F32(0))\n"
+			  "      : (<Tensor[Float32], (2, 4)>, <Tensor[Float32], (4)>, <Float32, NoShape>) -> (<Tensor[Float32], (2, 4)>)\n"
+			  "  %4(a) = BatchNorm(%para4_i, %para5_sc, %para6_of, %para7_mu, %para8_va) primitive_attrs: "
+			  "{epsilon: F32(0), is_training: Bool(0)}\n"
+			  "  %5(a) = BatchNorm(%para4_i, %para5_sc, %para6_of, %para7_mu, %para8_va) primitive_attrs: "
+			  "{epsilon: F32(0), is_training: Bool(1)}\n"
+			  "  Return(%5)\n");
+	static const float x[] = {1, 2, 3, 4, 0, 0, 4, 4}, g[] = {1, 2, 1, 2}, b[] = {0, 0, 1, 1};
+	static const float i4[] = {1, 2, 3, 4}, sc[] = {1, 2}, of[] = {0, 1}, mu[] = {1, 2}, va[] = {4, 1};
+	In in[] = {IN("x", x), IN("g", g), IN("b", b), IN("i", i4), IN("sc", sc), IN("of", of), IN("mu", mu),
+		   IN("va", va)};
+	SimRun *r = run(m, in, 8);
+	EXPECT(r, m, 1, S(2, 4), S(-1.34163542, -0.89442361, 1.44721181, 3.68327084, -0.99999875, -1.9999975,
+				  1.99999875, 2.9999975));
+	EXPECT(r, m, 2, S(2, 1), S(0.89442361, 0.49999938));
+	EXPECT(r, m, 3, S(2, 4), S(0.36514837, 1.46059349, 1.09544512, 2.92118698, 0, 0, 1.41421356, 2.82842712));
+	EXPECT(r, m, 4, S(2, 2, 1, 1), S(0, 1, 1, 5));
+	EXPECT(r, m, 5, S(2, 2, 1, 1), S(-1, -1, 1, 3));
+	sim_free(r);
+	ir_module_free(m);
+}
+
+static void test_shape_ops(void **state)
+{
+	(void)state;
+	Module *m = parse(
+		"%para1_x: <Tensor[Float32], (2, 3)>\n"
+		"%para2_t: <Tensor[Float32], (4, 2)>\n"
+		"%para3_i: <Tensor[Int32], (3)>\n"
+		"%para4_j: <Tensor[Int32], (2)>\n"
+		"%para5_y: <Tensor[Float32], (3)>\n"
+		"%para6_b: <Tensor[Float32], (3)>\n"
+		"%para7_q: <Tensor[Float32], (1, 2, 1, 2)>\n"
+		"%para8_qb: <Tensor[Float32], (2)>\n"
+		"  %0(a) = Reshape(%para1_x, (I64(3), I64(-1)))\n"
+		"      : (<Tensor[Float32], (2, 3)>, <Tuple[Int64*2], TupleShape(NoShape, NoShape)>) -> (<Tensor[Float32], (3, 2)>)\n"
+		"  %1(a) = Transpose(%para1_x, (I64(1), I64(0)))\n"
+		"  %2(a) = ExpandDims(%para1_x, I64(0))\n"
+		"  %3(a) = Flatten(%2)\n"
+		"  %4(a) = Gather(%para2_t, %para3_i, I64(0))\n"
+		"  %5(a) = Gather(%para1_x, %para4_j, I64(1))\n"
+		"  %6(a) = PrimFunc_StridedSlice(%para1_x, (I64(0), I64(1)), (I64(2), I64(3)), (I64(1), I64(1)), I64(0), "
+		"I64(0), I64(0), I64(0), I64(0))\n"
+		"  %7(a) = StridedSlice(%para1_x, (0, 0), (2, 3), (1, 2)) primitive_attrs: {begin_mask: I64(0), end_mask: "
+		"I64(0), ellipsis_mask: I64(0), new_axis_mask: I64(0), shrink_axis_mask: I64(0)}\n"
+		"  %8(a) = MakeTuple(%para1_x, %para1_x)\n"
+		"  %9(a) = PrimFunc_Concat(%8, I64(1))\n"
+		"  %10(a) = PrimFunc_Split(%para1_x, I64(1), I64(3))\n"
+		"  %11(a) = TupleGetItem(%10, I64(2))\n"
+		"  %12(a) = OneHot(%para3_i, I64(4), Tensor(shape=[], dtype=Float32, value=1), Tensor(shape=[], "
+		"dtype=Float32, value=0)) primitive_attrs: {axis: I64(-1)}\n"
+		"  %13(a) = Cast(%para5_y, I64(35))\n"
+		"      : (<Tensor[Float32], (3)>, <Int64, NoShape>) -> (<Tensor[Int32], (3)>)\n"
+		"  %14(a) = Cast(%para5_y, I64(30))\n"
+		"      : (<Tensor[Float32], (3)>, <Int64, NoShape>) -> (<Tensor[Bool], (3)>)\n"
+		"  %15(a) = Tile(%para1_x, (I64(1), I64(2)))\n"
+		"  %16(a) = Squeeze(%2) primitive_attrs: {axis: (0)}\n"
+		"  %17(a) = BiasAdd(%para1_x, %para6_b)\n"
+		"  %18(a) = BiasAdd(%para7_q, %para8_qb) primitive_attrs: {data_format: \"NCHW\"}\n"
+		"  %19(a) = AddN(%8)\n"
+		"  %20(a) = Load(%para1_x, UMonad[U])\n"
+		"  %21(a) = Depend(%20, %19)\n"
+		"  %22(a) = Concat(%para1_x, %para1_x) primitive_attrs: {axis: I64(0)}\n"
+		"  Return(%22)\n");
+	static const float t[] = {0, 1, 10, 11, 20, 21, 30, 31}, i3[] = {3, 0, 2}, j2[] = {2, 0}, y[] = {-1.5f, 0, 2.7f};
+	static const float b[] = {1, -1, 2}, q[] = {1, 2, 3, 4}, qb[] = {10, 20};
+	In in[] = {IN("x", k1to6), IN("t", t), IN("i", i3), IN("j", j2), IN("y", y), IN("b", b), IN("q", q), IN("qb", qb)};
+	SimRun *r = run(m, in, 8);
+	EXPECT(r, m, 0, S(3, 2), S(1, 2, 3, 4, 5, 6));
+	EXPECT(r, m, 1, S(3, 2), S(1, 4, 2, 5, 3, 6));
+	EXPECT(r, m, 2, S(1, 2, 3), S(1, 2, 3, 4, 5, 6));
+	EXPECT(r, m, 3, S(1, 6), S(1, 2, 3, 4, 5, 6));
+	EXPECT(r, m, 4, S(3, 2), S(30, 31, 0, 1, 20, 21));
+	EXPECT(r, m, 5, S(2, 2), S(3, 1, 6, 4));
+	EXPECT(r, m, 6, S(2, 2), S(2, 3, 5, 6));
+	EXPECT(r, m, 7, S(2, 2), S(1, 3, 4, 6));
+	EXPECT(r, m, 9, S(2, 6), S(1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6));
+	EXPECT(r, m, 11, S(2, 1), S(3, 6));
+	EXPECT(r, m, 12, S(3, 4), S(0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0));
+	EXPECT(r, m, 13, S(3), S(-1, 0, 2));
+	EXPECT(r, m, 14, S(3), S(1, 0, 1));
+	EXPECT(r, m, 15, S(2, 6), S(1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6));
+	EXPECT(r, m, 16, S(2, 3), S(1, 2, 3, 4, 5, 6));
+	EXPECT(r, m, 17, S(2, 3), S(2, 1, 5, 5, 4, 8));
+	EXPECT(r, m, 18, S(1, 2, 1, 2), S(11, 12, 23, 24));
+	EXPECT(r, m, 19, S(2, 3), S(2, 4, 6, 8, 10, 12));
+	EXPECT(r, m, 21, S(2, 3), S(1, 2, 3, 4, 5, 6));
+	EXPECT(r, m, 22, S(4, 3), S(1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6));
+	sim_free(r);
+	ir_module_free(m);
+}
+
+static void test_conv_pool(void **state)
+{
+	(void)state;
+	Module *m = parse(
+		"%para1_x: <Tensor[Float32], (1, 1, 3, 3)>\n"
+		"%para2_w: <Tensor[Float32], (1, 1, 2, 2)>\n"
+		"%para3_g: <Tensor[Float32], (1, 2, 2, 2)>\n"
+		"%para4_gw: <Tensor[Float32], (2, 1, 1, 1)>\n"
+		"%para5_p: <Tensor[Float32], (1, 1, 4, 4)>\n"
+		"  %0(a) = Conv2D(%para1_x, %para2_w) primitive_attrs: {pad_mode: \"valid\", stride: (1, 1, 1, 1), "
+		"dilation: (1, 1, 1, 1), group: I64(1), pad: (0, 0, 0, 0), format: \"NCHW\"}\n"
+		"      : (<Tensor[Float32], (1, 1, 3, 3)>, <Tensor[Float32], (1, 1, 2, 2)>) -> (<Tensor[Float32], (1, 1, 2, 2)>)\n"
+		"  %1(a) = Conv2D(%para1_x, %para2_w) primitive_attrs: {pad_mode: \"same\", stride: (1, 1, 1, 1)}\n"
+		"      : (<Tensor[Float32], (1, 1, 3, 3)>, <Tensor[Float32], (1, 1, 2, 2)>) -> (<Tensor[Float32], (1, 1, 3, 3)>)\n"
+		"  %2(a) = Conv2D(%para1_x, %para2_w) primitive_attrs: {pad_mode: \"valid\", stride: (1, 1, 2, 2)}\n"
+		"  %3(a) = Conv2D(%para3_g, %para4_gw) primitive_attrs: {group: I64(2)}\n"
+		"  %4(a) = Conv2D(%para1_x, %para2_w) primitive_attrs: {dilation: (1, 1, 2, 2)}\n"
+		"  %5(a) = Conv2D(%para1_x, %para2_w) primitive_attrs: {pad_mode: \"pad\", pad: (1, 0, 1, 0)}\n"
+		"  %6(a) = MaxPool(%para5_p) primitive_attrs: {kernel_size: (1, 1, 2, 2), strides: (1, 1, 2, 2), "
+		"pad_mode: \"VALID\", format: \"NCHW\"}\n"
+		"      : (<Tensor[Float32], (1, 1, 4, 4)>) -> (<Tensor[Float32], (1, 1, 2, 2)>)\n"
+		"  %7(a) = AvgPool(%para1_x) primitive_attrs: {kernel_size: (1, 1, 2, 2), strides: (1, 1, 2, 2), "
+		"pad_mode: \"SAME\"}\n"
+		"      : (<Tensor[Float32], (1, 1, 3, 3)>) -> (<Tensor[Float32], (1, 1, 2, 2)>)\n"
+		"  Return(%7)\n");
+	static const float x[] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w[] = {1, 0, 0, 1}, g[] = {1, 2, 3, 4, 5, 6, 7, 8};
+	static const float gw[] = {1, 10}, p[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+	In in[] = {IN("x", x), IN("w", w), IN("g", g), IN("gw", gw), IN("p", p)};
+	SimRun *r = run(m, in, 5);
+	EXPECT(r, m, 0, S(1, 1, 2, 2), S(6, 8, 12, 14));
+	EXPECT(r, m, 1, S(1, 1, 3, 3), S(6, 8, 3, 12, 14, 6, 7, 8, 9));
+	EXPECT(r, m, 2, S(1, 1, 1, 1), S(6));
+	EXPECT(r, m, 3, S(1, 2, 2, 2), S(1, 2, 3, 4, 50, 60, 70, 80));
+	EXPECT(r, m, 4, S(1, 1, 1, 1), S(10));
+	EXPECT(r, m, 5, S(1, 1, 3, 3), S(1, 2, 3, 4, 6, 8, 7, 12, 14));
+	EXPECT(r, m, 6, S(1, 1, 2, 2), S(6, 8, 14, 16));
+	EXPECT(r, m, 7, S(1, 1, 2, 2), S(3, 4.5, 7.5, 9));
+	sim_free(r);
+	ir_module_free(m);
+}
+
+static void test_losses_virtual(void **state)
+{
+	(void)state;
+	Module *m = parse(
+		"%para1_l: <Tensor[Float32], (2, 3)>\n"
+		"%para2_y: <Tensor[Float32], (2, 3)>\n"
+		"%para3_s: <Tensor[Int32], (2)>\n"
+		"  %0(a) = _VirtualDataset(%para1_l, %para2_y, %para3_s)\n"
+		"  %1(a) = TupleGetItem(%0, I64(0))\n"
+		"  %2(a) = TupleGetItem(%0, I64(1))\n"
+		"  %3(a) = TupleGetItem(%0, I64(2))\n"
+		"  %4(a) = _MirrorOperator(%1) primitive_attrs: {group: \"hccl_world_group\", dev_num: I64(8)}\n"
+		"  %5(a) = _VirtualDiv(%4) primitive_attrs: {divisor: I64(8)}\n"
+		"  %6(a) = SoftmaxCrossEntropyWithLogits(%5, %2)\n"
+		"      : (<Tensor[Float32], (2, 3)>, <Tensor[Float32], (2, 3)>) -> (<Tensor[Float32], (2)>)\n"
+		"  %7(a) = SoftmaxCrossEntropyWithLogits(%5, %2)\n"
+		"      : (<Tensor[Float32], (2, 3)>, <Tensor[Float32], (2, 3)>) -> (<Tuple[Tensor[Float32]*2], TupleShape((2), (2, 3))>)\n"
+		"  %8(a) = TupleGetItem(%7, I64(1))\n"
+		"  %9(a) = SparseSoftmaxCrossEntropyWithLogits(%5, %3) primitive_attrs: {is_grad: Bool(0)}\n"
+		"      : (<Tensor[Float32], (2, 3)>, <Tensor[Int32], (2)>) -> (<Tensor[Float32], ()>)\n"
+		"  %10(a) = StopGradient(%9)\n"
+		"  Return(%10)\n");
+	static const float l[] = {1, 2, 3, 1, 1, 1}, y[] = {0, 0, 1, 1, 0, 0}, s[] = {2, 0};
+	In in[] = {IN("l", l), IN("y", y), IN("s", s)};
+	SimRun *r = run(m, in, 3);
+	EXPECT(r, m, 5, S(2, 3), S(1, 2, 3, 1, 1, 1));
+	EXPECT(r, m, 6, S(2), S(0.40760596, 1.09861229));
+	EXPECT(r, m, 8, S(2, 3), S(0.09003057, 0.24472847, -0.33475904, -0.66666667, 0.33333333, 0.33333333));
+	EXPECT0(r, m, 9, S(0.75310913));
+	const SimValue *res = sim_result(r, 0);
+	assert_non_null(res);
+	assert_int_equal(res->kind, SV_TENSOR);
+	assert_float_equal(res->t->data[0], 0.75310913, 1e-6);
+	sim_free(r);
+	ir_module_free(m);
+}
+
+/* --------------------------------------------------------------- errors */
+static const char *fail_run(const char *text, double max_mb)
+{
+	static char msg[1024];
+	Module *m = parse(text);
+	SimOptions o = {0};
+	o.max_mb = max_mb;
+	SimRun *r = sim_run(m, &o);
+	assert_non_null(sim_error(r));
+	snprintf(msg, sizeof msg, "%s", sim_error(r));
+	sim_free(r);
+	ir_module_free(m);
+	return msg;
+}
+
+#define assert_contains(s, sub)                                             \
+	do {                                                                \
+		if (!strstr((s), (sub)))                                    \
+			fail_msg("\"%s\" does not contain \"%s\"", (s), (sub)); \
+	} while (0)
+
+static void test_errors(void **state)
+{
+	(void)state;
+	diag_set_quiet(1);
+	const char *e = fail_run("%para1_x: <Tensor[Float32], (2)>\n"
+				 "  %0(a) = ReLU(%para1_x)\n"
+				 "  %1(b) = FancyNewOp(%0)\n"
+				 "  Return(%1)\n",
+				 64);
+	assert_contains(e, "<test>:3:3: %1(b) FancyNewOp: operator 'FancyNewOp' has no simulation semantics");
+	e = fail_run("%para1_x: <Tensor[Float32], (2, 3)>\n"
+		     "  %0(a) = Add(%para1_x, %para1_x)\n"
+		     "      : (<Tensor[Float32], (2, 3)>, <Tensor[Float32], (2, 3)>) -> (<Tensor[Float32], (2, 4)>)\n"
+		     "  Return(%0)\n",
+		     64);
+	assert_contains(e, "the inputs give output shape (2, 3) but the type line declares (2, 4)");
+	e = fail_run("%para1_x: <Tensor[Float32], (1024, 1024)>\n"
+		     "  %0(a) = ReLU(%para1_x)\n"
+		     "      : (<Tensor[Float32], (1024, 1024)>) -> (<Tensor[Float32], (1024, 1024)>)\n"
+		     "  Return(%0)\n",
+		     5);
+	assert_contains(e, "needs about 8.0 MB of tensor storage, more than the 5 MB allowed (--simulate-max-mb)");
+	e = fail_run("%para1_x: <Tensor[Float32], (2, 3)>\n"
+		     "  %0(a) = Add(%para1_x, Tensor(shape=[2], dtype=Float32, value=[1, 2]))\n"
+		     "  Return(%0)\n",
+		     64);
+	assert_contains(e, "shapes (2, 3) and (2) do not broadcast");
+	e = fail_run("%para1_x: <Tensor[Float32], (2, 3)>\n"
+		     "  %0(a) = AllReduce(%para1_x) primitive_attrs: {op: \"sum\", group_rank_ids: (0, 1)}\n"
+		     "  Return(%0)\n",
+		     64);
+	assert_contains(e, "group rank 1 is not among the 1 simulated ranks");
+
+	/* a label out of range is reported with its row */
+	Module *m = parse("%para1_l: <Tensor[Float32], (2, 3)>\n"
+			  "%para2_s: <Tensor[Int32], (2)>\n"
+			  "  %0(a) = SparseSoftmaxCrossEntropyWithLogits(%para1_l, %para2_s)\n"
+			  "  Return(%0)\n");
+	static const float s[] = {0, 3};
+	SimRun *r = sim_new(&m, 1, NULL);
+	sim_set_input(r, 0, "s", s, 2);
+	assert_int_equal(sim_exec(r), -1);
+	assert_contains(sim_error(r), "label 3 of row 1 is outside [0, 3)");
+	Loc loc;
+	assert_string_equal(sim_error_detail(r, &loc),
+			    "%0(a) SparseSoftmaxCrossEntropyWithLogits: label 3 of row 1 is outside [0, 3)");
+	assert_int_equal(loc.line, 3);
+	sim_free(r);
+	ir_module_free(m);
+
+	/* a fragment's external operand */
+	Module *f = parse_as("  %2(a) = ReLU(%1)\n", 1);
+	r = sim_run(f, NULL);
+	assert_contains(sim_error(r), "operand 0 (%1) is outside the text");
+	sim_free(r);
+	ir_module_free(f);
+}
+
+/* --------------------------------------------------------------- inputs */
+static void test_inputs(void **state)
+{
+	(void)state;
+	const char *text = "%para1_ids: <Tensor[Int32], (4, 5)>\n"
+			   "%para2_labels: <Tensor[Int32], (20)>\n"
+			   "%para3_table: <Ref[Tensor[Float32]], (7, 6), ref_key=table>  :  has_default\n"
+			   "%para4_pos: <Tensor[Float32], (3)>\n"
+			   "%para5_w: <Ref[Tensor[Float32]], (6, 10), ref_key=w>  :  has_default\n"
+			   "  %0(a) = Load(%para3_table, UMonad[U])\n"
+			   "  %1(a) = Reshape(%para1_ids, (I64(20)))\n"
+			   "  %2(a) = Gather(%0, %1, I64(0))\n"
+			   "      : (<Tensor[Float32], (7, 6)>, <Tensor[Int32], (20)>, <Int64, NoShape>) -> (<Tensor[Float32], (20, 6)>)\n"
+			   "  %3(a) = MatMul(%2, %para5_w)\n"
+			   "      : (<Tensor[Float32], (20, 6)>, <Tensor[Float32], (6, 10)>) -> (<Tensor[Float32], (20, 10)>)\n"
+			   "  %4(a) = SparseSoftmaxCrossEntropyWithLogits(%3, %para2_labels)\n"
+			   "      : (<Tensor[Float32], (20, 10)>, <Tensor[Int32], (20)>) -> (<Tensor[Float32], ()>)\n"
+			   "  %5(a) = Log(%para4_pos)\n"
+			   "      : (<Tensor[Float32], (3)>) -> (<Tensor[Float32], (3)>)\n"
+			   "  Return(%4)\n";
+	Module *m = parse(text);
+	Graph *g = ir_entry(m);
+	SimOptions o = {0};
+	o.seed = 7;
+	SimRun *a = sim_run(m, &o), *b = sim_run(m, &o);
+	o.seed = 8;
+	SimRun *c = sim_run(m, &o);
+	assert_null(sim_error(a));
+	assert_null(sim_error(c));
+	const SimTensor *ids = sim_tensor(a, 0, g->params.a[0]), *lab = sim_tensor(a, 0, g->params.a[1]);
+	const SimTensor *pos = sim_tensor(a, 0, g->params.a[3]), *w = sim_tensor(a, 0, g->params.a[4]);
+	int seen_hi = 0;
+	for (int64_t i = 0; i < ids->numel; i++) {
+		assert_true(ids->data[i] >= 0 && ids->data[i] < 7 && ids->data[i] == (float)(int)ids->data[i]);
+		seen_hi |= ids->data[i] >= 5;
+	}
+	assert_true(seen_hi); /* the range is the table's, not a small default */
+	for (int64_t i = 0; i < lab->numel; i++)
+		assert_true(lab->data[i] >= 0 && lab->data[i] < 10);
+	for (int64_t i = 0; i < pos->numel; i++)
+		assert_true(pos->data[i] >= 0.5f && pos->data[i] < 1.5f);
+	double bound = sqrt(6.0 / 16.0);
+	for (int64_t i = 0; i < w->numel; i++)
+		assert_true(fabs(w->data[i]) <= bound);
+	/* the same seed gives the same numbers, another seed others */
+	assert_memory_equal(sim_tensor(a, 0, g->params.a[4])->data, sim_tensor(b, 0, g->params.a[4])->data,
+			    60 * sizeof(float));
+	assert_memory_not_equal(sim_tensor(a, 0, g->params.a[4])->data, sim_tensor(c, 0, g->params.a[4])->data,
+				60 * sizeof(float));
+	assert_float_equal(sim_result(a, 0)->t->data[0], sim_result(b, 0)->t->data[0], 0);
+	/* storage: params 80 + 80 + 168 + 12 + 240, Gather 480, MatMul 800, loss 4, Log 12 (Load, Reshape: views) */
+	assert_int_equal(sim_estimate_bytes(&m, 1), 80 + 80 + 168 + 12 + 240 + 480 + 800 + 4 + 12);
+	assert_int_equal(sim_bytes(a), sim_estimate_bytes(&m, 1));
+	sim_free(a);
+	sim_free(b);
+	sim_free(c);
+	ir_module_free(m);
+}
+
+/* ------------------------------------------------------ two-rank programs
+ * The single-device program: z = ReLU(x (4, 6) . w (6, 8)).  Each rank
+ * program below is what a lowering would emit for one sharding of it. */
+static const char *global1 =
+	"%para1_x: <Tensor[Float32], (4, 6)>\n"
+	"%para2_w: <Ref[Tensor[Float32]], (6, 8), ref_key=w>  :  has_default\n"
+	"  %0(w) = Load(%para2_w, UMonad[U])\n"
+	"      : (<Ref[Tensor[Float32]], (6, 8), ref_key=w>, <UMonad, NoShape>) -> (<Tensor[Float32], (6, 8)>)\n"
+	"      # Fullname with scope: (Default/Load-op0)\n"
+	"  %1(y) = MatMul(%para1_x, %0) {instance name: matmul} primitive_attrs: {transpose_a: Bool(0), transpose_b: Bool(0)}\n"
+	"      : (<Tensor[Float32], (4, 6)>, <Tensor[Float32], (6, 8)>) -> (<Tensor[Float32], (4, 8)>)\n"
+	"      # Fullname with scope: (Default/MatMul-op0)\n"
+	"  %2(z) = ReLU(%1) {instance name: relu}\n"
+	"      : (<Tensor[Float32], (4, 8)>) -> (<Tensor[Float32], (4, 8)>)\n"
+	"      # Fullname with scope: (Default/ReLU-op0)\n"
+	"  Return(%2)\n"
+	"      : (<Tensor[Float32], (4, 8)>)\n";
+
+/* x, w, MatMul-output and ReLU shapes, then node %2 (the communication) */
+static const char *rank_tmpl =
+	"%%para1_x: <Tensor[Float32], %s>\n"
+	"%%para2_w: <Ref[Tensor[Float32]], %s, ref_key=w>  :  has_default\n"
+	"  %%0(w) = Load(%%para2_w, UMonad[U])\n"
+	"      : (<Ref[Tensor[Float32]], %s, ref_key=w>, <UMonad, NoShape>) -> (<Tensor[Float32], %s>)\n"
+	"      # Fullname with scope: (Default/Load-op0)\n"
+	"  %%1(y) = MatMul(%%para1_x, %%0) {instance name: matmul} primitive_attrs: {transpose_a: Bool(0), transpose_b: Bool(0)}\n"
+	"      : (<Tensor[Float32], %s>, <Tensor[Float32], %s>) -> (<Tensor[Float32], %s>)\n"
+	"      # Fullname with scope: (Default/MatMul-op0)\n"
+	"%s"
+	"  %%3(z) = ReLU(%%2) {instance name: relu}\n"
+	"      : (<Tensor[Float32], %s>) -> (<Tensor[Float32], %s>)\n"
+	"      # Fullname with scope: (Default/ReLU-op0)\n"
+	"  Return(%%3)\n"
+	"      : (<Tensor[Float32], %s>)\n";
+
+static Module *rank_module(const char *xs, const char *ws, const char *ys, const char *comm, const char *zs)
+{
+	char buf[4096];
+	snprintf(buf, sizeof buf, rank_tmpl, xs, ws, ws, ws, xs, ws, ys, comm, zs, zs, zs);
+	return parse(buf);
+}
+
+static const char *comm_allreduce =
+	"  %2(y) = AllReduce(%1) {instance name: forward_op_1} primitive_attrs: {op: \"sum\", group: "
+	"\"2-5004544844489628105\", fusion: I64(0), group_ranks: \"0-1\", group_rank_ids: (0, 1), rank_list: (0, 1)}\n"
+	"      : (<Tensor[Float32], (4, 8)>) -> (<Tensor[Float32], (4, 8)>)\n";
+static const char *comm_allgather =
+	"  %2(y) = AllGather(%1) {instance name: redistribution_op_1AllGather} primitive_attrs: {group: "
+	"\"2-5004544844489628105\", rank_size: I64(2), group_ranks: \"0-1\", group_rank_ids: (0, 1)}\n"
+	"      : (<Tensor[Float32], (2, 8)>) -> (<Tensor[Float32], (4, 8)>)\n";
+static const char *comm_reducescatter =
+	"  %2(y) = ReduceScatter(%1) {instance name: forward_op_2} primitive_attrs: {op: \"sum\", rank_size: I64(2), "
+	"rank_list: (0, 1)}\n"
+	"      : (<Tensor[Float32], (4, 8)>) -> (<Tensor[Float32], (2, 8)>)\n";
+static const char *comm_alltoall =
+	"  %2(y) = AlltoAll(%1) {instance name: redistribution_op_2AlltoAll} primitive_attrs: {split_count: I64(2), "
+	"split_dim: I64(1), concat_dim: I64(0), rank_size: I64(2), group_ranks: \"0-1\"}\n"
+	"      : (<Tensor[Float32], (2, 8)>) -> (<Tensor[Float32], (4, 4)>)\n";
+/* the same k-split program with its AllReduce forgotten */
+static const char *comm_none =
+	"  %2(y) = Depend(%1, %0)\n"
+	"      : (<Tensor[Float32], (4, 8)>, <Tensor[Float32], (3, 8)>) -> (<Tensor[Float32], (4, 8)>)\n";
+
+/* The layouts of each scenario: 'K' k-split (x columns, w rows; MatMul
+ * holds partial sums), 'B' batch split (x rows).  After the communication:
+ * 'R' replicated, 'S' row block (ReduceScatter), 'C' column block (AlltoAll). */
+typedef struct Scn {
+	char split, after;
+	int corrupt_rank;  /* claim the wrong block for this rank's MatMul */
+	int corrupt_shape; /* claim a wrong shape instead */
+} Scn;
+
+static int fill(SimSlice *s, int64_t o0, int64_t o1, int64_t s0, int64_t s1, int psum)
+{
+	s->rank = 2;
+	s->offset[0] = o0;
+	s->offset[1] = o1;
+	s->shape[0] = s0;
+	s->shape[1] = s1;
+	s->replicated_sum = psum;
+	return 1;
+}
+
+static int hook_calls;
+
+static int hook(void *ctx, const Node *local, const Node *global, int rank, SimSlice *out)
+{
+	const Scn *sc = ctx;
+	const char *key = local->kind == NK_PARAM ? sym_str(local->name) : ir_node_fullname(local);
+	int k = sc->split == 'K';
+	assert_non_null(global);
+	hook_calls++;
+	if (strcmp(key, "x") == 0)
+		return k ? fill(out, 0, 3 * rank, 4, 3, 0) : fill(out, 2 * rank, 0, 2, 6, 0);
+	if (strcmp(key, "w") == 0 || strcmp(key, "Default/Load-op0") == 0)
+		return k ? fill(out, 3 * rank, 0, 3, 8, 0) : 0;
+	if (strcmp(key, "Default/MatMul-op0") == 0) {
+		int64_t r = rank == sc->corrupt_rank ? 0 : rank;
+		if (rank == sc->corrupt_shape)
+			return fill(out, 0, 0, 4, 8, 0);
+		return k ? fill(out, 0, 0, 4, 8, 2) : fill(out, 2 * r, 0, 2, 8, 0);
+	}
+	if (strcmp(key, "Default/ReLU-op0") == 0) {
+		if (sc->after == 'S')
+			return fill(out, 2 * rank, 0, 2, 8, 0);
+		if (sc->after == 'C')
+			return fill(out, 0, 4 * rank, 4, 4, 0);
+	}
+	return 0;
+}
+
+typedef struct Two {
+	Module *gm, *rm[2];
+	SimRun *g, *r;
+	Scn sc;
+} Two;
+
+static void two_run(Two *t, Scn sc, const char *xs, const char *ws, const char *ys, const char *comm, const char *zs)
+{
+	memset(t, 0, sizeof *t);
+	t->sc = sc;
+	t->gm = parse(global1);
+	t->rm[0] = rank_module(xs, ws, ys, comm, zs);
+	t->rm[1] = rank_module(xs, ws, ys, comm, zs);
+	SimOptions o = {0};
+	o.seed = 42;
+	o.max_mb = 64;
+	t->g = sim_run(t->gm, &o);
+	assert_null(sim_error(t->g));
+	o.global = t->gm;
+	o.slice = hook;
+	o.slice_ctx = &t->sc;
+	t->r = sim_run_ranks(t->rm, 2, &o);
+	if (sim_error(t->r))
+		fail_msg("%s", sim_error(t->r));
+}
+
+static void two_free(Two *t)
+{
+	sim_free(t->g);
+	sim_free(t->r);
+	ir_module_free(t->gm);
+	ir_module_free(t->rm[0]);
+	ir_module_free(t->rm[1]);
+}
+
+/* rank tensor == the block [o0.., o1..) of a global tensor */
+static void expect_block(const SimTensor *lt, const SimTensor *gt, int64_t o0, int64_t o1)
+{
+	assert_non_null(lt);
+	assert_non_null(gt);
+	for (int64_t i = 0; i < lt->shape[0]; i++)
+		for (int64_t j = 0; j < lt->shape[1]; j++) {
+			double want = gt->data[(o0 + i) * gt->shape[1] + o1 + j], got = lt->data[i * lt->shape[1] + j];
+			if (fabs(want - got) > 1e-5 * (fabs(want) > 1 ? fabs(want) : 1))
+				fail_msg("(%lld, %lld): got %.9g, want %.9g", (long long)i, (long long)j, got, want);
+		}
+}
+
+static void expect_agree(Two *t, int compared)
+{
+	SimReport rep;
+	int rc = sim_compare(t->g, t->r, hook, &t->sc, 0, &rep);
+	if (rc != 0) {
+		sim_print_report(stderr, &rep);
+		fail_msg("comparison failed");
+	}
+	assert_int_equal(rep.mismatched, 0);
+	assert_int_equal(rep.compared, compared);
+}
+
+static void test_allreduce(void **state)
+{
+	(void)state;
+	Two t;
+	two_run(&t, (Scn){'K', 'R', -1, -1}, "(4, 3)", "(3, 8)", "(4, 8)", comm_allreduce, "(4, 8)");
+	const SimTensor *gx = sim_tensor(t.g, 0, ir_entry(t.gm)->params.a[0]);
+	const SimTensor *gy = sim_tensor(t.g, 0, node(t.gm, 1));
+	for (int r = 0; r < 2; r++) { /* inputs are the global values' blocks; the AllReduce restores the product */
+		expect_block(sim_tensor(t.r, r, ir_entry(t.rm[r])->params.a[0]), gx, 0, 3 * r);
+		expect_block(sim_tensor(t.r, r, node(t.rm[r], 2)), gy, 0, 0);
+	}
+	/* Load x2 (sliced), MatMul once (one partial-sum group), ReLU x2 */
+	expect_agree(&t, 5);
+	two_free(&t);
+}
+
+static void test_allgather(void **state)
+{
+	(void)state;
+	Two t;
+	two_run(&t, (Scn){'B', 'R', -1, -1}, "(2, 6)", "(6, 8)", "(2, 8)", comm_allgather, "(4, 8)");
+	const SimTensor *gy = sim_tensor(t.g, 0, node(t.gm, 1));
+	for (int r = 0; r < 2; r++) {
+		expect_block(sim_tensor(t.r, r, node(t.rm[r], 1)), gy, 2 * r, 0);
+		expect_block(sim_tensor(t.r, r, node(t.rm[r], 2)), gy, 0, 0);
+	}
+	expect_agree(&t, 6);
+	two_free(&t);
+}
+
+static void test_reducescatter(void **state)
+{
+	(void)state;
+	Two t;
+	two_run(&t, (Scn){'K', 'S', -1, -1}, "(4, 3)", "(3, 8)", "(4, 8)", comm_reducescatter, "(2, 8)");
+	const SimTensor *gy = sim_tensor(t.g, 0, node(t.gm, 1));
+	for (int r = 0; r < 2; r++)
+		expect_block(sim_tensor(t.r, r, node(t.rm[r], 2)), gy, 2 * r, 0);
+	expect_agree(&t, 5);
+	two_free(&t);
+}
+
+static void test_alltoall(void **state)
+{
+	(void)state;
+	Two t;
+	two_run(&t, (Scn){'B', 'C', -1, -1}, "(2, 6)", "(6, 8)", "(2, 8)", comm_alltoall, "(4, 4)");
+	const SimTensor *gy = sim_tensor(t.g, 0, node(t.gm, 1));
+	for (int r = 0; r < 2; r++) /* rows split in, columns split out */
+		expect_block(sim_tensor(t.r, r, node(t.rm[r], 2)), gy, 0, 4 * r);
+	expect_agree(&t, 6);
+	two_free(&t);
+}
+
+/* A deliberately wrong layout: rank 1 claims rank 0's block of the MatMul.
+ * The comparison must name that operator and that rank, with an element
+ * whose expected and computed values are the tensors' own. */
+static void test_wrong_slice_caught(void **state)
+{
+	(void)state;
+	Two t;
+	two_run(&t, (Scn){'B', 'R', 1, -1}, "(2, 6)", "(6, 8)", "(2, 8)", comm_allgather, "(4, 8)");
+	SimReport rep;
+	assert_int_equal(sim_compare(t.g, t.r, hook, &t.sc, 0, &rep), 1);
+	assert_int_equal(rep.mismatched, 1);
+	const SimMismatch *mm = &rep.first;
+	assert_ptr_equal(mm->global, node(t.gm, 1));
+	assert_ptr_equal(mm->local, node(t.rm[1], 1));
+	assert_int_equal(mm->rank, 1);
+	assert_string_equal(mm->why, "");
+	assert_true(mm->nbad > 0 && mm->numel == 16);
+	const SimTensor *gy = sim_tensor(t.g, 0, node(t.gm, 1)), *ly = sim_tensor(t.r, 1, node(t.rm[1], 1));
+	assert_int_equal(mm->gindex[0], mm->index[0]); /* the claimed offset is (0, 0) */
+	assert_float_equal(mm->expected, gy->data[mm->gindex[0] * 8 + mm->gindex[1]], 0);
+	assert_float_equal(mm->got, ly->data[mm->index[0] * 8 + mm->index[1]], 0);
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+	sim_print_report(f, &rep);
+	fclose(f);
+	assert_contains(out, "first divergence at %1(y) MatMul [Default/MatMul-op0] on rank 1: element (");
+	free(out);
+
+	/* a slice whose shape is not the rank's tensor is a structural mismatch */
+	t.sc.corrupt_rank = -1;
+	t.sc.corrupt_shape = 0;
+	assert_int_equal(sim_compare(t.g, t.r, hook, &t.sc, 0, &rep), 1);
+	assert_int_equal(rep.first.rank, 0);
+	assert_string_equal(rep.first.why, "the rank's tensor is (2, 8) but its slice of the global (4, 8) is (4, 8)");
+	two_free(&t);
+}
+
+/* A wrong program: the k-split MatMul without its AllReduce.  The partial
+ * sums still add up, so the first divergence is the ReLU, on rank 0. */
+static void test_wrong_program_caught(void **state)
+{
+	(void)state;
+	Two t;
+	two_run(&t, (Scn){'K', 'R', -1, -1}, "(4, 3)", "(3, 8)", "(4, 8)", comm_none, "(4, 8)");
+	SimReport rep;
+	assert_int_equal(sim_compare(t.g, t.r, hook, &t.sc, 0, &rep), 1);
+	assert_ptr_equal(rep.first.global, node(t.gm, 2));
+	assert_int_equal(rep.first.rank, 0);
+	assert_int_equal(rep.mismatched, 2);
+	two_free(&t);
+}
+
+/* pipeline: rank 0 runs the first MatMul and ReLU and sends two tensors;
+ * rank 1 receives them in the other order (sr_tag decides) and runs the
+ * second MatMul */
+static void test_send_receive(void **state)
+{
+	(void)state;
+	Module *gm = parse("%para1_x: <Tensor[Float32], (4, 6)>\n"
+			   "%para2_w: <Ref[Tensor[Float32]], (6, 8), ref_key=w>  :  has_default\n"
+			   "%para3_w2: <Ref[Tensor[Float32]], (8, 5), ref_key=w2>  :  has_default\n"
+			   "  %0(w) = Load(%para2_w, UMonad[U])\n"
+			   "      # Fullname with scope: (Default/Load-op0)\n"
+			   "  %1(y) = MatMul(%para1_x, %0)\n"
+			   "      # Fullname with scope: (Default/MatMul-op0)\n"
+			   "  %2(z) = ReLU(%1)\n"
+			   "      # Fullname with scope: (Default/ReLU-op0)\n"
+			   "  %3(w2) = Load(%para3_w2, UMonad[U])\n"
+			   "      # Fullname with scope: (Default/Load-op1)\n"
+			   "  %4(o) = MatMul(%2, %3)\n"
+			   "      # Fullname with scope: (Default/MatMul-op1)\n"
+			   "  Return(%4)\n");
+	Module *rm[2];
+	rm[0] = parse("%para1_x: <Tensor[Float32], (4, 6)>\n"
+		      "%para2_w: <Ref[Tensor[Float32]], (6, 8), ref_key=w>  :  has_default\n"
+		      "  %0(w) = Load(%para2_w, UMonad[U])\n"
+		      "      # Fullname with scope: (Default/Load-op0)\n"
+		      "  %1(y) = MatMul(%para1_x, %0)\n"
+		      "      # Fullname with scope: (Default/MatMul-op0)\n"
+		      "  %2(z) = ReLU(%1)\n"
+		      "      # Fullname with scope: (Default/ReLU-op0)\n"
+		      "  %3(s) = Send(%2) {instance name: Send} primitive_attrs: {sr_tag: I64(0), dest_rank: I64(1), "
+		      "group: \"hccl_world_group\", shape: (4, 8), dtype: Float32}\n"
+		      "      : (<Tensor[Float32], (4, 8)>) -> (<Tensor[Float32], (4, 8)>)\n"
+		      "  %4(s) = Send(%1) {instance name: Send} primitive_attrs: {sr_tag: I64(1), dest_rank: I64(1)}\n"
+		      "  %5(d) = Depend(%2, %3)\n"
+		      "  %6(d) = Depend(%5, %4)\n"
+		      "  Return(%6)\n");
+	rm[1] = parse("%para1_w2: <Ref[Tensor[Float32]], (8, 5), ref_key=w2>  :  has_default\n"
+		      "  %0(r) = Receive(Tensor(shape=[1], dtype=Float16, value=0)) {instance name: Receive} "
+		      "primitive_attrs: {sr_tag: I64(1), src_rank: I64(0), shape: (4, 8), dtype: Float32}\n"
+		      "      : (<Tensor[Float16], (1)>) -> (<Tensor[Float32], (4, 8)>)\n"
+		      "  %1(r) = Receive(Tensor(shape=[1], dtype=Float16, value=0)) {instance name: Receive} "
+		      "primitive_attrs: {sr_tag: I64(0), src_rank: I64(0), shape: (4, 8), dtype: Float32}\n"
+		      "      : (<Tensor[Float16], (1)>) -> (<Tensor[Float32], (4, 8)>)\n"
+		      "  %2(w2) = Load(%para1_w2, UMonad[U])\n"
+		      "      # Fullname with scope: (Default/Load-op1)\n"
+		      "  %3(o) = MatMul(%1, %2)\n"
+		      "      : (<Tensor[Float32], (4, 8)>, <Tensor[Float32], (8, 5)>) -> (<Tensor[Float32], (4, 5)>)\n"
+		      "      # Fullname with scope: (Default/MatMul-op1)\n"
+		      "  Return(%3)\n");
+	SimOptions o = {0};
+	o.seed = 3;
+	SimRun *g = sim_run(gm, &o);
+	assert_null(sim_error(g));
+	o.global = gm;
+	SimRun *r = sim_run_ranks(rm, 2, &o);
+	if (sim_error(r))
+		fail_msg("%s", sim_error(r));
+	expect_block(sim_tensor(r, 1, node(rm[1], 0)), sim_tensor(g, 0, node(gm, 1)), 0, 0);
+	expect_block(sim_tensor(r, 1, node(rm[1], 1)), sim_tensor(g, 0, node(gm, 2)), 0, 0);
+	expect_block(sim_result(r, 1)->t, sim_result(g, 0)->t, 0, 0);
+	SimReport rep;
+	assert_int_equal(sim_compare(g, r, NULL, NULL, 0, &rep), 0);
+	assert_int_equal(rep.compared, 5); /* Load, MatMul, ReLU on rank 0; Load, MatMul on rank 1 */
+	sim_free(g);
+	sim_free(r);
+	ir_module_free(gm);
+	ir_module_free(rm[0]);
+	ir_module_free(rm[1]);
+}
+
+/* ------------------------------------------ executor failures and modes */
+static const char *two_fail(const char *t0, const char *t1, int match)
+{
+	static char msg[1024];
+	Module *rm[2] = {parse(t0), parse(t1)};
+	SimOptions o = {0};
+	o.match = match;
+	SimRun *r = sim_run_ranks(rm, 2, &o);
+	snprintf(msg, sizeof msg, "%s", sim_error(r) ? sim_error(r) : "");
+	sim_free(r);
+	ir_module_free(rm[0]);
+	ir_module_free(rm[1]);
+	return msg;
+}
+
+#define AR(k, arg, inst) \
+	"  %" #k "(a) = AllReduce(" arg ") {instance name: " inst "} primitive_attrs: {op: \"sum\", group_rank_ids: (0, 1)}\n"
+
+static void test_deadlock_and_mismatch(void **state)
+{
+	(void)state;
+	const char *e = two_fail("%para1_x: <Tensor[Float32], (2)>\n" AR(0, "%para1_x", "ar") "  Return(%0)\n",
+				 "%para1_x: <Tensor[Float32], (2)>\n"
+				 "  %0(r) = Receive(%para1_x) primitive_attrs: {src_rank: I64(0), sr_tag: I64(0)}\n" AR(
+					 1, "%0", "ar") "  Return(%1)\n",
+				 SIM_MATCH_ORDER);
+	assert_string_equal(e, "deadlock: rank 0 waits in AllReduce %0 (ar), its 1st collective of group 0-1; "
+			       "rank 1 waits in Receive %0 for rank 0 (sr_tag 0)");
+	e = two_fail("%para1_x: <Tensor[Float32], (2)>\n" AR(0, "%para1_x", "ar") "  Return(%0)\n",
+		     "%para1_x: <Tensor[Float32], (2)>\n"
+		     "  %0(a) = AllGather(%para1_x) primitive_attrs: {group_rank_ids: (0, 1)}\n"
+		     "  Return(%0)\n",
+		     SIM_MATCH_ORDER);
+	assert_contains(e, "the 1st collective of group 0-1 is AllReduce here but AllGather on rank 1");
+	e = two_fail("%para1_x: <Tensor[Float32], (2)>\n"
+		     "  %0(s) = Send(%para1_x) primitive_attrs: {dest_rank: I64(1), sr_tag: I64(4)}\n"
+		     "  Return(%0)\n",
+		     "%para1_x: <Tensor[Float32], (2)>\n  Return(%para1_x)\n", SIM_MATCH_ORDER);
+	assert_contains(e, "rank 0: %0(s) Send: the message to rank 1 (sr_tag 4) was never received");
+	e = two_fail("%para1_x: <Tensor[Float32], (2)>\n"
+		     "  %0(s) = Send(%para1_x) primitive_attrs: {dest_rank: I64(1), sr_tag: I64(0)}\n"
+		     "  Return(%0)\n",
+		     "%para1_x: <Tensor[Float32], (2)>\n"
+		     "  %0(r) = Receive(%para1_x) primitive_attrs: {src_rank: I64(0), sr_tag: I64(0), shape: (3)}\n"
+		     "  Return(%0)\n",
+		     SIM_MATCH_ORDER);
+	assert_contains(e, "expects shape (3) but rank 0 sent (2) (sr_tag 0)");
+
+	/* Two collectives of one group issued in opposite orders.  Paired by
+	 * order, as NCCL/HCCL pair them, their inputs are mixed up (here the
+	 * shapes differ, so it is caught); paired by instance name, each rank
+	 * waits for the other: the misordering itself is reported. */
+	const char *t0 = "%para1_x: <Tensor[Float32], (2, 2)>\n"
+			 "%para2_y: <Tensor[Float32], (3)>\n"
+			 "  %0(a) = ReLU(%para1_x)\n" AR(1, "%0", "first") AR(2, "%para2_y", "second")
+			 "  %3(t) = MakeTuple(%1, %2)\n"
+			 "  Return(%3)\n";
+	const char *t1 = "%para1_x: <Tensor[Float32], (2, 2)>\n"
+			 "%para2_y: <Tensor[Float32], (3)>\n"
+			 "  %0(a) = ReLU(%para1_x)\n" AR(1, "%para2_y", "second") AR(2, "%0", "first")
+			 "  %3(t) = MakeTuple(%2, %1)\n"
+			 "  Return(%3)\n";
+	e = two_fail(t0, t1, SIM_MATCH_ORDER);
+	assert_contains(e, "rank 0 contributes shape (2, 2) but rank 1 contributes (3)");
+	e = two_fail(t0, t1, SIM_MATCH_INSTANCE);
+	assert_string_equal(e, "deadlock: rank 0 waits in AllReduce %1 (first), its 1st collective of group 0-1; "
+			       "rank 1 waits in AllReduce %1 (second), its 1st collective of group 0-1");
+	Module *rm[2] = {parse(t0), parse(t0)};
+	SimOptions o = {0};
+	o.match = SIM_MATCH_INSTANCE;
+	SimRun *r = sim_run_ranks(rm, 2, &o);
+	if (sim_error(r))
+		fail_msg("%s", sim_error(r));
+	/* no global module: both ranks draw the same values for x, so the sum is twice ReLU(x) */
+	const SimTensor *relu = sim_tensor(r, 0, node(rm[0], 0)), *sum = sim_tensor(r, 1, node(rm[1], 1));
+	for (int i = 0; i < 4; i++)
+		assert_float_equal(sum->data[i], 2 * relu->data[i], 1e-6);
+	const SimValue *res = sim_result(r, 1);
+	assert_int_equal(res->kind, SV_TUPLE);
+	assert_ptr_equal(res->elems[0]->t, sum);
+	sim_free(r);
+	ir_module_free(rm[0]);
+	ir_module_free(rm[1]);
+}
+
+/* AllReduce max/min/prod, and the world group given by name only */
+static void test_reduce_ops(void **state)
+{
+	(void)state;
+	static const char *ops[] = {"max", "min", "prod"};
+	static const float want[3][2] = {{3, 5}, {-1, 2}, {-3, 10}};
+	for (int k = 0; k < 3; k++) {
+		char t[512];
+		snprintf(t, sizeof t,
+			 "%%para1_x: <Tensor[Float32], (2)>\n"
+			 "  %%0(a) = AllReduce(%%para1_x) primitive_attrs: {op: \"%s\", group: \"hccl_world_group\"}\n"
+			 "  Return(%%0)\n",
+			 ops[k]);
+		Module *rm[2] = {parse(t), parse(t)};
+		static const float x0[] = {3, 2}, x1[] = {-1, 5};
+		SimRun *r = sim_new(rm, 2, NULL);
+		sim_set_input(r, 0, "x", x0, 2);
+		sim_set_input(r, 1, "x", x1, 2);
+		assert_int_equal(sim_exec(r), 0);
+		expect_vals(sim_result(r, 0)->t, want[k], 2, 1e-6);
+		expect_vals(sim_result(r, 1)->t, want[k], 2, 1e-6);
+		sim_free(r);
+		ir_module_free(rm[0]);
+		ir_module_free(rm[1]);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_matmul),
+		cmocka_unit_test(test_elementwise),
+		cmocka_unit_test(test_unary),
+		cmocka_unit_test(test_reduce_softmax),
+		cmocka_unit_test(test_norms),
+		cmocka_unit_test(test_shape_ops),
+		cmocka_unit_test(test_conv_pool),
+		cmocka_unit_test(test_losses_virtual),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_inputs),
+		cmocka_unit_test(test_allreduce),
+		cmocka_unit_test(test_allgather),
+		cmocka_unit_test(test_reducescatter),
+		cmocka_unit_test(test_alltoall),
+		cmocka_unit_test(test_wrong_slice_caught),
+		cmocka_unit_test(test_wrong_program_caught),
+		cmocka_unit_test(test_send_receive),
+		cmocka_unit_test(test_deadlock_and_mismatch),
+		cmocka_unit_test(test_reduce_ops),
+	};
+	diag_set_quiet(1);
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	for (int i = 0; i < nbufs; i++)
+		free(bufs[i]);
+	intern_free_all();
+	return rc;
+}
