@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "config.h"
@@ -24,6 +25,17 @@ enum {
 	OPT_FRAGMENT,
 	OPT_VERSION,
 	OPT_HELP,
+	OPT_RANK,
+	OPT_ALL_RANKS,
+	OPT_STAGE,
+	OPT_WORLD_GROUP,
+	OPT_ENABLE_ALLTOALL,
+	OPT_OPT_SHARD_SIZE,
+	OPT_PIPELINE_STAGES,
+	OPT_ENABLE_PAR_OPT,
+	OPT_MICRO_BATCH_NUM,
+	OPT_PARALLEL_DETAIL,
+	OPT_FULL_BATCH,
 };
 
 static const struct option longopts[] = {
@@ -41,6 +53,17 @@ static const struct option longopts[] = {
 	{"fragment", no_argument, NULL, OPT_FRAGMENT},
 	{"version", no_argument, NULL, OPT_VERSION},
 	{"help", no_argument, NULL, OPT_HELP},
+	{"rank", required_argument, NULL, OPT_RANK},
+	{"all-ranks", required_argument, NULL, OPT_ALL_RANKS},
+	{"stage", required_argument, NULL, OPT_STAGE},
+	{"world-group", required_argument, NULL, OPT_WORLD_GROUP},
+	{"enable-alltoall", no_argument, NULL, OPT_ENABLE_ALLTOALL},
+	{"optimizer-weight-shard-size", required_argument, NULL, OPT_OPT_SHARD_SIZE},
+	{"pipeline-stages", required_argument, NULL, OPT_PIPELINE_STAGES},
+	{"enable-parallel-optimizer", no_argument, NULL, OPT_ENABLE_PAR_OPT},
+	{"micro-batch-num", required_argument, NULL, OPT_MICRO_BATCH_NUM},
+	{"parallel-detail", no_argument, NULL, OPT_PARALLEL_DETAIL},
+	{"full-batch", no_argument, NULL, OPT_FULL_BATCH},
 	{NULL, 0, NULL, 0},
 };
 
@@ -58,6 +81,20 @@ static void usage(FILE *f)
 	      "\n"
 	      "Parallel configuration:\n"
 	      "  -n, --device-num=N      number of devices (default 1)\n"
+	      "      --rank=R            lower the graph of rank R (default 0)\n"
+	      "      --all-ranks=DIR     write every rank's graph to DIR/rank_R/NAME_validate_0000.ir\n"
+	      "      --pipeline-stages=S split the devices into S pipeline stages (default 1)\n"
+	      "      --stage=PATTERN=K   put the cells matching PATTERN (e.g. _backbone.layer1) in stage K\n"
+	      "      --micro-batch-num=M micro-batches per step with pipeline stages (default 1)\n"
+	      "      --enable-parallel-optimizer\n"
+	      "                          shard weights over their replicas (optimizer parallel)\n"
+	      "      --optimizer-weight-shard-size=K\n"
+	      "                          shard over groups of K replicas instead of all of them\n"
+	      "      --enable-alltoall   redistribute with AlltoAll instead of AllGather + slice\n"
+	      "      --full-batch        graph inputs are not split over the devices\n"
+	      "      --world-group=NAME  name of the all-devices group (default hccl_world_group)\n"
+	      "      --parallel-detail   add inputs_tensor_map / device_matrix / outputs_tensor_map\n"
+	      "                          attributes to every operator with a layout\n"
 	      "\n"
 	      "Input:\n"
 	      "      --fragment          read a dump excerpt: references to nodes that are not in the\n"
@@ -134,13 +171,77 @@ static double now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int make_dir(const char *path)
+{
+	if (mkdir(path, 0777) == 0 || errno == EEXIST)
+		return 0;
+	fprintf(stderr, "sappc: cannot create directory '%s': %s\n", path, strerror(errno));
+	return -1;
+}
+
+/* --all-ranks DIR: lower the same input once per rank (re-parsing the buffer:
+ * parsing is cheap and modules cannot be cloned) and write
+ * DIR/rank_R/NAME_validate_0000.ir, as MindSpore's dump directories do. */
+static int write_all_ranks(const char *dir, const char *in, const char *buf, size_t len, Options *o,
+			   const PassManagerOptions *pm)
+{
+	const char *base = strrchr(in, '/');
+	base = base ? base + 1 : in;
+	if (strcmp(in, "-") == 0)
+		base = "stdin";
+	size_t bl = strlen(base);
+	if (bl > 3 && strcmp(base + bl - 3, ".ir") == 0)
+		bl -= 3;
+	if (make_dir(dir) < 0)
+		return 3;
+	size_t plen = strlen(dir) + bl + 64;
+	char *path = xmalloc(plen);
+	int rc = 0;
+	for (int r = 0; r < o->device_num && rc == 0; r++) {
+		o->rank = r;
+		Module *m = ir_parse(strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, o->fragment);
+		if (!m) {
+			rc = 1;
+			break;
+		}
+		rc = pm_run(m, o, pm);
+		if (rc == 0 && diag_errors())
+			rc = 1;
+		if (rc == 0) {
+			snprintf(path, plen, "%s/rank_%d", dir, r);
+			if (make_dir(path) < 0)
+				rc = 3;
+		}
+		if (rc == 0) {
+			snprintf(path, plen, "%s/rank_%d/%.*s_validate_0000.ir", dir, r, (int)bl, base);
+			OutFile of;
+			if (out_open(&of, path) != 0)
+				rc = 3;
+			else {
+				static char obuf[1 << 16];
+				setvbuf(of.f, obuf, _IOFBF, sizeof obuf);
+				ir_print_module(of.f, m);
+				if (out_commit(&of) != 0)
+					rc = 3;
+			}
+		}
+		ir_module_free(m);
+	}
+	free(path);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	Options o = {0};
 	PassManagerOptions pm = {0};
 	const char *out = "-", *dot = NULL, *svg = NULL;
 	int passes_given = 0;
+	const char *all_ranks = NULL;
+	const char **stage_rules = NULL;
 	o.device_num = 1;
+	o.pipeline_stages = 1;
+	o.micro_batch_num = 1;
 	o.mem_coef = 0.1;
 	o.world_group = "hccl_world_group";
 
@@ -187,6 +288,48 @@ int main(int argc, char **argv)
 			break;
 		case OPT_FRAGMENT:
 			o.fragment = 1;
+			break;
+		case OPT_RANK:
+			o.rank = (int)parse_long("--rank", optarg, 0, 65535);
+			break;
+		case OPT_ALL_RANKS:
+			all_ranks = optarg;
+			break;
+		case OPT_STAGE: {
+			const char *eq = strrchr(optarg, '=');
+			if (!eq || eq == optarg)
+				bad_usage("--stage=%s: expected PATTERN=K", optarg);
+			parse_long("--stage", eq + 1, 0, 1023);
+			stage_rules = xrealloc(stage_rules, (size_t)(o.nstage_rules + 1) * sizeof *stage_rules);
+			stage_rules[o.nstage_rules++] = optarg;
+			o.stage_rules = stage_rules;
+			break;
+		}
+		case OPT_WORLD_GROUP:
+			if (!*optarg)
+				bad_usage("--world-group needs a name%s", "");
+			o.world_group = optarg;
+			break;
+		case OPT_ENABLE_ALLTOALL:
+			o.enable_alltoall = 1;
+			break;
+		case OPT_OPT_SHARD_SIZE:
+			o.optimizer_weight_shard_size = (int)parse_long("--optimizer-weight-shard-size", optarg, 1, 65536);
+			break;
+		case OPT_PIPELINE_STAGES:
+			o.pipeline_stages = (int)parse_long("--pipeline-stages", optarg, 1, 64);
+			break;
+		case OPT_ENABLE_PAR_OPT:
+			o.enable_parallel_optimizer = 1;
+			break;
+		case OPT_MICRO_BATCH_NUM:
+			o.micro_batch_num = (int)parse_long("--micro-batch-num", optarg, 1, 65536);
+			break;
+		case OPT_PARALLEL_DETAIL:
+			o.parallel_detail = 1;
+			break;
+		case OPT_FULL_BATCH:
+			o.full_batch = 1;
 			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);
@@ -237,6 +380,14 @@ int main(int argc, char **argv)
 		free(buf);
 		return 1;
 	}
+	if (all_ranks) {
+		ir_module_free(m);
+		int rc = write_all_ranks(all_ranks, in, buf, len, &o, &pm);
+		free(buf);
+		free(stage_rules);
+		intern_free_all();
+		return rc;
+	}
 	int rc = pm_run(m, &o, &pm);
 	if (rc == 0 && diag_errors())
 		rc = 1;
@@ -259,6 +410,7 @@ int main(int argc, char **argv)
 		rc = 3;
 	ir_module_free(m);
 	free(buf);
+	free(stage_rules);
 	intern_free_all();
 	return rc;
 }

@@ -414,6 +414,7 @@ typedef struct Options {
 	const char *world_group;
 	const char **stage_rules; /* "PATTERN=K" */
 	int nstage_rules;
+	int parallel_detail; /* inputs_tensor_map / device_matrix / outputs_tensor_map attributes */
 } Options;
 
 typedef int (*PassFn)(Module *m, const Options *o);
@@ -446,6 +447,11 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
 #define PASS(name, fn, dflt, help) int fn(Module *m, const Options *o);
 #include "../passes/passes.def"
 #undef PASS
+
+/* ----------------------------------------------------------------- rhmap.c */
+/* Reorder attributes into MindSpore's robin_hood HashMap print order
+ * (ir-format.md §1.9). */
+void rh_order_attrs(Attr *a, uint32_t n);
 
 /* ---------------------------------------------------------------- io.c */
 int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */

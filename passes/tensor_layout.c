@@ -798,6 +798,20 @@ int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, i
 		return -1;
 	}
 	Builder b = {plan, 0, {0}, err, errlen};
+	if (nd == 1) {
+		/* one device: nothing moves; only a change of local shape remains */
+		int64_t a[LAYOUT_MAX_DIM], c[LAYOUT_MAX_DIM];
+		layout_slice_shape(&fo, a);
+		layout_slice_shape(&tor, c);
+		b.rank = fo.rank;
+		memcpy(b.shape, a, sizeof a);
+		if ((keep_reshape || !same_shape(a, fo.rank, c, tor.rank)) && add_reshape(&b, c, tor.rank) < 0) {
+			redist_plan_free(plan);
+			return -1;
+		}
+		fix_groups(plan);
+		return 0;
+	}
 	Layout fs, ts, fu, tu;
 	squeeze(&fo, &fs);
 	squeeze(&tor, &ts);
