@@ -112,6 +112,24 @@ int tlay_equal(const TLay *a, const TLay *b)
 	return layout_equal(&x, &y);
 }
 
+const char *tlay_format(const TLay *t, char *buf, size_t len)
+{
+	size_t k = (size_t)snprintf(buf, len, "D=[");
+	for (int i = 0; i < t->ndev && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, i ? ",%d" : "%d", t->dev[i]);
+	if (k < len)
+		k += (size_t)snprintf(buf + k, len - k, "] M=[");
+	for (int i = 0; i < t->rank && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, i ? ",%d" : "%d", t->map[i]);
+	if (k < len)
+		k += (size_t)snprintf(buf + k, len - k, "] S=(");
+	for (int i = 0; i < t->rank && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+	if (k < len)
+		snprintf(buf + k, len - k, ")");
+	return buf;
+}
+
 void tlay_replicated(Module *m, TLay *t, int per_stage, const int64_t *shape, int rank)
 {
 	int32_t dev[1] = {per_stage};

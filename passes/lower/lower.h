@@ -73,6 +73,7 @@ void tlay_to_layout(const TLay *t, Layout *l);
 void tlay_from_layout(Module *m, TLay *t, const Layout *l);
 void tlay_slice(const TLay *t, int64_t *out);
 int tlay_equal(const TLay *a, const TLay *b);
+const char *tlay_format(const TLay *t, char *buf, size_t len); /* D=[..] M=[..] S=(..) */
 void tlay_replicated(Module *m, TLay *t, int per_stage, const int64_t *shape, int rank);
 /* ranks that differ from this rank only along the device dims in mask */
 int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out);
@@ -109,5 +110,6 @@ int lower_infer_node(LowerCtx *c, Node *n); /* 1 done, 0 no rule, -1 reported */
 
 /* ---- verify (layouts.c) ---- */
 int lower_verify(Module *m);
+int lower_same_slices(Module *m, const TLay *a, const TLay *b);
 
 #endif

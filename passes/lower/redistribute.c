@@ -446,6 +446,8 @@ int pass_redistribute(Module *m, const Options *o)
 					bad = 1;
 					continue;
 				}
+				if (last == p)
+					continue; /* equivalent layouts: nothing moves */
 				last->lay = pass_lay(m, &l->in[k]);
 				n->args[k] = value_node(last);
 			}
