@@ -965,6 +965,16 @@ void b_group_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest)
 		vec_push(&g->attrs[3], rest->attrs[0].a[i]);
 }
 
+void b_group_attr_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest, int which)
+{
+	(void)b;
+	g->has[which] = 1;
+	Attr a = {intern_cstr("in_strategy"), *first};
+	vec_push(&g->attrs[which], a);
+	for (uint32_t i = 0; i < rest->attrs[0].n; i++)
+		vec_push(&g->attrs[which], rest->attrs[0].a[i]);
+}
+
 void b_attr_push(BuildCtx *b, Groups *g, Tok *key, Value *v)
 {
 	(void)b;

@@ -81,6 +81,8 @@ void b_funcunion(BuildCtx *b, Tok *t);
 Groups *b_groups(BuildCtx *b);
 void b_group_instance(BuildCtx *b, Groups *g, Tok *t);
 void b_group_merge(BuildCtx *b, Groups *g, Groups *attrs, int which);
+/* primitive_attrs: {in_strategy: ..., ...}: the scanner took "{in_strategy:" for the suffix */
+void b_group_attr_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest, int which);
 void b_group_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest);
 void b_attr_push(BuildCtx *b, Groups *g, Tok *key, Value *v);
 Value b_int(Tok *t);

@@ -114,6 +114,7 @@ groups:	  %empty			{ $$ = b_groups(b); }
 	| groups CATTRS '{' attrlist_opt '}'	{ $$ = $1; b_group_merge(b, $$, $4, 1); }
 	| groups PRIMAL '{' attrlist_opt '}'	{ $$ = $1; b_group_merge(b, $$, $4, 2); }
 	| groups STRAT_OPEN value strat_rest '}'	{ $$ = $1; b_group_strategy(b, $$, &$3, $4); }
+	| groups PATTRS STRAT_OPEN value strat_rest '}'	{ $$ = $1; b_group_attr_strategy(b, $$, &$4, $5, 0); }
 	;
 
 attrlist_opt: %empty			{ $$ = b_groups(b); }
