@@ -876,8 +876,13 @@ int lower_infer_node(LowerCtx *c, Node *n)
 	int64_t prod = 1;
 	for (int i = 0; i < r->ndev; i++)
 		prod *= r->dev[i];
-	if (prod > c->per_stage || c->per_stage % prod) {
-		diag_error_at(n->loc, "%s (%%%d): the strategy needs %lld devices, which does not divide the stage's %d",
+	if (prod > c->per_stage) {
+		diag_error_at(n->loc, "%s (%%%d): the strategy needs %lld devices, but the stage has %d", op, n->local,
+			      (long long)prod, c->per_stage);
+		goto out;
+	}
+	if (c->per_stage % prod) {
+		diag_error_at(n->loc, "%s (%%%d): the strategy uses %lld devices, which does not divide the stage's %d (the repeat count must be whole)",
 			      op, n->local, (long long)prod, c->per_stage);
 		goto out;
 	}
