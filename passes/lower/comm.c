@@ -60,33 +60,22 @@ static Node *all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, 
 	a->args[0] = value_node(src);
 	a->in_types[0] = src->out;
 	a->out = src->out;
-	char name[64];
-	lower_group_name(c, g, ng, name, sizeof name);
-	/* inserted in the order MindSpore prints this set (ir-format.md §1.9) */
-	ir_attr_set(m, &a->pattrs, "comm_reuse", value_bool(1));
-	ir_attr_set(m, &a->pattrs, "group", value_str(name));
-	ir_attr_set(m, &a->pattrs, "fusion", value_int(0, NT_I64));
-	ir_attr_set(m, &a->pattrs, "op", value_str(sym_str(op)));
+	lower_attr_put(m, &a->pattrs, "fusion", value_int(0, NT_I64));
+	lower_attr_put(m, &a->pattrs, "op", value_str(sym_str(op)));
+	lower_attr_put(m, &a->pattrs, "index", value_int(0, NT_I64));
+	lower_attr_put(m, &a->pattrs, "no_eliminate", value_bool(1));
 	lower_comm_group_attrs(c, a, g, ng, 1);
-	ir_attr_set(m, &a->pattrs, "index", value_int(0, NT_I64));
-	ir_attr_set(m, &a->pattrs, "no_eliminate", value_bool(1));
-	/* lower_comm_group_attrs appended its keys; put them in print order */
+	/* the order MindSpore prints this set in (ir-format.md §1.9) */
 	static const char *const order[] = {"comm_reuse", "group", "fusion", "op", "rank_list",
 					    "group_ranks", "index", "group_rank_ids", "no_eliminate"};
-	Attr sorted[9];
-	for (int i = 0; i < 9; i++) {
-		sorted[i].key = intern_cstr(order[i]);
-		sorted[i].val = *ir_attr_get(&a->pattrs, order[i]);
-	}
-	memcpy(a->pattrs.a, sorted, sizeof sorted);
-	lower_order_attrs(&a->pattrs);
+	lower_reorder_attrs(&a->pattrs, order, 9);
 	a->has_pattrs = 1;
 	char inst[64];
 	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(origin, index));
 	a->instance = intern_cstr(inst);
 	char uid[16];
 	snprintf(uid, sizeof uid, "%u", c->next_uid++);
-	ir_attr_set(m, &a->primal, "forward_comm_node_unique_id", value_str(uid));
+	lower_attr_put(m, &a->primal, "forward_comm_node_unique_id", value_str(uid));
 	a->has_primal = 1;
 	a->lay = pass_lay(m, &origin->lay->out[0], origin);
 	return a;

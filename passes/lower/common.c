@@ -6,11 +6,54 @@
 
 #include "lower.h"
 
+/* ------------------------------------------------------------ symbols */
+
+/* Interned constants (attribute keys, type strings) are looked up once:
+ * inserting hundreds of thousands of operators otherwise spends most of
+ * its time re-hashing the same few strings.  Entries are keyed by the
+ * literal's address and re-checked, so a reset intern table is harmless. */
+Sym lower_sym(const char *s)
+{
+	static struct {
+		const char *p;
+		Sym s;
+	} cache[256];
+	uint32_t h = (uint32_t)(((uintptr_t)s >> 3) * 2654435761u) >> 24;
+	for (uint32_t k = 0; k < 256; k++) {
+		uint32_t i = (h + k) & 255;
+		if (cache[i].p == s && cache[i].s && strcmp(sym_str(cache[i].s), s) == 0)
+			return cache[i].s;
+		if (!cache[i].p || cache[i].p == s) {
+			cache[i].p = s;
+			cache[i].s = intern_cstr(s);
+			return cache[i].s;
+		}
+	}
+	return intern_cstr(s);
+}
+
+/* Append an attribute to a list built only by this function (capacity is
+ * the next power of two of n, so appends are amortised O(1)). */
+void lower_attr_put(Module *m, AttrList *l, const char *key, Value v)
+{
+	if (l->n == 0 || (l->n >= 4 && (l->n & (l->n - 1)) == 0)) {
+		uint32_t cap = l->n ? l->n * 2 : 4;
+		Attr *na = arena_alloc(m->arena, cap * sizeof(Attr));
+		if (l->n)
+			memcpy(na, l->a, l->n * sizeof(Attr));
+		l->a = na;
+	}
+	l->a[l->n].key = lower_sym(key);
+	l->a[l->n].val = v;
+	l->n++;
+}
+
 /* ------------------------------------------------------------ context */
 
 int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 {
 	memset(c, 0, sizeof *c);
+	c->fn_epoch = 1;
 	c->m = m;
 	c->o = o;
 	c->n_total = o->device_num > 0 ? o->device_num : 1;
@@ -232,14 +275,29 @@ void lower_comm_group_attrs(LowerCtx *c, Node *n, const int64_t *ranks, int nr, 
 		strcpy(gr, "WORLD_GROUP");
 	else
 		join_ranks(ranks, nr, gr, (size_t)nr * 24 + 16);
-	ir_attr_set(m, &n->pattrs, "group", value_str(name));
-	ir_attr_set(m, &n->pattrs, "group_ranks", value_str(gr));
-	ir_attr_set(m, &n->pattrs, "group_rank_ids", ints_bare(m, ranks, nr));
+	lower_attr_put(m, &n->pattrs, "group", value_str(name));
+	lower_attr_put(m, &n->pattrs, "group_ranks", value_str(gr));
+	lower_attr_put(m, &n->pattrs, "group_rank_ids", ints_bare(m, ranks, nr));
 	if (reuse) {
-		ir_attr_set(m, &n->pattrs, "comm_reuse", value_bool(1));
-		ir_attr_set(m, &n->pattrs, "rank_list", ints_bare(m, ranks, nr));
+		lower_attr_put(m, &n->pattrs, "comm_reuse", value_bool(1));
+		lower_attr_put(m, &n->pattrs, "rank_list", ints_bare(m, ranks, nr));
 	}
 	free(gr);
+}
+
+/* Put the attributes of l in the order of keys (a set whose MindSpore print
+ * order is known), then hand them to the robin_hood order emulation. */
+void lower_reorder_attrs(AttrList *l, const char *const *keys, int nk)
+{
+	Attr tmp[32];
+	uint32_t k = 0;
+	for (int i = 0; i < nk && k < 32; i++)
+		for (uint32_t j = 0; j < l->n; j++)
+			if (strcmp(sym_str(l->a[j].key), keys[i]) == 0)
+				tmp[k++] = l->a[j];
+	if (k == l->n)
+		memcpy(l->a, tmp, k * sizeof *tmp);
+	lower_order_attrs(l);
 }
 
 /* Attribute print order: MindSpore prints its HashMap's slot order
@@ -296,6 +354,7 @@ static int32_t *counter(LowerCtx *c, Sym key)
 		}
 		free(c->ckeys);
 		free(c->cvals);
+		c->fn_epoch++; /* cached counter pointers are stale */
 		c->ckeys = nk;
 		c->cvals = nv;
 		c->ccap = ncap;
@@ -358,7 +417,19 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 	int k = snprintf(buf, sizeof buf, "%.*s%s%s", (int)plen, s, plen ? "/" : "", sym_str(n->prim));
 	if (k < 0 || (size_t)k >= sizeof buf - 16)
 		return;
-	int32_t *ct = counter(c, intern(buf, (size_t)k));
+	/* the counter of (consumer scope, operator) is cached: building and
+	 * interning the prefix again for every inserted op is the costly part */
+	uint32_t h = (like->scope * 2654435761u ^ n->prim * 40503u) & (LOWER_FNCACHE - 1);
+	int32_t *ct;
+	if (c->fn_scope[h] == like->scope && c->fn_prim[h] == n->prim && c->fn_ctr[h] && c->fn_gen[h] == c->fn_epoch) {
+		ct = c->fn_ctr[h];
+	} else {
+		ct = counter(c, intern(buf, (size_t)k));
+		c->fn_scope[h] = like->scope;
+		c->fn_prim[h] = n->prim;
+		c->fn_ctr[h] = ct;
+		c->fn_gen[h] = c->fn_epoch;
+	}
 	snprintf(buf + k, sizeof buf - (size_t)k, "-op%d", (*ct)++);
 	n->scope_kind = SCOPE_FULLNAME;
 	n->scope = intern_cstr(buf);
@@ -384,15 +455,19 @@ Node *lower_new_op(LowerCtx *c, int op, const Node *like, uint32_t nargs)
 
 static Sym tensor_tstr(Sym dtype)
 {
+	static Sym last_dt, last_t;
+	if (dtype == last_dt && last_t && strncmp(sym_str(last_t), "Tensor[", 7) == 0)
+		return last_t;
 	char buf[96];
 	snprintf(buf, sizeof buf, "Tensor[%s]", sym_str(dtype));
-	return intern_cstr(buf);
+	last_dt = dtype;
+	return last_t = intern_cstr(buf);
 }
 
 Abs lower_abs_like(Module *m, const Abs *like, const int64_t *d, int rank)
 {
 	Abs a = {0};
-	a.dtype = like->dtype ? like->dtype : intern_cstr("Float32");
+	a.dtype = like->dtype ? like->dtype : lower_sym("Float32");
 	a.tstr = tensor_tstr(a.dtype);
 	a.is_tensor = 1;
 	a.shape = shape_dims(m->arena, d, rank);
@@ -402,7 +477,7 @@ Abs lower_abs_like(Module *m, const Abs *like, const int64_t *d, int rank)
 Abs lower_abs_int(void)
 {
 	Abs a = {0};
-	a.tstr = intern_cstr("Int64");
+	a.tstr = lower_sym("Int64");
 	a.shape.kind = SK_NOSHAPE;
 	return a;
 }
@@ -410,12 +485,16 @@ Abs lower_abs_int(void)
 Abs lower_abs_tuple_ints(Module *m, int n)
 {
 	Abs a = {0};
-	char buf[64];
-	if (n == 1)
-		snprintf(buf, sizeof buf, "Tuple[Int64]");
-	else
+	static const char *const names[] = {"Tuple[]", "Tuple[Int64]", "Tuple[Int64*2]", "Tuple[Int64*3]",
+					    "Tuple[Int64*4]", "Tuple[Int64*5]", "Tuple[Int64*6]", "Tuple[Int64*7]",
+					    "Tuple[Int64*8]"};
+	if (n >= 0 && n <= 8) {
+		a.tstr = lower_sym(names[n]);
+	} else {
+		char buf[64];
 		snprintf(buf, sizeof buf, "Tuple[Int64*%d]", n);
-	a.tstr = intern_cstr(buf);
+		a.tstr = intern_cstr(buf);
+	}
 	a.shape.kind = SK_TUPLE;
 	a.shape.rank = (uint8_t)n;
 	a.shape.sub = n ? arena_alloc(m->arena, (size_t)n * sizeof(Shape)) : NULL;

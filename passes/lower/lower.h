@@ -10,6 +10,7 @@
 #include "../layout.h"
 
 #define LOWER_MAX_GROUP 65536
+#define LOWER_FNCACHE 1024
 
 /* A tensor layout in compact form: Layout without the fixed arrays'
  * footprint (a graph of 150 000 operators holds ~500 000 of these). */
@@ -62,9 +63,14 @@ typedef struct LowerCtx {
 	int32_t *cvals;
 	uint32_t ccap, ccount;
 	int cseeded;
+	Sym fn_scope[LOWER_FNCACHE], fn_prim[LOWER_FNCACHE];
+	int32_t *fn_ctr[LOWER_FNCACHE];
+	uint32_t fn_gen[LOWER_FNCACHE], fn_epoch; /* counter pointers die when the table grows */
 } LowerCtx;
 
 /* ---- common.c ---- */
+Sym lower_sym(const char *s); /* intern a constant string, cached */
+void lower_attr_put(Module *m, AttrList *l, const char *key, Value v); /* lists built by it only */
 int lower_ctx_init(LowerCtx *c, Module *m, const Options *o); /* 0 ok, -1 reported */
 void lower_ctx_free(LowerCtx *c);
 NodeLayout *lay_new(Module *m, uint32_t nin, uint32_t nout);
@@ -92,6 +98,7 @@ Abs lower_abs_tuple_ints(Module *m, int n);
 Abs lower_abs_tuple_tensors(Module *m, const Abs *elem, int n);
 Value lower_ints(Module *m, const int64_t *v, int n);
 void lower_order_attrs(AttrList *l);
+void lower_reorder_attrs(AttrList *l, const char *const *keys, int nk);
 const Abs *lower_node_abs(const Node *n);
 int lower_strategy(const Node *n, int64_t s[][LAYOUT_MAX_DIM], int *rk, int max, int *nstrat);
 int lower_is_dataset(const Node *p);

@@ -35,18 +35,17 @@ static Node *opt_allgather(LowerCtx *c, Node *src, Node *param, const int64_t *g
 		a->in_types[0] = lower_abs_like(m, &src->out, src->out.shape.dims, src->out.shape.rank);
 	}
 	a->out = lower_abs_like(m, full, full->shape.dims, full->shape.rank);
-	char name[64];
-	lower_group_name(c, g, ng, name, sizeof name);
-	ir_attr_set(m, &a->pattrs, "group", value_str(name));
-	ir_attr_set(m, &a->pattrs, "rank_size", value_int(ng, NT_I64));
-	ir_attr_set(m, &a->pattrs, "fusion", value_int(1, NT_I64));
-	ir_attr_set(m, &a->pattrs, "mean_flag", value_bool(0));
-	ir_attr_set(m, &a->pattrs, "no_eliminate", value_bool(1));
+	lower_attr_put(m, &a->pattrs, "rank_size", value_int(ng, NT_I64));
+	lower_attr_put(m, &a->pattrs, "fusion", value_int(1, NT_I64));
+	lower_attr_put(m, &a->pattrs, "mean_flag", value_bool(0));
+	lower_attr_put(m, &a->pattrs, "no_eliminate", value_bool(1));
 	lower_comm_group_attrs(c, a, g, ng, 0);
-	ir_attr_set(m, &a->pattrs, "recompute", value_bool(0));
-	ir_attr_set(m, &a->pattrs, "mirror_user_id", value_str(sym_str(param->name)));
+	lower_attr_put(m, &a->pattrs, "recompute", value_bool(0));
+	lower_attr_put(m, &a->pattrs, "mirror_user_id", value_str(sym_str(param->name)));
+	static const char *const order[] = {"group", "rank_size", "fusion", "mean_flag", "no_eliminate",
+					    "group_ranks", "group_rank_ids", "recompute", "mirror_user_id"};
+	lower_reorder_attrs(&a->pattrs, order, 9);
 	a->has_pattrs = 1;
-	lower_order_attrs(&a->pattrs);
 	a->lay = lay_new(m, 1, 1);
 	a->lay->out[0] = param->lay->out[0];
 	a->lay->flags = LAY_INSERTED | LAY_LOCAL;

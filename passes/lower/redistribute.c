@@ -37,21 +37,8 @@ static void name_op(Node *n, const Node *origin, int index, const char *opname)
 
 static void keep_value(Module *m, Node *n)
 {
-	ir_attr_set(m, &n->pattrs, "keep_value_node_input", value_bool(1));
+	lower_attr_put(m, &n->pattrs, "keep_value_node_input", value_bool(1));
 	n->has_pattrs = 1;
-}
-
-static void reorder(AttrList *l, const char *const *keys, int nk)
-{
-	Attr tmp[32];
-	uint32_t k = 0;
-	for (int i = 0; i < nk && k < 32; i++)
-		for (uint32_t j = 0; j < l->n; j++)
-			if (strcmp(sym_str(l->a[j].key), keys[i]) == 0)
-				tmp[k++] = l->a[j];
-	if (k == l->n)
-		memcpy(l->a, tmp, k * sizeof *tmp);
-	lower_order_attrs(l);
 }
 
 static Abs tensor_abs(Module *m, Sym dtype, const int64_t *d, int r)
@@ -89,16 +76,16 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistPlan *p, Node *sr
 		case RD_ALLTOALL: {
 			n = lower_new_op(c, o->kind == RD_ALLGATHER ? OP_AllGather : OP_AlltoAll, like, 1);
 			if (o->kind == RD_ALLTOALL) {
-				ir_attr_set(m, &n->pattrs, "split_count", value_int(o->n, NT_I64));
-				ir_attr_set(m, &n->pattrs, "split_dim", value_int(o->split_dim, NT_I64));
-				ir_attr_set(m, &n->pattrs, "concat_dim", value_int(o->concat_dim, NT_I64));
+				lower_attr_put(m, &n->pattrs, "split_count", value_int(o->n, NT_I64));
+				lower_attr_put(m, &n->pattrs, "split_dim", value_int(o->split_dim, NT_I64));
+				lower_attr_put(m, &n->pattrs, "concat_dim", value_int(o->concat_dim, NT_I64));
 			}
-			ir_attr_set(m, &n->pattrs, "rank_size", value_int(o->ngroup, NT_I64));
+			lower_attr_put(m, &n->pattrs, "rank_size", value_int(o->ngroup, NT_I64));
 			if (o->kind == RD_ALLGATHER) {
-				ir_attr_set(m, &n->pattrs, "fusion", value_int(0, NT_I64));
-				ir_attr_set(m, &n->pattrs, "mean_flag", value_bool(0));
+				lower_attr_put(m, &n->pattrs, "fusion", value_int(0, NT_I64));
+				lower_attr_put(m, &n->pattrs, "mean_flag", value_bool(0));
 			}
-			ir_attr_set(m, &n->pattrs, "no_eliminate", value_bool(1));
+			lower_attr_put(m, &n->pattrs, "no_eliminate", value_bool(1));
 			keep_value(m, n);
 			lower_comm_group_attrs(c, n, o->group, o->ngroup, 1);
 			static const char *const ag[] = {"group", "rank_size", "fusion", "mean_flag", "no_eliminate",
@@ -108,9 +95,9 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistPlan *p, Node *sr
 							 "rank_size", "no_eliminate", "group_ranks",
 							 "keep_value_node_input", "group_rank_ids", "comm_reuse", "rank_list"};
 			if (o->kind == RD_ALLGATHER)
-				reorder(&n->pattrs, ag, 10);
+				lower_reorder_attrs(&n->pattrs, ag, 10);
 			else
-				reorder(&n->pattrs, aa, 11);
+				lower_reorder_attrs(&n->pattrs, aa, 11);
 			break;
 		}
 		case RD_SPLIT: {
