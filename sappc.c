@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "config.h"
@@ -179,9 +181,43 @@ static int make_dir(const char *path)
 	return -1;
 }
 
+static int lower_one_rank(const char *dir, const char *in, const char *buf, size_t len, Options *o,
+			  const PassManagerOptions *pm, int r, const char *base, size_t bl, char *path, size_t plen)
+{
+	o->rank = r;
+	Module *m = ir_parse(strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, o->fragment);
+	if (!m)
+		return 1;
+	int rc = pm_run(m, o, pm);
+	if (rc == 0 && diag_errors())
+		rc = 1;
+	if (rc == 0) {
+		snprintf(path, plen, "%s/rank_%d", dir, r);
+		if (make_dir(path) < 0)
+			rc = 3;
+	}
+	if (rc == 0) {
+		snprintf(path, plen, "%s/rank_%d/%.*s_validate_0000.ir", dir, r, (int)bl, base);
+		OutFile of;
+		if (out_open(&of, path) != 0)
+			rc = 3;
+		else {
+			static char obuf[1 << 16];
+			setvbuf(of.f, obuf, _IOFBF, sizeof obuf);
+			ir_print_module(of.f, m);
+			if (out_commit(&of) != 0)
+				rc = 3;
+		}
+	}
+	ir_module_free(m);
+	return rc;
+}
+
 /* --all-ranks DIR: lower the same input once per rank (re-parsing the buffer:
  * parsing is cheap and modules cannot be cloned) and write
- * DIR/rank_R/NAME_validate_0000.ir, as MindSpore's dump directories do. */
+ * DIR/rank_R/NAME_validate_0000.ir, as MindSpore's dump directories do.
+ * Rank 0 runs first (so a bad input is reported once), the others in up to
+ * one worker process per processor. */
 static int write_all_ranks(const char *dir, const char *in, const char *buf, size_t len, Options *o,
 			   const PassManagerOptions *pm)
 {
@@ -196,36 +232,43 @@ static int write_all_ranks(const char *dir, const char *in, const char *buf, siz
 		return 3;
 	size_t plen = strlen(dir) + bl + 64;
 	char *path = xmalloc(plen);
-	int rc = 0;
-	for (int r = 0; r < o->device_num && rc == 0; r++) {
-		o->rank = r;
-		Module *m = ir_parse(strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, o->fragment);
-		if (!m) {
-			rc = 1;
-			break;
-		}
-		rc = pm_run(m, o, pm);
-		if (rc == 0 && diag_errors())
-			rc = 1;
-		if (rc == 0) {
-			snprintf(path, plen, "%s/rank_%d", dir, r);
-			if (make_dir(path) < 0)
-				rc = 3;
-		}
-		if (rc == 0) {
-			snprintf(path, plen, "%s/rank_%d/%.*s_validate_0000.ir", dir, r, (int)bl, base);
-			OutFile of;
-			if (out_open(&of, path) != 0)
-				rc = 3;
-			else {
-				static char obuf[1 << 16];
-				setvbuf(of.f, obuf, _IOFBF, sizeof obuf);
-				ir_print_module(of.f, m);
-				if (out_commit(&of) != 0)
-					rc = 3;
+	/* rank 0 first, in this process: a bad input is reported once */
+	int rc = lower_one_rank(dir, in, buf, len, o, pm, 0, base, bl, path, plen);
+	int nw = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (nw > 8)
+		nw = 8;
+	if (nw < 1 || o->device_num < 8)
+		nw = 1;
+	if (rc == 0 && nw > 1) {
+		/* the other ranks in nw worker processes, rank r in worker r mod nw */
+		pid_t pids[8];
+		int started = 0;
+		fflush(NULL);
+		for (int w = 0; w < nw; w++) {
+			pid_t p = fork();
+			if (p == 0) {
+				int wrc = 0;
+				for (int r = 1 + w; r < o->device_num && wrc == 0; r += nw)
+					wrc = lower_one_rank(dir, in, buf, len, o, pm, r, base, bl, path, plen);
+				fflush(NULL);
+				_exit(wrc);
 			}
+			if (p < 0) {
+				rc = 3;
+				break;
+			}
+			pids[started++] = p;
 		}
-		ir_module_free(m);
+		for (int w = 0; w < started; w++) {
+			int st;
+			if (waitpid(pids[w], &st, 0) < 0 || !WIFEXITED(st))
+				rc = rc ? rc : 3;
+			else if (WEXITSTATUS(st) && !rc)
+				rc = WEXITSTATUS(st);
+		}
+	} else {
+		for (int r = 1; r < o->device_num && rc == 0; r++)
+			rc = lower_one_rank(dir, in, buf, len, o, pm, r, base, bl, path, plen);
 	}
 	free(path);
 	return rc;
