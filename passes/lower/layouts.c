@@ -192,7 +192,9 @@ static void structural_layout(LowerCtx *c, Node *n)
 		}
 		return;
 	}
-	if (ir_node_is_op(n, OP_MakeTuple)) {
+	if (ir_node_is_op(n, OP_MakeTuple) || ir_node_is_op(n, OP_VirtualDataset)) {
+		/* a tuple of its operands; _VirtualDataset hands the inputs'
+		 * (dataset) layouts on to its TupleGetItem users */
 		NodeLayout *l = lay_new(c->m, n->nargs, n->nargs);
 		int any = 0;
 		for (uint32_t i = 0; i < n->nargs; i++) {

@@ -360,6 +360,32 @@ static void localize_node(LowerCtx *c, Node *n)
 				n->out.shape = ts->sub[k];
 		}
 	}
+	/* tensor constants feeding an operator are sliced to this rank's block
+	 * (StepSplitTensor, §5.4); a constant given as one broadcast value
+	 * slices by its shape alone */
+	if (l && (l->flags & LAY_OP))
+		for (uint32_t i = 0; i < n->nargs && i < l->nin && i < n->nin_types; i++) {
+			Value *v = &n->args[i];
+			if (v->kind != V_CALL || !l->in[i].ndev || strcmp(sym_str(v->text), "Tensor") != 0)
+				continue;
+			int64_t sl[LAYOUT_MAX_DIM];
+			tlay_slice(&l->in[i], sl);
+			Value c2 = value_clone(m->arena, v);
+			for (uint32_t k = 0; k < c2.n; k++) {
+				Value *e = &c2.u.elems[k];
+				if (e->key && strcmp(sym_str(e->key), "shape") == 0 && e->kind == V_LIST &&
+				    (int)e->n == l->in[i].rank)
+					for (uint32_t d = 0; d < e->n; d++)
+						if (e->u.elems[d].kind == V_INT)
+							e->u.elems[d].u.i = sl[d];
+				if (e->key && strcmp(sym_str(e->key), "value") == 0 &&
+				    (e->kind == V_LIST || e->kind == V_TUPLE))
+					diag_warning_at(n->loc, "%s (%%%d): constant operand %u is sliced by its shape only; its values are kept",
+							sym_str(n->prim), n->local, i + 1);
+			}
+			*v = c2;
+			set_dims(m, &n->in_types[i], sl, l->in[i].rank);
+		}
 	/* StridedSlice over a split dimension takes that dimension whole: its
 	 * end becomes the local size */
 	if (l && (l->flags & LAY_OP) && ir_node_is_op(n, OP_StridedSlice) && n->nargs >= 3 &&

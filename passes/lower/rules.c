@@ -701,11 +701,12 @@ static int collect_inputs(Rule *r, const Node *n, const Node **tuple)
 	for (uint32_t i = 0; i < n->nargs && r->nt < MAXT; i++) {
 		const Abs *a = ir_in_abs(n, i);
 		if (!a || !a->is_tensor || a->shape.kind != SK_DIMS || n->args[i].kind != V_NODE) {
-			/* literal tensors (scalar constants) take part as rank-0 inputs */
-			if (a && a->is_tensor && a->shape.kind == SK_DIMS && a->shape.rank == 0) {
+			/* literal tensors (constants) take part as inputs too: a scalar
+			 * needs no layout, a larger one is sliced in place (§5.4) */
+			if (a && a->is_tensor && a->shape.kind == SK_DIMS && n->args[i].kind == V_CALL) {
 				r->opnd[r->nt] = (int)i;
-				r->rk[r->nt] = 0;
-				r->shp[r->nt] = NULL;
+				r->rk[r->nt] = a->shape.rank;
+				r->shp[r->nt] = a->shape.rank ? a->shape.dims : NULL;
 				r->nt++;
 			}
 			continue;

@@ -1,7 +1,7 @@
 /* randstrat.c - give every operator of an IR file a random *valid* strategy
  * for N devices (the property test's input generator).
  *
- *   randstrat N SEED < in.ir > out.ir   (N: devices per pipeline stage)
+ *   randstrat N SEED [in.ir] > out.ir   (N: devices per pipeline stage; stdin by default)
  *
  * Strategies are built valid by construction, family by family, with the
  * rules of parallel-lowering.md §2.3: every split divides its dimension and
@@ -224,17 +224,18 @@ static Value strategy_value(Arena *a, const St *t)
 
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: randstrat N SEED < in.ir > out.ir\n");
+	if (argc != 3 && argc != 4) {
+		fprintf(stderr, "usage: randstrat N SEED [in.ir] > out.ir\n");
 		return 2;
 	}
 	int64_t N = atoll(argv[1]);
 	rng = (uint64_t)atoll(argv[2]) * 2654435761u + 1;
 	char *buf;
 	size_t len;
-	if (io_read_file("-", &buf, &len) != 0)
+	const char *path = argc == 4 ? argv[3] : "-";
+	if (io_read_file(path, &buf, &len) != 0)
 		return 3;
-	Module *m = ir_parse("<stdin>", buf, len, 0);
+	Module *m = ir_parse(argc == 4 ? path : "<stdin>", buf, len, 0);
 	if (!m)
 		return 1;
 	Graph *g = ir_entry(m);
@@ -249,7 +250,9 @@ int main(int argc, char **argv)
 			src = n->args[0].u.node;
 		for (uint32_t k = 0; k < src->nargs && t.nt < MAXT; k++) {
 			const Abs *a = ir_in_abs(src, k);
-			if (!a || !a->is_tensor || a->shape.kind != SK_DIMS || (src->args[k].kind != V_NODE && src == n))
+			if (!a || !a->is_tensor || a->shape.kind != SK_DIMS)
+				continue;
+			if (src->args[k].kind != V_NODE && (src != n || src->args[k].kind != V_CALL))
 				continue;
 			t.rk[t.nt] = a->shape.rank;
 			t.shp[t.nt++] = a->shape.dims;
