@@ -38,6 +38,7 @@ enum {
 	OPT_MICRO_BATCH_NUM,
 	OPT_PARALLEL_DETAIL,
 	OPT_FULL_BATCH,
+	OPT_VIRTUAL_OPS,
 };
 
 static const struct option longopts[] = {
@@ -66,6 +67,7 @@ static const struct option longopts[] = {
 	{"micro-batch-num", required_argument, NULL, OPT_MICRO_BATCH_NUM},
 	{"parallel-detail", no_argument, NULL, OPT_PARALLEL_DETAIL},
 	{"full-batch", no_argument, NULL, OPT_FULL_BATCH},
+	{"virtual-ops", no_argument, NULL, OPT_VIRTUAL_OPS},
 	{NULL, 0, NULL, 0},
 };
 
@@ -97,6 +99,8 @@ static void usage(FILE *f)
 	      "      --world-group=NAME  name of the all-devices group (default hccl_world_group)\n"
 	      "      --parallel-detail   add inputs_tensor_map / device_matrix / outputs_tensor_map\n"
 	      "                          attributes to every operator with a layout\n"
+	      "      --virtual-ops       keep _MirrorOperator and _VirtualDiv nodes (the step_parallel_end\n"
+	      "                          view; validate IR shows only their traces)\n"
 	      "\n"
 	      "Input:\n"
 	      "      --fragment          read a dump excerpt: references to nodes that are not in the\n"
@@ -373,6 +377,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_FULL_BATCH:
 			o.full_batch = 1;
+			break;
+		case OPT_VIRTUAL_OPS:
+			o.virtual_ops = 1;
 			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);

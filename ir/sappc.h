@@ -415,6 +415,7 @@ typedef struct Options {
 	const char **stage_rules; /* "PATTERN=K" */
 	int nstage_rules;
 	int parallel_detail; /* inputs_tensor_map / device_matrix / outputs_tensor_map attributes */
+	int virtual_ops;     /* keep _MirrorOperator / _VirtualDiv (step_parallel_end view) */
 } Options;
 
 typedef int (*PassFn)(Module *m, const Options *o);

@@ -154,6 +154,124 @@ static void mirror_attrs(LowerCtx *c, Node *user, Node *param, const int64_t *g,
 	lower_order_attrs(&user->primal);
 }
 
+/* the operator whose value the graph returns: the loss (§3.6) */
+static Node *loss_node(Graph *g)
+{
+	Node *ret = g->nodes.n ? g->nodes.a[g->nodes.n - 1] : NULL;
+	if (!ret || ret->kind != NK_RETURN || !ret->nargs || ret->args[0].kind != V_NODE)
+		return NULL;
+	Node *n = ret->args[0].u.node;
+	for (int guard = 0; n && guard < 64; guard++) {
+		if (n->lay && n->lay->origin)
+			n = n->lay->origin;
+		else if (n->lay && (n->lay->flags & LAY_OP))
+			return n;
+		else if (n->kind == NK_CNODE && n->nargs && n->args[0].kind == V_NODE &&
+			 (op_table[n->op].flags & OPF_LOOKTHROUGH))
+			n = n->args[0].u.node;
+		else
+			return NULL;
+	}
+	return NULL;
+}
+
+/* how many devices hold the same loss value: all of the stage for a
+ * scalar, else the device dimensions the output map leaves unused */
+static int64_t loss_repeat(const LowerCtx *c, const NodeLayout *l)
+{
+	const TLay *t = &l->out[0];
+	if (t->rank == 0)
+		return c->per_stage;
+	uint32_t used = 0;
+	for (int i = 0; i < t->rank; i++)
+		if (t->map[i] >= 0)
+			used |= 1u << (t->ndev - 1 - t->map[i]);
+	int64_t k = 1;
+	for (int i = 0; i < t->ndev; i++)
+		if (!(used >> i & 1))
+			k *= t->dev[i];
+	return k;
+}
+
+static Node *virtual_op(LowerCtx *c, int op, Node *src, Node *like, const TLay *t)
+{
+	Node *v = lower_new_op(c, op, like, 1);
+	v->args[0] = value_node(src);
+	v->in_types[0] = src->out;
+	v->out = src->out;
+	if (v->out.is_ref) /* a parameter read directly: the mirror yields a tensor */
+		v->out = lower_abs_like(c->m, &src->out, src->out.shape.dims, src->out.shape.rank);
+	v->lay = lay_new(c->m, 1, 1);
+	v->lay->in[0] = v->lay->out[0] = *t;
+	v->lay->flags = LAY_INSERTED;
+	v->has_pattrs = 1;
+	return v;
+}
+
+/* --virtual-ops: the step_parallel_end view (§3.0, §3.6), where the mirror
+ * operators of weights and the loss's _VirtualDiv are still nodes (autodiff
+ * later turns them into the gradient AllReduce and RealDiv). */
+static void insert_virtual_ops(LowerCtx *c, Graph *g, int64_t *grp, int64_t *opt)
+{
+	Module *m = c->m;
+	Node *loss = loss_node(g);
+	int64_t div = loss && loss->lay->nout ? loss_repeat(c, loss->lay) : 1;
+	Vec(Node *) out = {0};
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		Node *n = g->nodes.a[i];
+		NodeLayout *l = n->lay;
+		if (l && (l->flags & LAY_OP) && !(l->flags & LAY_INSERTED)) {
+			for (uint32_t k = 0; k < n->nargs && k < l->nin; k++) {
+				if (n->args[k].kind != V_NODE || !l->in[k].ndev)
+					continue;
+				Node *a = n->args[k].u.node;
+				const TLay *at = a->lay && a->lay->nout ? &a->lay->out[0] : &l->in[k];
+				Node *p = source(a);
+				if (n == loss && div > 1) {
+					Node *v = virtual_op(c, OP_VirtualDiv, a, n, at);
+					char inst[32];
+					snprintf(inst, sizeof inst, "%llu", (unsigned long long)lower_hash_name(n, (int)k));
+					v->instance = intern_cstr(inst);
+					lower_attr_put(m, &v->pattrs, "divisor", value_int(div, NT_I64));
+					lower_attr_put(m, &v->pattrs, "keep_value_node_input", value_bool(1));
+					lower_order_attrs(&v->pattrs);
+					vec_push(&out, v);
+					n->args[k] = value_node(v);
+					continue;
+				}
+				if (!p || !lower_is_weight(p) || !p->lay)
+					continue;
+				int nopt = 0, nm = 0;
+				if (tlay_equal(&p->lay->out[0], &l->in[k]))
+					lower_param_shard(c, p, opt, &nopt, grp, &nm);
+				else
+					nm = lower_replica_group(c, &l->in[k], grp);
+				if (nm <= 1)
+					continue;
+				Node *v = virtual_op(c, OP_MirrorOperator, a, n, at);
+				v->instance = intern_cstr("_MirrorOperator");
+				char name[64];
+				lower_group_name(c, grp, nm, name, sizeof name);
+				lower_attr_put(m, &v->pattrs, "group", value_str(name));
+				lower_attr_put(m, &v->pattrs, "dev_num", value_int(nm, NT_I64));
+				lower_attr_put(m, &v->pattrs, "mean_flag", value_bool(0));
+				lower_attr_put(m, &v->pattrs, "fusion", value_int(param_fusion(p), NT_I64));
+				lower_attr_put(m, &v->pattrs, "keep_value_node_input", value_bool(1));
+				lower_attr_put(m, &v->pattrs, "mirror_user_id", value_str(sym_str(p->name)));
+				lower_order_attrs(&v->pattrs);
+				vec_push(&out, v);
+				n->args[k] = value_node(v);
+			}
+		}
+		vec_push(&out, n);
+	}
+	free(g->nodes.a);
+	g->nodes.a = out.a;
+	g->nodes.n = out.n;
+	g->nodes.cap = out.cap;
+	ir_renumber(g);
+}
+
 int pass_comm(Module *m, const Options *o)
 {
 	if (o->device_num <= 1)
@@ -210,6 +328,8 @@ int pass_comm(Module *m, const Options *o)
 					mirror_attrs(&c, n, p, grp, nm);
 			}
 		}
+		if (o->virtual_ops)
+			insert_virtual_ops(&c, g, grp, opt);
 	}
 	lower_clear_subst(g);
 	free(grp);

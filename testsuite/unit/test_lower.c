@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "sappc.h"
-#include "../passes/layout.h"
+#include "../passes/lower/lower.h"
 
 static Layout mk(int ndev, const int64_t *dev, int rank, const int64_t *map, const int64_t *shape)
 {
@@ -209,6 +209,33 @@ static void test_e10(void **state)
 	assert_string_equal(plan_text(&f, &f, 8, 0, 0, 0), "");
 }
 
+/* §3.3: group names are "<n>-<std::hash of the ranks>" or the world group */
+static void test_group_names(void **state)
+{
+	(void)state;
+	LowerCtx c;
+	memset(&c, 0, sizeof c);
+	c.n_total = 8;
+	c.world = "hccl_world_group";
+	static const struct {
+		int64_t r[8];
+		int n;
+		const char *name;
+	} v[] = {
+		{{0, 1}, 2, "2-5004544844489628105"},
+		{{2, 6}, 2, "2-511848487187618470"},
+		{{0, 4}, 2, "2-16453000547691086251"},
+		{{0, 1, 2, 3}, 4, "4-6301172352641561019"},
+		{{0, 2, 4, 6}, 4, "4-5226697808808137312"},
+		{{0, 1, 2, 3, 4, 5, 6, 7}, 8, "hccl_world_group"},
+	};
+	char buf[64];
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+		assert_string_equal(lower_group_name(&c, v[i].r, v[i].n, buf, sizeof buf), v[i].name);
+	c.n_total = 16; /* the same eight ranks are no longer everyone */
+	assert_string_equal(lower_group_name(&c, v[5].r, 8, buf, sizeof buf), "8-12158923167718251343");
+}
+
 static void test_errors(void **state)
 {
 	(void)state;
@@ -224,6 +251,7 @@ int main(void)
 		cmocka_unit_test(test_e3),                cmocka_unit_test(test_e4_e5),
 		cmocka_unit_test(test_e6),                cmocka_unit_test(test_e7_e8_e9),
 		cmocka_unit_test(test_e10),               cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_group_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
