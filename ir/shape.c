@@ -203,7 +203,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			if (!s || !n->in_types[i].is_tensor)
 				continue;
 			if (!acc) {
-				memcpy(tmp, s->dims, s->rank * sizeof(int64_t));
+				if (s->rank)
+					memcpy(tmp, s->dims, s->rank * sizeof(int64_t));
 				cur.kind = SK_DIMS;
 				cur.rank = s->rank;
 				cur.dims = tmp;
@@ -376,7 +377,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		int64_t depth;
 		if (!x || !dep || !value_get_int(dep, &depth))
 			return 0;
-		memcpy(d, x->dims, x->rank * sizeof(int64_t));
+		if (x->rank)
+			memcpy(d, x->dims, x->rank * sizeof(int64_t));
 		d[x->rank] = depth;
 		return set_out(d, x->rank + 1, out, orank);
 	}
