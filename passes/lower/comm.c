@@ -288,8 +288,8 @@ int pass_comm(Module *m, const Options *o)
 		lower_subst_args(n);
 		vec_push(&out, n);
 		NodeLayout *l = n->lay;
-		if (!l || !(l->flags & LAY_OP) || l->fwd == FC_NONE || n->dead || !l->nout)
-			continue;
+		if (!l || !(l->flags & LAY_OP) || l->fwd == FC_NONE || l->fwd == FC_REDUCESCATTER || n->dead || !l->nout)
+			continue; /* a ReduceScatter changes the local shape: redistribute inserts it */
 		int ng = lower_group_mask(&c, l->odev, l->nodev, l->fwd_mask, grp);
 		if (ng <= 1)
 			continue;

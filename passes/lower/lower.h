@@ -45,6 +45,7 @@ struct NodeLayout {
 	int32_t opt_rep;   /* optimizer-parallel shard factor on dim 0 (Loads/params), 0 none */
 	TLay *in;
 	TLay *out;
+	TLay *fwd_out;     /* layout after the forward op when it differs (ReduceScatter) */
 	Node *subst;       /* users read this node instead (last forward op / replacement) */
 	Node *origin;      /* inserted ops: the operator whose full name names them */
 };

@@ -302,6 +302,39 @@ static int gather_rowsplit(LowerCtx *c, NodeVec *out, Node *n)
 	return 0;
 }
 
+/* MatMul with out_strategy: ReduceScatter(sum) of the partial products
+ * over the k group, splitting the rows (§3.1); named like a forward op */
+static void reduce_scatter(LowerCtx *c, NodeVec *out, Node *n)
+{
+	Module *m = c->m;
+	NodeLayout *l = n->lay;
+	int64_t g[LOWER_MAX_GROUP / 16];
+	int ng = lower_group_mask(c, l->odev, l->nodev, l->fwd_mask, g);
+	Node *rs = lower_new_op(c, OP_ReduceScatter, n, 1);
+	rs->args[0] = value_node(n);
+	int64_t d[LAYOUT_MAX_DIM];
+	tlay_slice(&l->out[0], d);
+	rs->in_types[0] = tensor_abs(m, n->out.dtype, d, l->out[0].rank);
+	tlay_slice(l->fwd_out, d);
+	rs->out = tensor_abs(m, n->out.dtype, d, l->fwd_out->rank);
+	lower_attr_put(m, &rs->pattrs, "op", value_str("sum"));
+	lower_attr_put(m, &rs->pattrs, "rank_size", value_int(ng, NT_I64));
+	lower_attr_put(m, &rs->pattrs, "fusion", value_int(0, NT_I64));
+	lower_attr_put(m, &rs->pattrs, "no_eliminate", value_bool(1));
+	lower_comm_group_attrs(c, rs, g, ng, 1);
+	static const char *const order[] = {"op", "group", "rank_size", "fusion", "no_eliminate", "group_ranks",
+					    "group_rank_ids", "comm_reuse", "rank_list"};
+	lower_reorder_attrs(&rs->pattrs, order, 9);
+	rs->has_pattrs = 1;
+	char inst[64];
+	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(n, 0));
+	rs->instance = intern_cstr(inst);
+	rs->lay = pass_lay(m, l->fwd_out);
+	rs->lay->origin = n;
+	vec_push(out, rs);
+	l->subst = rs;
+}
+
 /* the shape of a node's output, local once localize has visited it */
 static void set_dims(Module *m, Abs *a, const int64_t *d, int r)
 {
@@ -471,6 +504,8 @@ int pass_redistribute(Module *m, const Options *o)
 			}
 		}
 		vec_push(&out, n);
+		if (l && (l->flags & LAY_OP) && l->fwd == FC_REDUCESCATTER && l->fwd_out)
+			reduce_scatter(&c, &out, n);
 	}
 	if (g) {
 		Vec(Node *) live = {0};

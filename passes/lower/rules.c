@@ -800,9 +800,29 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		goto out;
 	}
 	const Value *os = ir_attr_get(&n->strat, "out_strategy");
+	if (!os)
+		os = ir_attr_get(&n->pattrs, "out_strategy");
+	int64_t ost[1][LAYOUT_MAX_DIM];
+	int ork = 0, nos = 0, want_rs = 0;
 	if (given && os && !value_is_word(os, "None")) {
-		diag_error_at(n->loc, "%s (%%%d): out_strategy is not supported by the lowering", op, n->local);
-		goto out;
+		/* MatMul's out_strategy (k, b) with unsplit rows: the partial sums
+		 * are reduce-scattered over k along the rows (§2.3, §3.1) */
+		int ok = n->op == OP_MatMul && os->kind == V_TUPLE && os->n == 1 &&
+			 (ork = value_int_list(&os->u.elems[0], ost[0], LAYOUT_MAX_DIM)) == 2 && ns == 2 &&
+			 srk[0] == 2 && srk[1] == 2;
+		(void)nos;
+		if (ok) {
+			int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+			int64_t a_row = ta ? st[0][1] : st[0][0], a_k = ta ? st[0][0] : st[0][1];
+			int64_t b_col = tb ? st[1][0] : st[1][1];
+			ok = a_row == 1 && a_k > 1 && ost[0][0] == a_k && ost[0][1] == b_col && r->oshp[0][0] % a_k == 0;
+		}
+		if (!ok) {
+			diag_error_at(n->loc, "%s (%%%d): out_strategy is supported only for MatMul, as (k, b) with unsplit rows (a ReduceScatter over the split reduction dimension)",
+				      op, n->local);
+			goto out;
+		}
+		want_rs = 1;
 	}
 	if (given) {
 		/* one strategy per tensor input; scalar constants may be left out */
@@ -904,6 +924,14 @@ int lower_infer_node(LowerCtx *c, Node *n)
 	for (int i = 0; i < ndev; i++)
 		dev[i] = (int32_t)r->dev[i];
 	NodeLayout *l = lay_new(c->m, n->nargs, (uint32_t)r->nout);
+	if (want_rs) {
+		/* the MatMul's own output keeps whole rows; after the ReduceScatter
+		 * the rows are split over the k dimension: map [1, 0] on [1, k, b] */
+		int8_t rsmap[2] = {(int8_t)(ndev - 1 - 1), r->omap[0][1]};
+		r->fwd = FC_REDUCESCATTER;
+		l->fwd_out = arena_alloc(c->m->arena, sizeof(TLay));
+		tlay_set(c->m, l->fwd_out, dev, ndev, rsmap, r->oshp[0], 2);
+	}
 	l->flags = LAY_OP | (rowsplit ? LAY_REPLACED : 0);
 	l->nodev = (int8_t)ndev;
 	memcpy(l->odev, dev, sizeof dev);
