@@ -8,7 +8,9 @@
 # every edge into an operator joins equal layouts), then across the ranks:
 #   - every communication group contains the rank that uses it;
 #   - the members of a group agree on it: the k-th op of the same instance
-#     name has the same rank list on every rank of its group.
+#     name has the same rank list on every rank of its group;
+#   - the printed graphs (first and last rank) re-parse, verify and print
+#     back byte for byte.
 set -u
 export LC_ALL=C
 top=${TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -78,6 +80,14 @@ run_case() {
 		notok "$label: N=$N"
 		return
 	fi
+	# the printed graphs re-parse, verify and print back byte for byte
+	local f
+	for f in "$tmp"/out/rank_0/*.ir "$tmp"/out/rank_$((N - 1))/*.ir; do
+		if ! "$sappc" --passes=verify "$f" >"$tmp/rp.ir" 2>"$tmp/err" || ! cmp -s "$f" "$tmp/rp.ir"; then
+			notok "$label: N=$N: $(basename "$(dirname "$f")") does not re-parse to itself"
+			return
+		fi
+	done
 	if check_groups "$tmp/out" >"$tmp/err" 2>&1; then
 		ok "$label: N=$N seed=$seed $*"
 	else
