@@ -435,8 +435,15 @@ static int unify(const Layout *from, const Layout *to, Layout *fu, Layout *tu)
 /* robin_hood iteration order of a fresh HashMap<uint64,int64> holding the
  * keys 0..r-1 (measured, §4.2); ascending beyond the measured range */
 static const int8_t rh_order[9][8] = {
-	{0}, {0}, {0, 1}, {0, 1, 2}, {0, 1, 3, 2}, {0, 1, 4, 3, 2}, {0, 1, 4, 5, 3, 2}, {0, 4, 3, 1, 5, 6, 2},
-	{0, 4, 3, 1, 5, 6, 7, 2},
+    {0},
+    {0},
+    {0, 1},
+    {0, 1, 2},
+    {0, 1, 3, 2},
+    {0, 1, 4, 3, 2},
+    {0, 1, 4, 5, 3, 2},
+    {0, 4, 3, 1, 5, 6, 2},
+    {0, 4, 3, 1, 5, 6, 7, 2},
 };
 
 typedef struct AbsOp {
@@ -520,7 +527,8 @@ static int infer_ops(const Layout *fu, const Layout *tu, int alltoall, Infer *s)
 						if (alltoall) {
 							if (emit(s, 2, i, (int)out[i], cat) < 0)
 								return -1;
-						} else if (emit(s, 1, cat, (int)out[i], 0) < 0 || emit(s, 0, i, (int)out[i], 0) < 0) {
+						} else if (emit(s, 1, cat, (int)out[i], 0) < 0 ||
+						           emit(s, 0, i, (int)out[i], 0) < 0) {
 							return -1;
 						}
 						s->val[j] = -1;
@@ -733,7 +741,7 @@ static int64_t numel(const Layout *l)
 
 /* plan for two layouts with identical full shapes or a unified pair */
 static int plan_expandable(Builder *b, const Layout *fo, const Layout *to, const Layout *fu, const Layout *tu,
-			   const int64_t *dev_list, int64_t pos, int alltoall, int keep_reshape)
+                           const int64_t *dev_list, int64_t pos, int alltoall, int keep_reshape)
 {
 	Infer s;
 	if (infer_ops(fu, tu, alltoall, &s) < 0) {
@@ -767,7 +775,7 @@ static int plan_expandable(Builder *b, const Layout *fo, const Layout *to, const
 }
 
 int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, int64_t rank, int enable_alltoall,
-		int keep_reshape, RedistPlan *plan, char *err, size_t errlen)
+                int keep_reshape, RedistPlan *plan, char *err, size_t errlen)
 {
 	plan->nops = 0;
 	plan->groupbuf = NULL;
@@ -781,7 +789,7 @@ int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, i
 	layout_standardize(to, &tor);
 	if (numel(&fo) != numel(&tor)) {
 		snprintf(err, errlen, "element counts differ (%lld and %lld)", (long long)numel(&fo),
-			 (long long)numel(&tor));
+		         (long long)numel(&tor));
 		return -1;
 	}
 	int64_t nd = dev_prod(&fo);

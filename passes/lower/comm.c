@@ -66,8 +66,8 @@ static Node *all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, 
 	lower_attr_put(m, &a->pattrs, "no_eliminate", value_bool(1));
 	lower_comm_group_attrs(c, a, g, ng, 1);
 	/* the order MindSpore prints this set in (ir-format.md §1.9) */
-	static const char *const order[] = {"comm_reuse", "group", "fusion", "op", "rank_list",
-					    "group_ranks", "index", "group_rank_ids", "no_eliminate"};
+	static const char *const order[] = {"comm_reuse",  "group", "fusion",         "op",          "rank_list",
+	                                    "group_ranks", "index", "group_rank_ids", "no_eliminate"};
 	lower_reorder_attrs(&a->pattrs, order, 9);
 	a->has_pattrs = 1;
 	char inst[64];
@@ -167,7 +167,7 @@ static Node *loss_node(Graph *g)
 		else if (n->lay && (n->lay->flags & LAY_OP))
 			return n;
 		else if (n->kind == NK_CNODE && n->nargs && n->args[0].kind == V_NODE &&
-			 (op_table[n->op].flags & OPF_LOOKTHROUGH))
+		         (op_table[n->op].flags & OPF_LOOKTHROUGH))
 			n = n->args[0].u.node;
 		else
 			return NULL;
@@ -230,7 +230,8 @@ static void insert_virtual_ops(LowerCtx *c, Graph *g, int64_t *grp, int64_t *opt
 				if (n == loss && div > 1) {
 					Node *v = virtual_op(c, OP_VirtualDiv, a, n, at);
 					char inst[32];
-					snprintf(inst, sizeof inst, "%llu", (unsigned long long)lower_hash_name(n, (int)k));
+					snprintf(inst, sizeof inst, "%llu",
+					         (unsigned long long)lower_hash_name(n, (int)k));
 					v->instance = intern_cstr(inst);
 					lower_attr_put(m, &v->pattrs, "divisor", value_int(div, NT_I64));
 					lower_attr_put(m, &v->pattrs, "keep_value_node_input", value_bool(1));
@@ -288,7 +289,8 @@ int pass_comm(Module *m, const Options *o)
 		lower_subst_args(n);
 		vec_push(&out, n);
 		NodeLayout *l = n->lay;
-		if (!l || !(l->flags & LAY_OP) || l->fwd == FC_NONE || l->fwd == FC_REDUCESCATTER || n->dead || !l->nout)
+		if (!l || !(l->flags & LAY_OP) || l->fwd == FC_NONE || l->fwd == FC_REDUCESCATTER || n->dead ||
+		    !l->nout)
 			continue; /* a ReduceScatter changes the local shape: redistribute inserts it */
 		int ng = lower_group_mask(&c, l->odev, l->nodev, l->fwd_mask, grp);
 		if (ng <= 1)

@@ -66,7 +66,7 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 	}
 	if (c->rank < 0 || c->rank >= c->n_total) {
 		diag_error("rank %d is out of range for %d devices (ranks 0 to %d)", c->rank, c->n_total,
-			   c->n_total - 1);
+		           c->n_total - 1);
 		return -1;
 	}
 	c->per_stage = c->n_total / c->stages;
@@ -485,9 +485,9 @@ Abs lower_abs_int(void)
 Abs lower_abs_tuple_ints(Module *m, int n)
 {
 	Abs a = {0};
-	static const char *const names[] = {"Tuple[]", "Tuple[Int64]", "Tuple[Int64*2]", "Tuple[Int64*3]",
-					    "Tuple[Int64*4]", "Tuple[Int64*5]", "Tuple[Int64*6]", "Tuple[Int64*7]",
-					    "Tuple[Int64*8]"};
+	static const char *const names[] = {"Tuple[]",        "Tuple[Int64]",   "Tuple[Int64*2]",
+	                                    "Tuple[Int64*3]", "Tuple[Int64*4]", "Tuple[Int64*5]",
+	                                    "Tuple[Int64*6]", "Tuple[Int64*7]", "Tuple[Int64*8]"};
 	if (n >= 0 && n <= 8) {
 		a.tstr = lower_sym(names[n]);
 	} else {

@@ -359,8 +359,9 @@ static int check_local(const Node *n)
 			tlay_slice(&l->out[k], want);
 			if (s->sub[k].rank != l->out[k].rank ||
 			    memcmp(s->sub[k].dims, want, (size_t)l->out[k].rank * sizeof *want) != 0) {
-				diag_error_at(n->loc, "%s (%%%d): output %d's local shape does not follow from its layout",
-					      sym_str(n->prim), n->local, k);
+				diag_error_at(n->loc,
+				              "%s (%%%d): output %d's local shape does not follow from its layout",
+				              sym_str(n->prim), n->local, k);
 				return 1;
 			}
 		}
@@ -377,11 +378,11 @@ static int check_local(const Node *n)
 		fmt(a, sizeof a, s->dims, s->rank);
 		fmt(b, sizeof b, want, l->out[0].rank);
 		if (n->kind == NK_PARAM)
-			diag_error_at(n->loc, "parameter '%s': local shape %s, but its layout gives %s", sym_str(n->name),
-				      a, b);
+			diag_error_at(n->loc, "parameter '%s': local shape %s, but its layout gives %s",
+			              sym_str(n->name), a, b);
 		else
 			diag_error_at(n->loc, "%s (%%%d): local output shape %s, but its layout gives %s",
-				      sym_str(n->prim), n->local, a, b);
+			              sym_str(n->prim), n->local, a, b);
 		return 1;
 	}
 	return 0;
@@ -451,12 +452,15 @@ int lower_verify(Module *m)
 			const Node *p = n->args[k].u.node;
 			if (!p->lay || !(p->lay->flags & LAY_LOCAL) || !p->lay->nout || !p->lay->out[0].ndev)
 				continue;
-			if (!tlay_equal(&p->lay->out[0], &l->in[k]) && !lower_same_slices(m, &p->lay->out[0], &l->in[k])) {
+			if (!tlay_equal(&p->lay->out[0], &l->in[k]) &&
+			    !lower_same_slices(m, &p->lay->out[0], &l->in[k])) {
 				char a[160], b[160];
 				tlay_format(&p->lay->out[0], a, sizeof a);
 				tlay_format(&l->in[k], b, sizeof b);
-				diag_error_at(n->loc, "%s (%%%d): operand %u arrives with layout %s but the operator needs %s (missing redistribution)",
-					      sym_str(n->prim), n->local, k + 1, a, b);
+				diag_error_at(n->loc,
+				              "%s (%%%d): operand %u arrives with layout %s but the operator needs %s "
+				              "(missing redistribution)",
+				              sym_str(n->prim), n->local, k + 1, a, b);
 				bad = 1;
 			}
 		}

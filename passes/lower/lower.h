@@ -15,7 +15,7 @@
 /* A tensor layout in compact form: Layout without the fixed arrays'
  * footprint (a graph of 150 000 operators holds ~500 000 of these). */
 typedef struct TLay {
-	int8_t ndev;  /* 0: no layout (not a tensor) */
+	int8_t ndev; /* 0: no layout (not a tensor) */
 	int8_t rank;
 	int8_t map[LAYOUT_MAX_DIM];
 	int32_t dev[LAYOUT_MAX_DIM + 2];
@@ -33,21 +33,21 @@ enum {
 typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER } FwdKind;
 
 struct NodeLayout {
-	uint16_t nin;   /* = node nargs; in[i].ndev == 0 for non-tensor operands */
-	uint8_t nout;   /* outputs (a tuple output has several) */
+	uint16_t nin; /* = node nargs; in[i].ndev == 0 for non-tensor operands */
+	uint8_t nout; /* outputs (a tuple output has several) */
 	uint8_t flags;
-	uint8_t fwd;    /* FwdKind */
+	uint8_t fwd; /* FwdKind */
 	uint8_t repeat_left;
-	int8_t nodev;   /* origin (non-standardised) device matrix, for --parallel-detail */
+	int8_t nodev; /* origin (non-standardised) device matrix, for --parallel-detail */
 	int32_t odev[LAYOUT_MAX_DIM + 2];
 	uint32_t fwd_mask; /* device dims (index in odev) the forward group varies along */
 	Sym fwd_op;        /* "sum", "max", ... */
 	int32_t opt_rep;   /* optimizer-parallel shard factor on dim 0 (Loads/params), 0 none */
 	TLay *in;
 	TLay *out;
-	TLay *fwd_out;     /* layout after the forward op when it differs (ReduceScatter) */
-	Node *subst;       /* users read this node instead (last forward op / replacement) */
-	Node *origin;      /* inserted ops: the operator whose full name names them */
+	TLay *fwd_out; /* layout after the forward op when it differs (ReduceScatter) */
+	Node *subst;   /* users read this node instead (last forward op / replacement) */
+	Node *origin;  /* inserted ops: the operator whose full name names them */
 };
 
 /* The rank being lowered and its stage (§2.1). */
@@ -55,9 +55,9 @@ typedef struct LowerCtx {
 	Module *m;
 	const Options *o;
 	int n_total, stages, per_stage, stage, rank, pos; /* pos: index of rank in dev_list */
-	int64_t *dev_list;                                 /* per_stage ranks of this stage */
+	int64_t *dev_list;                                /* per_stage ranks of this stage */
 	const char *world;
-	int primfunc;  /* the input spells operators PrimFunc_X: inserted ops follow */
+	int primfunc; /* the input spells operators PrimFunc_X: inserted ops follow */
 	uint32_t next_uid;
 	/* fullname counters "scope/Op" -> next N (lower_set_fullname) */
 	Sym *ckeys;
@@ -70,9 +70,9 @@ typedef struct LowerCtx {
 } LowerCtx;
 
 /* ---- common.c ---- */
-Sym lower_sym(const char *s); /* intern a constant string, cached */
+Sym lower_sym(const char *s);                                          /* intern a constant string, cached */
 void lower_attr_put(Module *m, AttrList *l, const char *key, Value v); /* lists built by it only */
-int lower_ctx_init(LowerCtx *c, Module *m, const Options *o); /* 0 ok, -1 reported */
+int lower_ctx_init(LowerCtx *c, Module *m, const Options *o);          /* 0 ok, -1 reported */
 void lower_ctx_free(LowerCtx *c);
 NodeLayout *lay_new(Module *m, uint32_t nin, uint32_t nout);
 void tlay_set(Module *m, TLay *t, const int32_t *dev, int ndev, const int8_t *map, const int64_t *shape, int rank);

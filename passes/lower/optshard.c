@@ -42,8 +42,9 @@ static Node *opt_allgather(LowerCtx *c, Node *src, Node *param, const int64_t *g
 	lower_comm_group_attrs(c, a, g, ng, 0);
 	lower_attr_put(m, &a->pattrs, "recompute", value_bool(0));
 	lower_attr_put(m, &a->pattrs, "mirror_user_id", value_str(sym_str(param->name)));
-	static const char *const order[] = {"group", "rank_size", "fusion", "mean_flag", "no_eliminate",
-					    "group_ranks", "group_rank_ids", "recompute", "mirror_user_id"};
+	static const char *const order[] = {"group",          "rank_size",    "fusion",
+	                                    "mean_flag",      "no_eliminate", "group_ranks",
+	                                    "group_rank_ids", "recompute",    "mirror_user_id"};
 	lower_reorder_attrs(&a->pattrs, order, 9);
 	a->has_pattrs = 1;
 	a->lay = lay_new(m, 1, 1);

@@ -111,7 +111,7 @@ static const char *dump_dtype(Sym dt)
 	static const struct {
 		const char *a, *b;
 	} t[] = {{"Float32", "F32"}, {"Float16", "F16"}, {"BFloat16", "BF16"}, {"Float64", "F64"}, {"Int32", "I32"},
-		 {"Int64", "I64"},   {"Int16", "I16"},   {"Int8", "I8"},      {"UInt8", "U8"},     {"Bool", "Bool"}};
+	         {"Int64", "I64"},   {"Int16", "I16"},   {"Int8", "I8"},       {"UInt8", "U8"},    {"Bool", "Bool"}};
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
 		if (strcmp(sym_str(dt), t[i].a) == 0)
 			return t[i].b;
@@ -168,7 +168,7 @@ int pass_pipeline(Module *m, const Options *o)
 			s = n->stage;
 		if (s >= S) {
 			diag_error_at(n->loc, "%s (%%%d): stage %d is out of range for %d pipeline stages",
-				      n->kind == NK_RETURN ? "Return" : sym_str(n->prim), n->local, s, S);
+			              n->kind == NK_RETURN ? "Return" : sym_str(n->prim), n->local, s, S);
 			bad = 1;
 		}
 		st[i] = n->kind == NK_RETURN ? S - 1 : s;
@@ -255,13 +255,14 @@ int pass_pipeline(Module *m, const Options *o)
 				continue;
 			if (st[j] > me) {
 				diag_error_at(n->loc, "%s (%%%d) in stage %d uses %%%d of the later stage %d",
-					      sym_str(n->prim), n->local, me, p->local, st[j]);
+				              sym_str(n->prim), n->local, me, p->local, st[j]);
 				bad = 1;
 				break;
 			}
 			if (!p->lay || !p->lay->nout || !p->lay->out[0].ndev) {
-				diag_error_at(n->loc, "%s (%%%d): the stage boundary crosses a value that is not a tensor (%%%d)",
-					      sym_str(n->prim), n->local, p->local);
+				diag_error_at(
+				    n->loc, "%s (%%%d): the stage boundary crosses a value that is not a tensor (%%%d)",
+				    sym_str(n->prim), n->local, p->local);
 				bad = 1;
 				break;
 			}
@@ -278,7 +279,8 @@ int pass_pipeline(Module *m, const Options *o)
 				p2p_attrs(&c, r, "src_rank", peer, tags[(size_t)tagbase[j] + me], p);
 				ir_attr_set(m, &r->primal, "SRC_RANK", value_int(st[j], NT_I64));
 				ir_attr_set(m, &r->primal, "micro", value_int(0, NT_I64));
-				ir_attr_set(m, &r->primal, "pipeline_begin", value_int(tags[(size_t)tagbase[j] + me], NT_I64));
+				ir_attr_set(m, &r->primal, "pipeline_begin",
+				            value_int(tags[(size_t)tagbase[j] + me], NT_I64));
 				r->has_primal = 1;
 				lower_order_attrs(&r->primal);
 				r->lay = lay_new(m, 1, 1);
@@ -294,8 +296,9 @@ int pass_pipeline(Module *m, const Options *o)
 			if (tags[(size_t)tagbase[i] + b] < 0)
 				continue;
 			if (!n->lay || !n->lay->nout || !n->lay->out[0].ndev) {
-				diag_error_at(n->loc, "%s (%%%d): the stage boundary crosses a value that is not a tensor",
-					      sym_str(n->prim), n->local);
+				diag_error_at(n->loc,
+				              "%s (%%%d): the stage boundary crosses a value that is not a tensor",
+				              sym_str(n->prim), n->local);
 				bad = 1;
 				break;
 			}

@@ -31,7 +31,7 @@ static void name_op(Node *n, const Node *origin, int index, const char *opname)
 {
 	char inst[96];
 	snprintf(inst, sizeof inst, "redistribution_op_%llu%s", (unsigned long long)lower_hash_name(origin, index),
-		 opname);
+	         opname);
 	n->instance = intern_cstr(inst);
 }
 
@@ -88,12 +88,20 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistPlan *p, Node *sr
 			lower_attr_put(m, &n->pattrs, "no_eliminate", value_bool(1));
 			keep_value(m, n);
 			lower_comm_group_attrs(c, n, o->group, o->ngroup, 1);
-			static const char *const ag[] = {"group", "rank_size", "fusion", "mean_flag", "no_eliminate",
-							 "group_ranks", "keep_value_node_input", "group_rank_ids",
-							 "comm_reuse", "rank_list"};
-			static const char *const aa[] = {"split_count", "split_dim", "concat_dim", "group",
-							 "rank_size", "no_eliminate", "group_ranks",
-							 "keep_value_node_input", "group_rank_ids", "comm_reuse", "rank_list"};
+			static const char *const ag[] = {"group",
+			                                 "rank_size",
+			                                 "fusion",
+			                                 "mean_flag",
+			                                 "no_eliminate",
+			                                 "group_ranks",
+			                                 "keep_value_node_input",
+			                                 "group_rank_ids",
+			                                 "comm_reuse",
+			                                 "rank_list"};
+			static const char *const aa[] = {
+			    "split_count",    "split_dim",    "concat_dim",  "group",
+			    "rank_size",      "no_eliminate", "group_ranks", "keep_value_node_input",
+			    "group_rank_ids", "comm_reuse",   "rank_list"};
 			if (o->kind == RD_ALLGATHER)
 				lower_reorder_attrs(&n->pattrs, ag, 10);
 			else
@@ -158,7 +166,7 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistPlan *p, Node *sr
 }
 
 static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLay *to, Node *src, Node *origin,
-			  Node *user, int keep)
+                          Node *user, int keep)
 {
 	Layout f, t;
 	tlay_to_layout(from, &f);
@@ -167,7 +175,7 @@ static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLa
 	char err[256];
 	if (redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err) != 0) {
 		diag_error_at(user->loc, "%s (%%%d): cannot redistribute its input: %s", sym_str(user->prim),
-			      user->local, err);
+		              user->local, err);
 		return NULL;
 	}
 	Node *last = p.nops ? build_plan(c, out, &p, src, origin, user) : src;
@@ -322,8 +330,8 @@ static void reduce_scatter(LowerCtx *c, NodeVec *out, Node *n)
 	lower_attr_put(m, &rs->pattrs, "fusion", value_int(0, NT_I64));
 	lower_attr_put(m, &rs->pattrs, "no_eliminate", value_bool(1));
 	lower_comm_group_attrs(c, rs, g, ng, 1);
-	static const char *const order[] = {"op", "group", "rank_size", "fusion", "no_eliminate", "group_ranks",
-					    "group_rank_ids", "comm_reuse", "rank_list"};
+	static const char *const order[] = {"op",          "group",          "rank_size",  "fusion",   "no_eliminate",
+	                                    "group_ranks", "group_rank_ids", "comm_reuse", "rank_list"};
 	lower_reorder_attrs(&rs->pattrs, order, 9);
 	rs->has_pattrs = 1;
 	char inst[64];
@@ -381,7 +389,7 @@ static void localize_node(LowerCtx *c, Node *n)
 		if (n->out.shape.kind == SK_DIMS && ir_infer_shape(n, d, &r, why, sizeof why) == 1)
 			set_dims(m, &n->out, d, r);
 		else if (ir_node_is_op(n, OP_MakeTuple) && n->out.shape.kind == SK_TUPLE &&
-			 n->out.shape.rank == n->nin_types) {
+		         n->out.shape.rank == n->nin_types) {
 			Shape *sub = arena_alloc(m->arena, n->nin_types * sizeof *sub);
 			for (uint32_t k = 0; k < n->nin_types; k++)
 				sub[k] = n->in_types[k].shape;
@@ -413,8 +421,10 @@ static void localize_node(LowerCtx *c, Node *n)
 							e->u.elems[d].u.i = sl[d];
 				if (e->key && strcmp(sym_str(e->key), "value") == 0 &&
 				    (e->kind == V_LIST || e->kind == V_TUPLE))
-					diag_warning_at(n->loc, "%s (%%%d): constant operand %u is sliced by its shape only; its values are kept",
-							sym_str(n->prim), n->local, i + 1);
+					diag_warning_at(n->loc,
+					                "%s (%%%d): constant operand %u is sliced by its shape only; "
+					                "its values are kept",
+					                sym_str(n->prim), n->local, i + 1);
 			}
 			*v = c2;
 			set_dims(m, &n->in_types[i], sl, l->in[i].rank);
@@ -467,7 +477,8 @@ int pass_redistribute(Module *m, const Options *o)
 				}
 				vec_push(&out, n);
 			} else {
-				Node *last = p.nops ? build_plan(&c, &out, &p, n->args[0].u.node, n, n) : n->args[0].u.node;
+				Node *last =
+				    p.nops ? build_plan(&c, &out, &p, n->args[0].u.node, n, n) : n->args[0].u.node;
 				n->dead = 1;
 				l->flags |= LAY_REPLACED;
 				l->subst = last;
@@ -485,7 +496,8 @@ int pass_redistribute(Module *m, const Options *o)
 				if (!l->in[k].ndev || n->args[k].kind != V_NODE)
 					continue;
 				Node *p = n->args[k].u.node;
-				if (!p->lay || !p->lay->nout || !p->lay->out[0].ndev || tlay_equal(&p->lay->out[0], &l->in[k]))
+				if (!p->lay || !p->lay->nout || !p->lay->out[0].ndev ||
+				    tlay_equal(&p->lay->out[0], &l->in[k]))
 					continue;
 				Node *last = plan_between(&c, &out, &p->lay->out[0], &l->in[k], p, origin_of(p), n, 0);
 				if (!last) {

@@ -18,10 +18,10 @@
 typedef struct Rule {
 	int ndev;
 	int64_t dev[LAYOUT_MAX_DIM + 2];
-	int nt;                       /* tensor inputs */
-	int opnd[MAXT];               /* operand index of tensor input k */
-	int rk[MAXT];                 /* rank */
-	const int64_t *shp[MAXT];     /* global shape */
+	int nt;                          /* tensor inputs */
+	int opnd[MAXT];                  /* operand index of tensor input k */
+	int rk[MAXT];                    /* rank */
+	const int64_t *shp[MAXT];        /* global shape */
 	int64_t s[MAXT][LAYOUT_MAX_DIM]; /* strategy */
 	int8_t imap[MAXT][LAYOUT_MAX_DIM];
 	int nout;
@@ -99,7 +99,7 @@ static int r_matmul(Rule *r, const Node *n)
 	int64_t b_k = tb ? sb[rb - 1] : sb[rb - 2], b_col = tb ? sb[rb - 2] : sb[rb - 1];
 	if (a_k != b_k)
 		return FAIL("the reduction dimension is split %lld ways in input 1 but %lld ways in input 2",
-			    (long long)a_k, (long long)b_k);
+		            (long long)a_k, (long long)b_k);
 	int nb = (ra > rb ? ra : rb) - 2;
 	r->ndev = 0;
 	for (int i = 0; i < nb; i++) {
@@ -108,7 +108,7 @@ static int r_matmul(Rule *r, const Node *n)
 		int64_t da = ia >= 0 ? r->shp[0][ia] : 1, db = ib >= 0 ? r->shp[1][ib] : 1;
 		if (xa != xb && !((xa == 1 && da == 1) || (xb == 1 && db == 1)))
 			return FAIL("batch dimension %d is split %lld ways in input 1 but %lld ways in input 2", i,
-				    (long long)xa, (long long)xb);
+			            (long long)xa, (long long)xb);
 		r->dev[r->ndev++] = xa > xb ? xa : xb;
 	}
 	r->dev[r->ndev++] = a_row;
@@ -175,8 +175,8 @@ static int r_elemwise(Rule *r, const Node *n)
 			if (s == d || s == 1)
 				continue;
 			if (d != 1)
-				return FAIL("inputs are split differently on dimension %d (%lld and %lld ways)", pad + i,
-					    (long long)d, (long long)s);
+				return FAIL("inputs are split differently on dimension %d (%lld and %lld ways)",
+				            pad + i, (long long)d, (long long)s);
 			r->dev[pad + i] = s;
 		}
 	}
@@ -189,9 +189,10 @@ static int r_elemwise(Rule *r, const Node *n)
 			else if (r->shp[k][i] == 1)
 				r->imap[k][i] = -1;
 			else
-				return FAIL("input %d is not split on dimension %d, which another input splits %lld ways "
-					    "(only a broadcast dimension of size 1 may differ)",
-					    k + 1, i, (long long)d);
+				return FAIL(
+				    "input %d is not split on dimension %d, which another input splits %lld ways "
+				    "(only a broadcast dimension of size 1 may differ)",
+				    k + 1, i, (long long)d);
 		}
 	}
 	out_ident(r, 0, R);
@@ -244,7 +245,7 @@ static int r_biasadd(Rule *r, const Node *n)
 		return FAIL("expects an input of rank >= 2 and a 1-D bias");
 	if (r->s[1][0] != r->s[0][1])
 		return FAIL("the bias must be split like the channel dimension (%lld ways, not %lld)",
-			    (long long)r->s[0][1], (long long)r->s[1][0]);
+		            (long long)r->s[0][1], (long long)r->s[1][0]);
 	dev_from(r, 0);
 	ident(r, 0, r->rk[0]);
 	r->imap[1][0] = (int8_t)(r->rk[0] - 2);
@@ -297,7 +298,10 @@ static int r_reduce(Rule *r, const Node *n)
 		return FAIL("the declared output rank does not match the reduction");
 	if (r->fwd_mask) {
 		r->fwd = n->op == OP_ReduceMean ? FC_ALLREDUCE_MEAN : FC_ALLREDUCE;
-		r->fwd_op = n->op == OP_ReduceMax ? "max" : n->op == OP_ReduceMin ? "min" : n->op == OP_ReduceProd ? "prod" : "sum";
+		r->fwd_op = n->op == OP_ReduceMax    ? "max"
+		            : n->op == OP_ReduceMin  ? "min"
+		            : n->op == OP_ReduceProd ? "prod"
+		                                     : "sum";
 	}
 	return 0;
 }
@@ -327,7 +331,7 @@ static int r_flatten(Rule *r, const Node *n)
 	for (int i = 2; i < r->rk[0]; i++)
 		if (r->s[0][i] != 1)
 			return FAIL("only the first two dimensions may be split (dimension %d is split %lld ways)", i,
-				    (long long)r->s[0][i]);
+			            (long long)r->s[0][i]);
 	dev_from(r, 0);
 	ident(r, 0, r->rk[0]);
 	r->omap[0][0] = r->imap[0][0];
@@ -407,7 +411,7 @@ static int r_conv(Rule *r, const Node *n)
 		return FAIL("the spatial dimensions must not be split");
 	if (x[1] != w[1])
 		return FAIL("input channels are split %lld ways in the input but %lld in the weight", (long long)x[1],
-			    (long long)w[1]);
+		            (long long)w[1]);
 	r->ndev = 5;
 	int64_t d[5] = {x[0], x[1], x[2], x[3], w[0]};
 	memcpy(r->dev, d, sizeof d);
@@ -608,11 +612,30 @@ static int has_rule(const Node *n)
 	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
 		return 0;
 	switch (op_table[n->op].family) {
-	case FAM_MATMUL: case FAM_BATCHMATMUL: case FAM_CONV: case FAM_POOL: case FAM_BATCHNORM:
-	case FAM_LAYERNORM: case FAM_RMSNORM: case FAM_ELEMWISE: case FAM_UNARY: case FAM_BIASADD:
-	case FAM_SOFTMAX: case FAM_REDUCE: case FAM_TRANSPOSE: case FAM_FLATTEN: case FAM_GATHER:
-	case FAM_ONEHOT: case FAM_STRIDEDSLICE: case FAM_CONCAT: case FAM_SPLIT: case FAM_CAST:
-	case FAM_LOSS: case FAM_SPARSELOSS: case FAM_EXPANDDIMS: case FAM_SQUEEZE:
+	case FAM_MATMUL:
+	case FAM_BATCHMATMUL:
+	case FAM_CONV:
+	case FAM_POOL:
+	case FAM_BATCHNORM:
+	case FAM_LAYERNORM:
+	case FAM_RMSNORM:
+	case FAM_ELEMWISE:
+	case FAM_UNARY:
+	case FAM_BIASADD:
+	case FAM_SOFTMAX:
+	case FAM_REDUCE:
+	case FAM_TRANSPOSE:
+	case FAM_FLATTEN:
+	case FAM_GATHER:
+	case FAM_ONEHOT:
+	case FAM_STRIDEDSLICE:
+	case FAM_CONCAT:
+	case FAM_SPLIT:
+	case FAM_CAST:
+	case FAM_LOSS:
+	case FAM_SPARSELOSS:
+	case FAM_EXPANDDIMS:
+	case FAM_SQUEEZE:
 		return 1;
 	default:
 		return 0;
@@ -808,18 +831,22 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		/* MatMul's out_strategy (k, b) with unsplit rows: the partial sums
 		 * are reduce-scattered over k along the rows (§2.3, §3.1) */
 		int ok = n->op == OP_MatMul && os->kind == V_TUPLE && os->n == 1 &&
-			 (ork = value_int_list(&os->u.elems[0], ost[0], LAYOUT_MAX_DIM)) == 2 && ns == 2 &&
-			 srk[0] == 2 && srk[1] == 2;
+		         (ork = value_int_list(&os->u.elems[0], ost[0], LAYOUT_MAX_DIM)) == 2 && ns == 2 &&
+		         srk[0] == 2 && srk[1] == 2;
 		(void)nos;
 		if (ok) {
-			int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+			int ta = flag(n, 2, "transpose_a", "transpose_x1"),
+			    tb = flag(n, 3, "transpose_b", "transpose_x2");
 			int64_t a_row = ta ? st[0][1] : st[0][0], a_k = ta ? st[0][0] : st[0][1];
 			int64_t b_col = tb ? st[1][0] : st[1][1];
-			ok = a_row == 1 && a_k > 1 && ost[0][0] == a_k && ost[0][1] == b_col && r->oshp[0][0] % a_k == 0;
+			ok =
+			    a_row == 1 && a_k > 1 && ost[0][0] == a_k && ost[0][1] == b_col && r->oshp[0][0] % a_k == 0;
 		}
 		if (!ok) {
-			diag_error_at(n->loc, "%s (%%%d): out_strategy is supported only for MatMul, as (k, b) with unsplit rows (a ReduceScatter over the split reduction dimension)",
-				      op, n->local);
+			diag_error_at(n->loc,
+			              "%s (%%%d): out_strategy is supported only for MatMul, as (k, b) with unsplit "
+			              "rows (a ReduceScatter over the split reduction dimension)",
+			              op, n->local);
 			goto out;
 		}
 		want_rs = 1;
@@ -830,8 +857,8 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		while (need > ns && r->rk[need - 1] == 0)
 			need--;
 		if (ns != need && ns != r->nt) {
-			diag_error_at(n->loc, "%s (%%%d): in_strategy has %d entries for %d tensor inputs", op, n->local,
-				      ns, r->nt);
+			diag_error_at(n->loc, "%s (%%%d): in_strategy has %d entries for %d tensor inputs", op,
+			              n->local, ns, r->nt);
 			goto out;
 		}
 		for (int k = 0; k < r->nt; k++) {
@@ -844,15 +871,18 @@ int lower_infer_node(LowerCtx *c, Node *n)
 			if (srk[k] != want) {
 				char sb[128];
 				fmt_strategy(sb, sizeof sb, st[k], srk[k]);
-				diag_error_at(n->loc, "%s (%%%d): strategy %s of input %d has %d entries, but the input has rank %d",
-					      op, n->local, sb, k + 1, srk[k], r->rk[k]);
+				diag_error_at(
+				    n->loc,
+				    "%s (%%%d): strategy %s of input %d has %d entries, but the input has rank %d", op,
+				    n->local, sb, k + 1, srk[k], r->rk[k]);
 				goto out;
 			}
 			memcpy(r->s[k], st[k], sizeof st[k]);
 			int64_t prod = 1;
 			for (int i = 0; i < srk[k]; i++) {
 				if (st[k][i] < 1) {
-					diag_error_at(n->loc, "%s (%%%d): strategy entries must be positive", op, n->local);
+					diag_error_at(n->loc, "%s (%%%d): strategy entries must be positive", op,
+					              n->local);
 					goto out;
 				}
 				prod *= st[k][i];
@@ -861,16 +891,20 @@ int lower_infer_node(LowerCtx *c, Node *n)
 					fmt_strategy(sb, sizeof sb, st[k], srk[k]);
 					fmt_shape(hb, sizeof hb, r->shp[k], r->rk[k]);
 					diag_error_at(n->loc,
-						      "%s (%%%d): strategy %s of input %d does not divide its shape %s (dimension %d: %lld is not divisible by %lld)",
-						      op, n->local, sb, k + 1, hb, i, (long long)r->shp[k][i], (long long)st[k][i]);
+					              "%s (%%%d): strategy %s of input %d does not divide its shape %s "
+					              "(dimension %d: %lld is not divisible by %lld)",
+					              op, n->local, sb, k + 1, hb, i, (long long)r->shp[k][i],
+					              (long long)st[k][i]);
 					goto out;
 				}
 			}
 			if (prod > c->per_stage) {
 				char sb[128];
 				fmt_strategy(sb, sizeof sb, st[k], srk[k]);
-				diag_error_at(n->loc, "%s (%%%d): strategy %s of input %d uses %lld devices, but the stage has %d",
-					      op, n->local, sb, k + 1, (long long)prod, c->per_stage);
+				diag_error_at(
+				    n->loc,
+				    "%s (%%%d): strategy %s of input %d uses %lld devices, but the stage has %d", op,
+				    n->local, sb, k + 1, (long long)prod, c->per_stage);
 				goto out;
 			}
 		}
@@ -899,12 +933,14 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		prod *= r->dev[i];
 	if (prod > c->per_stage) {
 		diag_error_at(n->loc, "%s (%%%d): the strategy needs %lld devices, but the stage has %d", op, n->local,
-			      (long long)prod, c->per_stage);
+		              (long long)prod, c->per_stage);
 		goto out;
 	}
 	if (c->per_stage % prod) {
-		diag_error_at(n->loc, "%s (%%%d): the strategy uses %lld devices, which does not divide the stage's %d (the repeat count must be whole)",
-			      op, n->local, (long long)prod, c->per_stage);
+		diag_error_at(n->loc,
+		              "%s (%%%d): the strategy uses %lld devices, which does not divide the stage's %d (the "
+		              "repeat count must be whole)",
+		              op, n->local, (long long)prod, c->per_stage);
 		goto out;
 	}
 	/* §2.2 step 4: repeated calculation on the right */
@@ -964,7 +1000,7 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		tlay_to_layout(t, &x);
 		if (layout_check(&x) < 0) {
 			diag_error_at(n->loc, "%s (%%%d): the strategy does not divide the %s %d's shape", op, n->local,
-				      k < (int)l->nin ? "operand" : "output", k < (int)l->nin ? k + 1 : k - l->nin + 1);
+			              k < (int)l->nin ? "operand" : "output", k < (int)l->nin ? k + 1 : k - l->nin + 1);
 			goto out;
 		}
 	}

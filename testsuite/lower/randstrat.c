@@ -246,7 +246,8 @@ int main(int argc, char **argv)
 		St t = {0};
 		int fam = op_table[n->op].family;
 		const Node *src = n;
-		if (fam == FAM_CONCAT && n->nargs && n->args[0].kind == V_NODE && ir_node_is_op(n->args[0].u.node, OP_MakeTuple))
+		if (fam == FAM_CONCAT && n->nargs && n->args[0].kind == V_NODE &&
+		    ir_node_is_op(n->args[0].u.node, OP_MakeTuple))
 			src = n->args[0].u.node;
 		for (uint32_t k = 0; k < src->nargs && t.nt < MAXT; k++) {
 			const Abs *a = ir_in_abs(src, k);

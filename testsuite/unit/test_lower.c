@@ -26,10 +26,13 @@ static Layout mk(int ndev, const int64_t *dev, int rank, const int64_t *map, con
 	memcpy(l.shape, shape, (size_t)rank * sizeof *shape);
 	return l;
 }
-#define L(dev, map, shape)                                                                                      \
-	mk((int)(sizeof(int64_t[]) dev / sizeof(int64_t)), (int64_t[]) dev,                                     \
-	   (int)(sizeof(int64_t[]) map / sizeof(int64_t)), (int64_t[]) map, (int64_t[]) shape)
-#define A(...) {__VA_ARGS__}
+#define L(dev, map, shape)                                                                                             \
+	mk((int)(sizeof(int64_t[]) dev / sizeof(int64_t)), (int64_t[])dev,                                             \
+	   (int)(sizeof(int64_t[]) map / sizeof(int64_t)), (int64_t[])map, (int64_t[])shape)
+#define A(...)                                                                                                         \
+	{                                                                                                              \
+		__VA_ARGS__                                                                                            \
+	}
 
 static void fmt_list(char **p, char *end, const char *open, const int64_t *v, int n, const char *close)
 {
@@ -142,8 +145,8 @@ static void test_e1(void **state)
 	(void)state;
 	Layout f = L(A(2, 4, 2), A(2, 0), A(512, 1024)), t = L(A(4, 2, 2), A(2, 1), A(512, 1024));
 	assert_string_equal(plan_text(&f, &t, 16, 0, 0, 0),
-			    "Reshape(1,256,512) StridedSlice[0,0,0:1,128,512] AllGather{0,1} Split(0,2) Concat(2) "
-			    "StridedSlice[0,0,0:1,128,512] Reshape(128,512)");
+	                    "Reshape(1,256,512) StridedSlice[0,0,0:1,128,512] AllGather{0,1} Split(0,2) Concat(2) "
+	                    "StridedSlice[0,0,0:1,128,512] Reshape(128,512)");
 }
 
 static void test_e2(void **state)
@@ -151,9 +154,8 @@ static void test_e2(void **state)
 	(void)state;
 	Layout f = L(A(16, 1, 1), A(2, 0), A(512, 1024)), t = L(A(1, 16, 1), A(2, 1), A(512, 1024));
 	assert_string_equal(plan_text(&f, &t, 16, 0, 0, 0),
-			    "AllGather{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15} StridedSlice[0,0:512,64]");
-	assert_string_equal(plan_text(&f, &t, 16, 0, 1, 0),
-			    "AlltoAll(16,1,0){0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}");
+	                    "AllGather{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15} StridedSlice[0,0:512,64]");
+	assert_string_equal(plan_text(&f, &t, 16, 0, 1, 0), "AlltoAll(16,1,0){0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}");
 }
 
 static void test_e3(void **state)
@@ -178,11 +180,11 @@ static void test_e6(void **state)
 	(void)state;
 	Layout f = L(A(8), A(0, -1), A(256, 784)), t = L(A(4, 2, 1), A(2, 1), A(256, 784));
 	assert_string_equal(plan_text(&f, &t, 8, 0, 0, 0),
-			    "Reshape(1,32,784) AllGather{0,1} Split(0,2) Concat(1) StridedSlice[0,0,0:1,64,392] "
-			    "Reshape(64,392)");
+	                    "Reshape(1,32,784) AllGather{0,1} Split(0,2) Concat(1) StridedSlice[0,0,0:1,64,392] "
+	                    "Reshape(64,392)");
 	assert_string_equal(plan_text(&f, &t, 8, 5, 0, 0),
-			    "Reshape(1,32,784) AllGather{4,5} Split(0,2) Concat(1) StridedSlice[0,0,392:1,64,784] "
-			    "Reshape(64,392)");
+	                    "Reshape(1,32,784) AllGather{4,5} Split(0,2) Concat(1) StridedSlice[0,0,392:1,64,784] "
+	                    "Reshape(64,392)");
 }
 
 static void test_e7_e8_e9(void **state)
@@ -222,12 +224,9 @@ static void test_group_names(void **state)
 		int n;
 		const char *name;
 	} v[] = {
-		{{0, 1}, 2, "2-5004544844489628105"},
-		{{2, 6}, 2, "2-511848487187618470"},
-		{{0, 4}, 2, "2-16453000547691086251"},
-		{{0, 1, 2, 3}, 4, "4-6301172352641561019"},
-		{{0, 2, 4, 6}, 4, "4-5226697808808137312"},
-		{{0, 1, 2, 3, 4, 5, 6, 7}, 8, "hccl_world_group"},
+	    {{0, 1}, 2, "2-5004544844489628105"},       {{2, 6}, 2, "2-511848487187618470"},
+	    {{0, 4}, 2, "2-16453000547691086251"},      {{0, 1, 2, 3}, 4, "4-6301172352641561019"},
+	    {{0, 2, 4, 6}, 4, "4-5226697808808137312"}, {{0, 1, 2, 3, 4, 5, 6, 7}, 8, "hccl_world_group"},
 	};
 	char buf[64];
 	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
@@ -246,12 +245,17 @@ static void test_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_coord_standardize), cmocka_unit_test(test_groups),
-		cmocka_unit_test(test_e1),                cmocka_unit_test(test_e2),
-		cmocka_unit_test(test_e3),                cmocka_unit_test(test_e4_e5),
-		cmocka_unit_test(test_e6),                cmocka_unit_test(test_e7_e8_e9),
-		cmocka_unit_test(test_e10),               cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_group_names),
+	    cmocka_unit_test(test_coord_standardize),
+	    cmocka_unit_test(test_groups),
+	    cmocka_unit_test(test_e1),
+	    cmocka_unit_test(test_e2),
+	    cmocka_unit_test(test_e3),
+	    cmocka_unit_test(test_e4_e5),
+	    cmocka_unit_test(test_e6),
+	    cmocka_unit_test(test_e7_e8_e9),
+	    cmocka_unit_test(test_e10),
+	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_group_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
