@@ -233,10 +233,16 @@ int pass_pipeline(Module *m, const Options *o)
 	for (uint32_t i = 0; i < nn && !bad; i++) {
 		Node *n = g->nodes.a[i];
 		if (n->kind == NK_RETURN) {
-			if (me != S - 1) {
-				if (last_send && n->nargs >= 1) {
-					n->args[0] = value_node(last_send);
-					n->out = last_send->out;
+			if (me != S - 1 && n->nargs >= 1) {
+				/* a non-last stage returns what it sends on (or its last
+				 * operator when it sends nothing) */
+				Node *r = last_send;
+				for (uint32_t k = out.n; !r && k-- > 0;)
+					if (out.a[k]->kind == NK_CNODE)
+						r = out.a[k];
+				if (r) {
+					n->args[0] = value_node(r);
+					n->out = r->out;
 				}
 			}
 			vec_push(&out, n);
