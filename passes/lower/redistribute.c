@@ -401,6 +401,15 @@ static void localize_node(LowerCtx *c, Node *n)
 				n->out.shape = ts->sub[k];
 		}
 	}
+	/* an operand from outside the text (--fragment) is taken to arrive in
+	 * the layout the operator needs */
+	if (l && (l->flags & LAY_OP))
+		for (uint32_t i = 0; i < n->nargs && i < l->nin && i < n->nin_types; i++)
+			if (n->args[i].kind == V_EXTERN && l->in[i].ndev && n->in_types[i].shape.kind == SK_DIMS) {
+				int64_t sl[LAYOUT_MAX_DIM];
+				tlay_slice(&l->in[i], sl);
+				set_dims(m, &n->in_types[i], sl, l->in[i].rank);
+			}
 	/* tensor constants feeding an operator are sliced to this rank's block
 	 * (StepSplitTensor, §5.4); a constant given as one broadcast value
 	 * slices by its shape alone */
@@ -437,7 +446,8 @@ static void localize_node(LowerCtx *c, Node *n)
 		tlay_slice(&l->in[0], sl);
 		Value e = value_clone(m->arena, &n->args[2]);
 		for (uint32_t i = 0; i < e.n && (int)i < l->in[0].rank; i++)
-			if (l->in[0].map[i] >= 0 && e.u.elems[i].kind == V_INT)
+			if (l->in[0].map[i] >= 0 && l->in[0].dev[l->in[0].ndev - 1 - l->in[0].map[i]] > 1 &&
+			    e.u.elems[i].kind == V_INT)
 				e.u.elems[i].u.i = sl[i];
 		n->args[2] = e;
 	}

@@ -723,7 +723,8 @@ static int collect_inputs(Rule *r, const Node *n, const Node **tuple)
 	}
 	for (uint32_t i = 0; i < n->nargs && r->nt < MAXT; i++) {
 		const Abs *a = ir_in_abs(n, i);
-		if (!a || !a->is_tensor || a->shape.kind != SK_DIMS || n->args[i].kind != V_NODE) {
+		if (!a || !a->is_tensor || a->shape.kind != SK_DIMS ||
+		    (n->args[i].kind != V_NODE && n->args[i].kind != V_EXTERN)) {
 			/* literal tensors (constants) take part as inputs too: a scalar
 			 * needs no layout, a larger one is sliced in place (§5.4) */
 			if (a && a->is_tensor && a->shape.kind == SK_DIMS && n->args[i].kind == V_CALL) {
