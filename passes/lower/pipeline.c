@@ -15,8 +15,11 @@
  *             transfers between each pair of ranks in producer order, so both
  *             sides agree; shape and dtype are the producer's slice.  The
  *             Receive takes its producer's layout, so redistribution happens
- *             after it, never before a Send.  Parameters no operator of the
- *             stage uses are dropped; a non-last stage returns its last Send.
+ *             after it, never before a Send.  A weight read in several stages
+ *             belongs to the first: later stages receive its Load
+ *             (pipeline_param) instead of loading it.  Parameters no operator
+ *             of the stage uses are dropped; a non-last stage returns its
+ *             last Send.
  *             With S = 1 the pass does nothing.
  *   Invalidates: nodes of other stages (removed).
  *   Not done: micro-batch slicing and the 1F1B schedule (`micro` is 0).
@@ -87,6 +90,15 @@ static int rule_stage(const Options *o, const Node *n)
 		}
 	}
 	return st;
+}
+
+/* the weight a Load reads, or NULL */
+static Node *load_weight(const Node *n)
+{
+	if (!ir_node_is_op(n, OP_Load) || !n->nargs || n->args[0].kind != V_NODE)
+		return NULL;
+	Node *p = n->args[0].u.node;
+	return lower_is_weight(p) ? p : NULL;
 }
 
 static Value f16_placeholder(Module *m)
@@ -206,10 +218,38 @@ int pass_pipeline(Module *m, const Options *o)
 		}
 		st[i] = s;
 	}
+	for (uint32_t i = 0; i < nn; i++)
+		g->nodes.a[i]->stage = st[i];
+	/* A weight read in several stages belongs to the first of them: later
+	 * stages use the owner's Load, so the value crosses the boundary like an
+	 * activation and is marked pipeline_param (§3.8). */
+	uint8_t *dropped = xcalloc(nn + 1, 1);
+	for (uint32_t i = 0; i < g->params.n; i++)
+		g->params.a[i]->mark = 0;
 	for (uint32_t i = 0; i < nn; i++) {
 		Node *n = g->nodes.a[i];
-		g->nodes.a[i]->stage = st[i];
-		if (n->kind == NK_RETURN)
+		Node *p = load_weight(n);
+		if (p && (!p->mark || st[i] < st[p->mark - 1]))
+			p->mark = i + 1;
+	}
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		Node *p = load_weight(n);
+		if (!p || p->mark - 1 == i || p->mark - 1 > i || st[i] <= st[p->mark - 1])
+			continue;
+		dropped[i] = 1; /* its users read the owner's Load instead */
+	}
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			Node *q = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+			if (q && q->kind == NK_CNODE && q->g == g && dropped[q->mark - 1])
+				n->args[k].u.node = g->nodes.a[load_weight(q)->mark - 1];
+		}
+	}
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		if (n->kind == NK_RETURN || dropped[i])
 			continue;
 		for (uint32_t k = 0; k < n->nargs; k++) {
 			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
@@ -248,7 +288,7 @@ int pass_pipeline(Module *m, const Options *o)
 			vec_push(&out, n);
 			continue;
 		}
-		if (st[i] != me) {
+		if (st[i] != me || dropped[i]) {
 			n->dead = 1;
 			continue;
 		}
@@ -285,7 +325,7 @@ int pass_pipeline(Module *m, const Options *o)
 				p2p_attrs(&c, r, "src_rank", peer, tags[(size_t)tagbase[j] + me], p);
 				ir_attr_set(m, &r->primal, "SRC_RANK", value_int(st[j], NT_I64));
 				ir_attr_set(m, &r->primal, "micro", value_int(0, NT_I64));
-				ir_attr_set(m, &r->primal, "pipeline_begin",
+				ir_attr_set(m, &r->primal, load_weight(p) ? "pipeline_param" : "pipeline_begin",
 				            value_int(tags[(size_t)tagbase[j] + me], NT_I64));
 				r->has_primal = 1;
 				lower_order_attrs(&r->primal);
@@ -317,7 +357,8 @@ int pass_pipeline(Module *m, const Options *o)
 			p2p_attrs(&c, s, "dest_rank", peer, tags[(size_t)tagbase[i] + b], n);
 			ir_attr_set(m, &s->primal, "DEST_RANK", value_int(b, NT_I64));
 			ir_attr_set(m, &s->primal, "micro", value_int(0, NT_I64));
-			ir_attr_set(m, &s->primal, "pipeline_end", value_int(tags[(size_t)tagbase[i] + b], NT_I64));
+			ir_attr_set(m, &s->primal, load_weight(n) ? "pipeline_param" : "pipeline_end",
+			            value_int(tags[(size_t)tagbase[i] + b], NT_I64));
 			s->has_primal = 1;
 			lower_order_attrs(&s->primal);
 			s->lay = lay_new(m, 1, 1);
@@ -359,6 +400,7 @@ int pass_pipeline(Module *m, const Options *o)
 	} else {
 		vec_free(&out);
 	}
+	free(dropped);
 	free(cnt);
 	free(tagbase);
 	free(tags);
