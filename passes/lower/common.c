@@ -520,11 +520,6 @@ Abs lower_abs_tuple_tensors(Module *m, const Abs *elem, int n)
 	return a;
 }
 
-/* the output abstract of an operand (parameters and CNodes alike) */
-const Abs *lower_node_abs(const Node *n)
-{
-	return &n->out;
-}
 
 /* ------------------------------------------------------------ inputs */
 

@@ -100,7 +100,6 @@ Abs lower_abs_tuple_tensors(Module *m, const Abs *elem, int n);
 Value lower_ints(Module *m, const int64_t *v, int n);
 void lower_order_attrs(AttrList *l);
 void lower_reorder_attrs(AttrList *l, const char *const *keys, int nk);
-const Abs *lower_node_abs(const Node *n);
 int lower_strategy(const Node *n, int64_t s[][LAYOUT_MAX_DIM], int *rk, int max, int *nstrat);
 int lower_is_dataset(const Node *p);
 int lower_is_weight(const Node *p);

@@ -494,9 +494,6 @@ int pass_redistribute(Module *m, const Options *o)
 				l->subst = last;
 				if (last->lay == NULL)
 					last->lay = pass_lay(m, &l->out[0]);
-				else if (p.nops == 0) {
-					/* nothing to do at all: users read the input */
-				}
 			}
 			redist_plan_free(&p);
 			continue;

@@ -795,7 +795,7 @@ static void fmt_strategy(char *buf, size_t len, const int64_t *s, int n)
 	for (int i = 0; i < n && k < len; i++)
 		k += (size_t)snprintf(buf + k, len - k, i ? ", %lld" : "%lld", (long long)s[i]);
 	if (k < len)
-		snprintf(buf + k, len - k, n == 1 ? ")" : ")");
+		snprintf(buf + k, len - k, ")");
 }
 
 static void fmt_shape(char *buf, size_t len, const int64_t *s, int n)
