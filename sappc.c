@@ -7,6 +7,9 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "config.h"
@@ -42,6 +45,14 @@ enum {
 	OPT_PARALLEL_MODE,
 	OPT_EXPLAIN,
 	OPT_STRATEGY_OUT,
+	OPT_RANK,
+	OPT_ALL_RANKS,
+	OPT_STAGE,
+	OPT_WORLD_GROUP,
+	OPT_ENABLE_ALLTOALL,
+	OPT_OPT_SHARD_SIZE,
+	OPT_PARALLEL_DETAIL,
+	OPT_VIRTUAL_OPS,
 };
 
 static const struct option longopts[] = {
@@ -75,6 +86,14 @@ static const struct option longopts[] = {
 	{"parallel-mode", required_argument, NULL, OPT_PARALLEL_MODE},
 	{"explain", required_argument, NULL, OPT_EXPLAIN},
 	{"strategy-out", required_argument, NULL, OPT_STRATEGY_OUT},
+	{"rank", required_argument, NULL, OPT_RANK},
+	{"all-ranks", required_argument, NULL, OPT_ALL_RANKS},
+	{"stage", required_argument, NULL, OPT_STAGE},
+	{"world-group", required_argument, NULL, OPT_WORLD_GROUP},
+	{"enable-alltoall", no_argument, NULL, OPT_ENABLE_ALLTOALL},
+	{"optimizer-weight-shard-size", required_argument, NULL, OPT_OPT_SHARD_SIZE},
+	{"parallel-detail", no_argument, NULL, OPT_PARALLEL_DETAIL},
+	{"virtual-ops", no_argument, NULL, OPT_VIRTUAL_OPS},
 	{NULL, 0, NULL, 0},
 };
 
@@ -104,6 +123,17 @@ static void usage(FILE *f)
 	      "                          how graph inputs are split (default data_parallel)\n"
 	      "      --enable-parallel-optimizer\n"
 	      "                          shard optimizer states (used by the lowering)\n"
+	      "      --rank=R            print the graph of rank R (default 0)\n"
+	      "      --all-ranks=DIR     write every rank's graph to DIR/rank_R/NAME_validate_0000.ir\n"
+	      "      --stage=PATTERN=K   put the cells matching PATTERN (e.g. _backbone.layer1) in stage K\n"
+	      "      --optimizer-weight-shard-size=K\n"
+	      "                          shard over groups of K replicas instead of all of them\n"
+	      "      --enable-alltoall   redistribute with AlltoAll instead of AllGather + slice\n"
+	      "      --world-group=NAME  name of the all-devices group (default hccl_world_group)\n"
+	      "      --parallel-detail   add inputs_tensor_map / device_matrix / outputs_tensor_map\n"
+	      "                          attributes to every operator with a layout\n"
+	      "      --virtual-ops       keep _MirrorOperator and _VirtualDiv nodes (the step_parallel_end\n"
+	      "                          view; validate IR shows only their traces)\n"
 	      "\n"
 	      "Strategy search (sapp pass):\n"
 	      "      --mem-coef=X        weight of replicating a MatMul weight (default 0.1);\n"
@@ -198,6 +228,107 @@ static double now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int make_dir(const char *path)
+{
+	if (mkdir(path, 0777) == 0 || errno == EEXIST)
+		return 0;
+	fprintf(stderr, "sappc: cannot create directory '%s': %s\n", path, strerror(errno));
+	return -1;
+}
+
+static int lower_one_rank(const char *dir, const char *in, const char *buf, size_t len, Options *o,
+			  const PassManagerOptions *pm, int r, const char *base, size_t bl, char *path, size_t plen)
+{
+	o->rank = r;
+	Module *m = ir_parse(strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, o->fragment);
+	if (!m)
+		return 1;
+	int rc = pm_run(m, o, pm);
+	if (rc == 0 && diag_errors())
+		rc = 1;
+	if (rc == 0) {
+		snprintf(path, plen, "%s/rank_%d", dir, r);
+		if (make_dir(path) < 0)
+			rc = 3;
+	}
+	if (rc == 0) {
+		snprintf(path, plen, "%s/rank_%d/%.*s_validate_0000.ir", dir, r, (int)bl, base);
+		OutFile of;
+		if (out_open(&of, path) != 0)
+			rc = 3;
+		else {
+			static char obuf[1 << 16];
+			setvbuf(of.f, obuf, _IOFBF, sizeof obuf);
+			ir_print_module(of.f, m);
+			if (out_commit(&of) != 0)
+				rc = 3;
+		}
+	}
+	ir_module_free(m);
+	return rc;
+}
+
+/* --all-ranks DIR: lower the same input once per rank (re-parsing the buffer:
+ * parsing is cheap and modules cannot be cloned) and write
+ * DIR/rank_R/NAME_validate_0000.ir, as MindSpore's dump directories do.
+ * Rank 0 runs first (so a bad input is reported once), the others in up to
+ * one worker process per processor. */
+static int write_all_ranks(const char *dir, const char *in, const char *buf, size_t len, Options *o,
+			   const PassManagerOptions *pm)
+{
+	const char *base = strrchr(in, '/');
+	base = base ? base + 1 : in;
+	if (strcmp(in, "-") == 0)
+		base = "stdin";
+	size_t bl = strlen(base);
+	if (bl > 3 && strcmp(base + bl - 3, ".ir") == 0)
+		bl -= 3;
+	if (make_dir(dir) < 0)
+		return 3;
+	size_t plen = strlen(dir) + bl + 64;
+	char *path = xmalloc(plen);
+	/* rank 0 first, in this process: a bad input is reported once */
+	int rc = lower_one_rank(dir, in, buf, len, o, pm, 0, base, bl, path, plen);
+	int nw = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (nw > 8)
+		nw = 8;
+	if (nw < 1 || o->device_num < 8)
+		nw = 1;
+	if (rc == 0 && nw > 1) {
+		/* the other ranks in nw worker processes, rank r in worker r mod nw */
+		pid_t pids[8];
+		int started = 0;
+		fflush(NULL);
+		for (int w = 0; w < nw; w++) {
+			pid_t p = fork();
+			if (p == 0) {
+				int wrc = 0;
+				for (int r = 1 + w; r < o->device_num && wrc == 0; r += nw)
+					wrc = lower_one_rank(dir, in, buf, len, o, pm, r, base, bl, path, plen);
+				fflush(NULL);
+				_exit(wrc);
+			}
+			if (p < 0) {
+				rc = 3;
+				break;
+			}
+			pids[started++] = p;
+		}
+		for (int w = 0; w < started; w++) {
+			int st;
+			if (waitpid(pids[w], &st, 0) < 0 || !WIFEXITED(st))
+				rc = rc ? rc : 3;
+			else if (WEXITSTATUS(st) && !rc)
+				rc = WEXITSTATUS(st);
+		}
+	} else {
+		for (int r = 1; r < o->device_num && rc == 0; r++)
+			rc = lower_one_rank(dir, in, buf, len, o, pm, r, base, bl, path, plen);
+	}
+	free(path);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	Options o = {0};
@@ -206,7 +337,11 @@ int main(int argc, char **argv)
 	int passes_given = 0, out_given = 0, simulate = 0;
 	SimOptions so = {0};
 	so.max_mb = 2048;
+	const char *all_ranks = NULL;
+	const char **stage_rules = NULL;
 	o.device_num = 1;
+	o.pipeline_stages = 1;
+	o.micro_batch_num = 1;
 	o.mem_coef = 0.1;
 	o.world_group = "hccl_world_group";
 	o.max_nodes = 1500;
@@ -326,6 +461,39 @@ int main(int argc, char **argv)
 		case OPT_SIMULATE_MAX_MB:
 			so.max_mb = (double)parse_long("--simulate-max-mb", optarg, 1, 1L << 30);
 			break;
+		case OPT_RANK:
+			o.rank = (int)parse_long("--rank", optarg, 0, 65535);
+			break;
+		case OPT_ALL_RANKS:
+			all_ranks = optarg;
+			break;
+		case OPT_STAGE: {
+			const char *eq = strrchr(optarg, '=');
+			if (!eq || eq == optarg)
+				bad_usage("--stage=%s: expected PATTERN=K", optarg);
+			parse_long("--stage", eq + 1, 0, 1023);
+			stage_rules = xrealloc(stage_rules, (size_t)(o.nstage_rules + 1) * sizeof *stage_rules);
+			stage_rules[o.nstage_rules++] = optarg;
+			o.stage_rules = stage_rules;
+			break;
+		}
+		case OPT_WORLD_GROUP:
+			if (!*optarg)
+				bad_usage("--world-group needs a name%s", "");
+			o.world_group = optarg;
+			break;
+		case OPT_ENABLE_ALLTOALL:
+			o.enable_alltoall = 1;
+			break;
+		case OPT_OPT_SHARD_SIZE:
+			o.optimizer_weight_shard_size = (int)parse_long("--optimizer-weight-shard-size", optarg, 1, 65536);
+			break;
+		case OPT_PARALLEL_DETAIL:
+			o.parallel_detail = 1;
+			break;
+		case OPT_VIRTUAL_OPS:
+			o.virtual_ops = 1;
+			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);
 			return 0;
@@ -338,9 +506,9 @@ int main(int argc, char **argv)
 		}
 	}
 	if (o.pipeline_stages > 1 && o.device_num % o.pipeline_stages != 0) {
-		char buf[96];
-		snprintf(buf, sizeof buf, "%d", o.pipeline_stages);
-		bad_usage("--pipeline-stages=%s does not divide the device number", buf);
+		/* an impossible configuration, like a bad strategy: exit 1 */
+		diag_error("%d devices cannot be divided into %d pipeline stages", o.device_num, o.pipeline_stages);
+		return 1;
 	}
 	{
 		const char *env = getenv("MS_INTERFERED_SAPP");
@@ -385,6 +553,14 @@ int main(int argc, char **argv)
 		free(buf);
 		return 1;
 	}
+	if (all_ranks) {
+		ir_module_free(m);
+		int rc = write_all_ranks(all_ranks, in, buf, len, &o, &pm);
+		free(buf);
+		free(stage_rules);
+		intern_free_all();
+		return rc;
+	}
 	int rc = pm_run(m, &o, &pm);
 	if (rc == 0 && diag_errors())
 		rc = 1;
@@ -411,6 +587,7 @@ int main(int argc, char **argv)
 		rc = 3;
 	ir_module_free(m);
 	free(buf);
+	free(stage_rules);
 	intern_free_all();
 	return rc;
 }

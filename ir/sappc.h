@@ -433,6 +433,8 @@ typedef struct Options {
 	const char *focus;  /* --focus: keep this scope expanded */
 	const char **stage_rules; /* "PATTERN=K" */
 	int nstage_rules;
+	int parallel_detail; /* inputs_tensor_map / device_matrix / outputs_tensor_map attributes */
+	int virtual_ops;     /* keep _MirrorOperator / _VirtualDiv (step_parallel_end view) */
 } Options;
 
 typedef int (*PassFn)(Module *m, const Options *o);
@@ -470,6 +472,10 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
 /* where the sapp pass got a node's strategy: "pinned", "searched",
  * "propagated", "default"; NULL when the node has none */
 const char *sapp_strategy_source(const Node *n);
+/* ----------------------------------------------------------------- rhmap.c */
+/* Reorder attributes into MindSpore's robin_hood HashMap print order
+ * (ir-format.md §1.9). */
+void rh_order_attrs(Attr *a, uint32_t n);
 
 /* ---------------------------------------------------------------- io.c */
 int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "sappc.h"
+#include "lower/lower.h"
 
 static void fmt_dims(char *buf, size_t n, const int64_t *d, int r)
 {
@@ -171,5 +172,7 @@ int pass_verify(Module *m, const Options *o)
 		}
 	}
 	ir_clear_marks(m);
+	/* layouts are consistent, and once lowered, shapes follow them */
+	lower_verify(m);
 	return diag_errors() > errs0 ? 1 : 0;
 }

@@ -907,6 +907,21 @@ static void copy_main(Sapp *S, uint32_t x)
 		for (int d = 0; d < r; d++)
 			v[d] = r <= 4 ? c.d[4 - r + d] : 1;
 	}
+	/* BatchNorm's per-channel operands (scale, bias, mean, variance) must be
+	 * split like the channel dimension of its input: MindSpore's generic
+	 * strategy leaves them (1) even when the batch-parallel rule cut the
+	 * channels, which no BatchNorm operator accepts (the layouts pass
+	 * rejects it) -- derive them from input 0 instead. */
+	if (X->type == REC_BatchNorm && X->nin && X->rank[0] >= 2)
+		for (uint32_t i = 1; i < X->nin; i++)
+			if (X->rank[i] == 1)
+				sin_of(X, i)[0] = sin_of(X, 0)[1];
+	/* the softmax loss reduces over its class axis and takes no split there
+	 * (the batch-parallel rule would cut it once the batch is exhausted) */
+	if (X->type == REC_SoftmaxCrossEntropyWithLogits)
+		for (uint32_t i = 0; i < X->nin; i++)
+			if (X->rank[i] >= 2)
+				sin_of(X, i)[X->rank[i] - 1] = 1;
 	if (X->type == REC_LayerNorm && X->nin) {
 		int64_t b = 1;
 		sapp_attr_int(X->n, -1, "begin_norm_axis", &b);
@@ -1085,14 +1100,32 @@ void sapp_generate(Sapp *S)
 	fix_invalid(S);
 }
 
-/* semi_auto: the default batch-parallel strategy (dim 0 of every input cut
- * by the device count when it divides) */
+/* semi_auto: the default batch-parallel strategy: dim 0 of every
+ * activation input cut by the device count when it divides.  Like
+ * MindSpore's split flags, weights (parameters with a value, seen through
+ * Load/Cast) and broadcast operands of element-wise operators stay whole: splitting a
+ * weight's first dimension is model parallelism, not batch parallelism. */
 int sapp_default_batch(const Sapp *S, SappOp *X)
 {
+	int maxr = 0;
+	for (uint32_t i = 0; i < X->nin; i++)
+		if (X->rank[i] > maxr)
+			maxr = X->rank[i];
 	for (uint32_t i = 0; i < X->nin; i++) {
 		int64_t *v = sin_of(X, i);
 		for (int d = 0; d < X->rank[i]; d++)
 			v[d] = 1;
+		int weight = 0;
+		if (X->n && X->arg[i] < X->n->nargs && X->n->args[X->arg[i]].kind == V_NODE) {
+			const Node *p = ir_look_through(X->n->args[X->arg[i]].u.node);
+			while (p && ir_node_is_op(p, OP_Cast) && p->nargs && p->args[0].kind == V_NODE)
+				p = ir_look_through(p->args[0].u.node);
+			weight = p && p->kind == NK_PARAM && p->has_default;
+		}
+		int fam = X->n ? op_table[X->n->op].family : FAM_OPAQUE;
+		int bcast = (fam == FAM_ELEMWISE || fam == FAM_BIASADD) && X->rank[i] < maxr;
+		if (weight || bcast)
+			continue;
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
 			v[0] = S->stage_devices;
 	}

@@ -1,0 +1,341 @@
+/* comm.c - the `comm` pass: forward communication and mirror annotations.
+ *
+ * pass_comm (parallel-lowering.md §3.0-§3.4, §3.6)
+ *   Requires: layouts (Node.lay), and pipeline when stages > 1.
+ *   Provides: after each operator whose rule asks for it, the forward
+ *             communication ops (§3.1) in MindSpore's InsertForwardOps order:
+ *             AllReduce(op) over the group the rule names (MatMul's split
+ *             reduction dimension, a reduction over split axes, a row-split
+ *             Gather), plus RealDiv by the group size for ReduceMean.  Users
+ *             are re-pointed to the last inserted op.  Instance names are
+ *             forward_op_<std::hash(fullname + "_" + index)> (§3.2).  Mirror
+ *             operators of trainable weights leave only their trace on the
+ *             consumer, as in validate IR (§3.4): cnode_attrs
+ *             related_comm_node_id and cnode_primal_attrs related_fusion_key
+ *             "all_reduce_<mirror group>_<fusion>" and related_node_id.
+ *             Inserted ops keep global shapes (an AllReduce does not change
+ *             its operand's shape), so the module stays verifiable.
+ *   Invalidates: nothing computed earlier.
+ */
+#include <string.h>
+
+#include "lower.h"
+
+static Node *subst_of(Node *p)
+{
+	for (int guard = 0; p->lay && p->lay->subst && guard < 64; guard++)
+		p = p->lay->subst;
+	return p;
+}
+
+/* substitutions are valid inside the pass that made them only */
+void lower_clear_subst(Graph *g)
+{
+	for (uint32_t i = 0; g && i < g->nodes.n; i++)
+		if (g->nodes.a[i]->lay)
+			g->nodes.a[i]->lay->subst = NULL;
+}
+
+void lower_subst_args(Node *n)
+{
+	for (uint32_t k = 0; k < n->nargs; k++)
+		if (n->args[k].kind == V_NODE)
+			n->args[k].u.node = subst_of(n->args[k].u.node);
+}
+
+static NodeLayout *pass_lay(Module *m, const TLay *t, Node *origin)
+{
+	NodeLayout *l = lay_new(m, 1, 1);
+	l->in[0] = *t;
+	l->out[0] = *t;
+	l->flags = LAY_INSERTED;
+	l->origin = origin;
+	return l;
+}
+
+static Node *all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, int ng, Sym op, int index)
+{
+	Module *m = c->m;
+	Node *a = lower_new_op(c, OP_AllReduce, origin, 1);
+	a->args[0] = value_node(src);
+	a->in_types[0] = src->out;
+	a->out = src->out;
+	lower_attr_put(m, &a->pattrs, "fusion", value_int(0, NT_I64));
+	lower_attr_put(m, &a->pattrs, "op", value_str(sym_str(op)));
+	lower_attr_put(m, &a->pattrs, "index", value_int(0, NT_I64));
+	lower_attr_put(m, &a->pattrs, "no_eliminate", value_bool(1));
+	lower_comm_group_attrs(c, a, g, ng, 1);
+	/* the order MindSpore prints this set in (ir-format.md §1.9) */
+	static const char *const order[] = {"comm_reuse",  "group", "fusion",         "op",          "rank_list",
+	                                    "group_ranks", "index", "group_rank_ids", "no_eliminate"};
+	lower_reorder_attrs(&a->pattrs, order, 9);
+	a->has_pattrs = 1;
+	char inst[64];
+	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(origin, index));
+	a->instance = intern_cstr(inst);
+	char uid[16];
+	snprintf(uid, sizeof uid, "%u", c->next_uid++);
+	lower_attr_put(m, &a->primal, "forward_comm_node_unique_id", value_str(uid));
+	a->has_primal = 1;
+	a->lay = pass_lay(m, &origin->lay->out[0], origin);
+	return a;
+}
+
+static Value scalar_tensor(Module *m, Sym dtype, int64_t v)
+{
+	Value e[3];
+	memset(e, 0, sizeof e);
+	e[0].kind = V_LIST;
+	e[0].key = intern_cstr("shape");
+	e[1] = value_word(sym_str(dtype));
+	e[1].key = intern_cstr("dtype");
+	e[2] = value_int(v, NT_BARE);
+	e[2].key = intern_cstr("value");
+	Value t = value_tuple_of(m->arena, e, 3);
+	t.kind = V_CALL;
+	t.text = intern_cstr("Tensor");
+	return t;
+}
+
+static Node *real_div(LowerCtx *c, Node *src, Node *origin, int64_t divisor, int index)
+{
+	Module *m = c->m;
+	Node *d = lower_new_op(c, OP_RealDiv, origin, 2);
+	d->args[0] = value_node(src);
+	Sym dt = src->out.dtype ? src->out.dtype : intern_cstr("Float32");
+	d->args[1] = scalar_tensor(m, dt, divisor);
+	d->in_types[0] = src->out;
+	d->in_types[1] = lower_abs_like(m, &src->out, NULL, 0);
+	d->in_types[1].has_value = 1;
+	d->out = src->out;
+	char inst[64];
+	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(origin, index));
+	d->instance = intern_cstr(inst);
+	d->lay = pass_lay(m, &origin->lay->out[0], origin);
+	return d;
+}
+
+/* the value behind an operand, looking through Load, Depend, Cast, ... */
+static Node *source(Node *n)
+{
+	for (int guard = 0; n && guard < 64; guard++) {
+		if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || n->nargs == 0 || n->args[0].kind != V_NODE)
+			return n;
+		if (n->lay && (n->lay->flags & LAY_OP))
+			return n;
+		if (!(op_table[n->op].flags & OPF_LOOKTHROUGH) && n->op != OP_Cast)
+			return n;
+		if (n->op == OP_TupleGetItem)
+			return n;
+		n = n->args[0].u.node;
+	}
+	return n;
+}
+
+static int64_t param_fusion(const Node *p)
+{
+	(void)p;
+	return 1; /* comm_fusion default (§3.4) */
+}
+
+static void mirror_attrs(LowerCtx *c, Node *user, Node *param, const int64_t *g, int ng)
+{
+	Module *m = c->m;
+	char name[64], key[128], id[16], nid[16];
+	lower_group_name(c, g, ng, name, sizeof name);
+	snprintf(key, sizeof key, "all_reduce_%s_%lld", name, (long long)param_fusion(param));
+	snprintf(id, sizeof id, "%u", c->next_uid++);
+	snprintf(nid, sizeof nid, "%u", param->id);
+	ir_attr_set(m, &user->cattrs, "related_comm_node_id", value_str(id));
+	ir_attr_set(m, &user->primal, "related_fusion_key", value_str(key));
+	ir_attr_set(m, &user->primal, "related_node_id", value_str(nid));
+	user->has_cattrs = user->has_primal = 1;
+	lower_order_attrs(&user->cattrs);
+	lower_order_attrs(&user->primal);
+}
+
+/* the operator whose value the graph returns: the loss (§3.6) */
+static Node *loss_node(Graph *g)
+{
+	Node *ret = g->nodes.n ? g->nodes.a[g->nodes.n - 1] : NULL;
+	if (!ret || ret->kind != NK_RETURN || !ret->nargs || ret->args[0].kind != V_NODE)
+		return NULL;
+	Node *n = ret->args[0].u.node;
+	for (int guard = 0; n && guard < 64; guard++) {
+		if (n->lay && n->lay->origin)
+			n = n->lay->origin;
+		else if (n->lay && (n->lay->flags & LAY_OP))
+			return n;
+		else if (n->kind == NK_CNODE && n->nargs && n->args[0].kind == V_NODE &&
+		         (op_table[n->op].flags & OPF_LOOKTHROUGH))
+			n = n->args[0].u.node;
+		else
+			return NULL;
+	}
+	return NULL;
+}
+
+/* how many devices hold the same loss value: all of the stage for a
+ * scalar, else the device dimensions the output map leaves unused */
+static int64_t loss_repeat(const LowerCtx *c, const NodeLayout *l)
+{
+	const TLay *t = &l->out[0];
+	if (t->rank == 0)
+		return c->per_stage;
+	uint32_t used = 0;
+	for (int i = 0; i < t->rank; i++)
+		if (t->map[i] >= 0)
+			used |= 1u << (t->ndev - 1 - t->map[i]);
+	int64_t k = 1;
+	for (int i = 0; i < t->ndev; i++)
+		if (!(used >> i & 1))
+			k *= t->dev[i];
+	return k;
+}
+
+static Node *virtual_op(LowerCtx *c, int op, Node *src, Node *like, const TLay *t)
+{
+	Node *v = lower_new_op(c, op, like, 1);
+	v->args[0] = value_node(src);
+	v->in_types[0] = src->out;
+	v->out = src->out;
+	if (v->out.is_ref) /* a parameter read directly: the mirror yields a tensor */
+		v->out = lower_abs_like(c->m, &src->out, src->out.shape.dims, src->out.shape.rank);
+	v->lay = lay_new(c->m, 1, 1);
+	v->lay->in[0] = v->lay->out[0] = *t;
+	v->lay->flags = LAY_INSERTED;
+	v->has_pattrs = 1;
+	return v;
+}
+
+/* --virtual-ops: the step_parallel_end view (§3.0, §3.6), where the mirror
+ * operators of weights and the loss's _VirtualDiv are still nodes (autodiff
+ * later turns them into the gradient AllReduce and RealDiv). */
+static void insert_virtual_ops(LowerCtx *c, Graph *g, int64_t *grp, int64_t *opt)
+{
+	Module *m = c->m;
+	Node *loss = loss_node(g);
+	int64_t div = loss && loss->lay->nout ? loss_repeat(c, loss->lay) : 1;
+	Vec(Node *) out = {0};
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		Node *n = g->nodes.a[i];
+		NodeLayout *l = n->lay;
+		if (l && (l->flags & LAY_OP) && !(l->flags & LAY_INSERTED)) {
+			for (uint32_t k = 0; k < n->nargs && k < l->nin; k++) {
+				if (n->args[k].kind != V_NODE || !l->in[k].ndev)
+					continue;
+				Node *a = n->args[k].u.node;
+				const TLay *at = a->lay && a->lay->nout ? &a->lay->out[0] : &l->in[k];
+				Node *p = source(a);
+				if (n == loss && div > 1) {
+					Node *v = virtual_op(c, OP_VirtualDiv, a, n, at);
+					char inst[32];
+					snprintf(inst, sizeof inst, "%llu",
+					         (unsigned long long)lower_hash_name(n, (int)k));
+					v->instance = intern_cstr(inst);
+					lower_attr_put(m, &v->pattrs, "divisor", value_int(div, NT_I64));
+					lower_attr_put(m, &v->pattrs, "keep_value_node_input", value_bool(1));
+					lower_order_attrs(&v->pattrs);
+					vec_push(&out, v);
+					n->args[k] = value_node(v);
+					continue;
+				}
+				if (!p || !lower_is_weight(p) || !p->lay)
+					continue;
+				int nopt = 0, nm = 0;
+				if (tlay_equal(&p->lay->out[0], &l->in[k]))
+					lower_param_shard(c, p, opt, &nopt, grp, &nm);
+				else
+					nm = lower_replica_group(c, &l->in[k], grp);
+				if (nm <= 1)
+					continue;
+				Node *v = virtual_op(c, OP_MirrorOperator, a, n, at);
+				v->instance = intern_cstr("_MirrorOperator");
+				char name[64];
+				lower_group_name(c, grp, nm, name, sizeof name);
+				lower_attr_put(m, &v->pattrs, "group", value_str(name));
+				lower_attr_put(m, &v->pattrs, "dev_num", value_int(nm, NT_I64));
+				lower_attr_put(m, &v->pattrs, "mean_flag", value_bool(0));
+				lower_attr_put(m, &v->pattrs, "fusion", value_int(param_fusion(p), NT_I64));
+				lower_attr_put(m, &v->pattrs, "keep_value_node_input", value_bool(1));
+				lower_attr_put(m, &v->pattrs, "mirror_user_id", value_str(sym_str(p->name)));
+				lower_order_attrs(&v->pattrs);
+				vec_push(&out, v);
+				n->args[k] = value_node(v);
+			}
+		}
+		vec_push(&out, n);
+	}
+	free(g->nodes.a);
+	g->nodes.a = out.a;
+	g->nodes.n = out.n;
+	g->nodes.cap = out.cap;
+	ir_renumber(g);
+}
+
+int pass_comm(Module *m, const Options *o)
+{
+	if (o->device_num <= 1)
+		return 0; /* stand-alone: nothing to lower */
+	LowerCtx c;
+	if (lower_ctx_init(&c, m, o) < 0)
+		return 1;
+	Graph *g = ir_entry(m);
+	int64_t *grp = xmalloc(LOWER_MAX_GROUP * sizeof *grp);
+	int64_t *opt = xmalloc(LOWER_MAX_GROUP * sizeof *opt);
+	Vec(Node *) out = {0};
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		Node *n = g->nodes.a[i];
+		lower_subst_args(n);
+		vec_push(&out, n);
+		NodeLayout *l = n->lay;
+		if (!l || !(l->flags & LAY_OP) || l->fwd == FC_NONE || l->fwd == FC_REDUCESCATTER || n->dead ||
+		    !l->nout)
+			continue; /* a ReduceScatter changes the local shape: redistribute inserts it */
+		int ng = lower_group_mask(&c, l->odev, l->nodev, l->fwd_mask, grp);
+		if (ng <= 1)
+			continue;
+		Node *last = all_reduce(&c, n, n, grp, ng, l->fwd_op, 0);
+		vec_push(&out, last);
+		if (l->fwd == FC_ALLREDUCE_MEAN) {
+			last = real_div(&c, last, n, ng, 1);
+			vec_push(&out, last);
+		}
+		l->subst = last;
+	}
+	if (g) {
+		free(g->nodes.a);
+		g->nodes.a = out.a;
+		g->nodes.n = out.n;
+		g->nodes.cap = out.cap;
+		ir_renumber(g);
+		/* mirrors: every operator input that reads a trainable weight
+		 * with a replica (gradient) group larger than one (§3.6) */
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			Node *n = g->nodes.a[i];
+			if (!n->lay || !(n->lay->flags & LAY_OP) || (n->lay->flags & LAY_INSERTED))
+				continue;
+			for (uint32_t k = 0; k < n->nargs && k < n->lay->nin; k++) {
+				if (n->args[k].kind != V_NODE || !n->lay->in[k].ndev)
+					continue;
+				Node *p = source(n->args[k].u.node);
+				if (!p || !lower_is_weight(p) || !p->lay)
+					continue;
+				int nopt = 0, nm = 0;
+				if (tlay_equal(&p->lay->out[0], &n->lay->in[k]))
+					lower_param_shard(&c, p, opt, &nopt, grp, &nm);
+				else
+					nm = lower_replica_group(&c, &n->lay->in[k], grp);
+				if (nm > 1)
+					mirror_attrs(&c, n, p, grp, nm);
+			}
+		}
+		if (o->virtual_ops)
+			insert_virtual_ops(&c, g, grp, opt);
+	}
+	lower_clear_subst(g);
+	free(grp);
+	free(opt);
+	lower_ctx_free(&c);
+	return 0;
+}

@@ -1,0 +1,597 @@
+/* common.c - helpers shared by the lowering passes: the device context of
+ * the rank being lowered (§2.1), compact layouts, communication groups and
+ * their names (§3.3, ir-format.md §1.10), and the construction of inserted
+ * CNodes with correct type lines (§3.4-3.5). */
+#include <string.h>
+
+#include "lower.h"
+
+/* ------------------------------------------------------------ symbols */
+
+/* Interned constants (attribute keys, type strings) are looked up once:
+ * inserting hundreds of thousands of operators otherwise spends most of
+ * its time re-hashing the same few strings.  Entries are keyed by the
+ * literal's address and re-checked, so a reset intern table is harmless. */
+Sym lower_sym(const char *s)
+{
+	static struct {
+		const char *p;
+		Sym s;
+	} cache[256];
+	uint32_t h = (uint32_t)(((uintptr_t)s >> 3) * 2654435761u) >> 24;
+	for (uint32_t k = 0; k < 256; k++) {
+		uint32_t i = (h + k) & 255;
+		if (cache[i].p == s && cache[i].s && strcmp(sym_str(cache[i].s), s) == 0)
+			return cache[i].s;
+		if (!cache[i].p || cache[i].p == s) {
+			cache[i].p = s;
+			cache[i].s = intern_cstr(s);
+			return cache[i].s;
+		}
+	}
+	return intern_cstr(s);
+}
+
+/* Append an attribute to a list built only by this function (capacity is
+ * the next power of two of n, so appends are amortised O(1)). */
+void lower_attr_put(Module *m, AttrList *l, const char *key, Value v)
+{
+	if (l->n == 0 || (l->n >= 4 && (l->n & (l->n - 1)) == 0)) {
+		uint32_t cap = l->n ? l->n * 2 : 4;
+		Attr *na = arena_alloc(m->arena, cap * sizeof(Attr));
+		if (l->n)
+			memcpy(na, l->a, l->n * sizeof(Attr));
+		l->a = na;
+	}
+	l->a[l->n].key = lower_sym(key);
+	l->a[l->n].val = v;
+	l->n++;
+}
+
+/* ------------------------------------------------------------ context */
+
+int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
+{
+	memset(c, 0, sizeof *c);
+	c->fn_epoch = 1;
+	c->m = m;
+	c->o = o;
+	c->n_total = o->device_num > 0 ? o->device_num : 1;
+	c->stages = o->pipeline_stages > 1 ? o->pipeline_stages : 1;
+	c->rank = o->rank;
+	c->world = o->world_group ? o->world_group : "hccl_world_group";
+	if (c->n_total % c->stages) {
+		diag_error("%d devices cannot be divided into %d pipeline stages", c->n_total, c->stages);
+		return -1;
+	}
+	if (c->rank < 0 || c->rank >= c->n_total) {
+		diag_error("rank %d is out of range for %d devices (ranks 0 to %d)", c->rank, c->n_total,
+		           c->n_total - 1);
+		return -1;
+	}
+	c->per_stage = c->n_total / c->stages;
+	c->stage = c->rank / c->per_stage;
+	c->pos = c->rank - c->stage * c->per_stage;
+	c->dev_list = xmalloc((size_t)c->per_stage * sizeof *c->dev_list);
+	for (int i = 0; i < c->per_stage; i++)
+		c->dev_list[i] = (int64_t)c->stage * c->per_stage + i;
+	for (uint32_t gi = 0; gi < m->graphs.n && !c->primfunc; gi++) {
+		Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++)
+			if (g->nodes.a[i]->primfunc) {
+				c->primfunc = 1;
+				break;
+			}
+	}
+	c->next_uid = 1;
+	return 0;
+}
+
+void lower_ctx_free(LowerCtx *c)
+{
+	free(c->dev_list);
+	free(c->ckeys);
+	free(c->cvals);
+	c->dev_list = NULL;
+}
+
+/* ------------------------------------------------------------ layouts */
+
+NodeLayout *lay_new(Module *m, uint32_t nin, uint32_t nout)
+{
+	NodeLayout *l = arena_alloc(m->arena, sizeof *l);
+	l->nin = (uint16_t)nin;
+	l->nout = (uint8_t)nout;
+	l->in = nin ? arena_alloc(m->arena, nin * sizeof(TLay)) : NULL;
+	l->out = nout ? arena_alloc(m->arena, nout * sizeof(TLay)) : NULL;
+	return l;
+}
+
+void tlay_set(Module *m, TLay *t, const int32_t *dev, int ndev, const int8_t *map, const int64_t *shape, int rank)
+{
+	t->ndev = (int8_t)ndev;
+	t->rank = (int8_t)rank;
+	memcpy(t->dev, dev, (size_t)ndev * sizeof *dev);
+	memcpy(t->map, map, (size_t)rank);
+	t->shape = rank ? arena_dup(m->arena, shape, (size_t)rank * sizeof *shape) : NULL;
+}
+
+void tlay_to_layout(const TLay *t, Layout *l)
+{
+	l->ndev = t->ndev;
+	for (int i = 0; i < t->ndev; i++)
+		l->dev[i] = t->dev[i];
+	l->rank = t->rank;
+	for (int i = 0; i < t->rank; i++) {
+		l->map[i] = t->map[i];
+		l->shape[i] = t->shape[i];
+	}
+}
+
+void tlay_from_layout(Module *m, TLay *t, const Layout *l)
+{
+	int32_t dev[LAYOUT_MAX_DIM + 2];
+	int8_t map[LAYOUT_MAX_DIM];
+	for (int i = 0; i < l->ndev; i++)
+		dev[i] = (int32_t)l->dev[i];
+	for (int i = 0; i < l->rank; i++)
+		map[i] = (int8_t)l->map[i];
+	tlay_set(m, t, dev, l->ndev, map, l->shape, l->rank);
+}
+
+void tlay_slice(const TLay *t, int64_t *out)
+{
+	for (int i = 0; i < t->rank; i++) {
+		int v = t->map[i];
+		out[i] = v < 0 ? t->shape[i] : t->shape[i] / t->dev[t->ndev - 1 - v];
+	}
+}
+
+int tlay_equal(const TLay *a, const TLay *b)
+{
+	Layout x, y;
+	tlay_to_layout(a, &x);
+	tlay_to_layout(b, &y);
+	return layout_equal(&x, &y);
+}
+
+const char *tlay_format(const TLay *t, char *buf, size_t len)
+{
+	size_t k = (size_t)snprintf(buf, len, "D=[");
+	for (int i = 0; i < t->ndev && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, i ? ",%d" : "%d", t->dev[i]);
+	if (k < len)
+		k += (size_t)snprintf(buf + k, len - k, "] M=[");
+	for (int i = 0; i < t->rank && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, i ? ",%d" : "%d", t->map[i]);
+	if (k < len)
+		k += (size_t)snprintf(buf + k, len - k, "] S=(");
+	for (int i = 0; i < t->rank && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+	if (k < len)
+		snprintf(buf + k, len - k, ")");
+	return buf;
+}
+
+void tlay_replicated(Module *m, TLay *t, int per_stage, const int64_t *shape, int rank)
+{
+	int32_t dev[1] = {per_stage};
+	int8_t map[LAYOUT_MAX_DIM];
+	memset(map, -1, sizeof map);
+	tlay_set(m, t, dev, 1, map, shape, rank);
+}
+
+/* ------------------------------------------------------------ groups */
+
+int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out)
+{
+	int64_t coord[LAYOUT_MAX_DIM + 2];
+	int64_t p = c->pos;
+	for (int i = ndev - 1; i >= 0; i--) {
+		coord[i] = p % dev[i];
+		p /= dev[i];
+	}
+	/* enumerate the varying coordinates in ascending position order */
+	int vary[LAYOUT_MAX_DIM + 2], nv = 0;
+	int64_t total = 1;
+	for (int i = 0; i < ndev; i++)
+		if (mask >> i & 1) {
+			vary[nv++] = i;
+			total *= dev[i];
+		}
+	for (int64_t k = 0; k < total && k < LOWER_MAX_GROUP; k++) {
+		int64_t rem = k;
+		for (int j = nv - 1; j >= 0; j--) {
+			coord[vary[j]] = rem % dev[vary[j]];
+			rem /= dev[vary[j]];
+		}
+		int64_t q = 0;
+		for (int i = 0; i < ndev; i++)
+			q = q * dev[i] + coord[i];
+		out[k] = c->dev_list[q];
+	}
+	return (int)total;
+}
+
+int lower_replica_group(const LowerCtx *c, const TLay *t, int64_t *out)
+{
+	uint32_t used = 0;
+	for (int i = 0; i < t->rank; i++)
+		if (t->map[i] >= 0)
+			used |= 1u << (t->ndev - 1 - t->map[i]);
+	uint32_t mask = ((t->ndev >= 32) ? 0xffffffffu : ((1u << t->ndev) - 1)) & ~used;
+	return lower_group_mask(c, t->dev, t->ndev, mask, out);
+}
+
+static size_t join_ranks(const int64_t *r, int n, char *buf, size_t len)
+{
+	size_t k = 0;
+	buf[0] = 0;
+	for (int i = 0; i < n && k + 24 < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, i ? "-%lld" : "%lld", (long long)r[i]);
+	return k;
+}
+
+const char *lower_group_name(const LowerCtx *c, const int64_t *ranks, int n, char *buf, size_t len)
+{
+	if (n == c->n_total) {
+		snprintf(buf, len, "%s", c->world);
+		return buf;
+	}
+	char *tmp = xmalloc((size_t)n * 24 + 8);
+	size_t k = join_ranks(ranks, n, tmp, (size_t)n * 24 + 8);
+	snprintf(buf, len, "%d-%llu", n, (unsigned long long)std_hash_bytes(tmp, k));
+	free(tmp);
+	return buf;
+}
+
+static Value ints_bare(Module *m, const int64_t *v, int n)
+{
+	Value t = {0};
+	t.kind = V_TUPLE;
+	t.n = (uint32_t)n;
+	t.u.elems = n ? arena_alloc(m->arena, (size_t)n * sizeof(Value)) : NULL;
+	for (int i = 0; i < n; i++)
+		t.u.elems[i] = value_int(v[i], NT_BARE);
+	return t;
+}
+
+Value lower_ints(Module *m, const int64_t *v, int n)
+{
+	return *value_tuple_ints(m->arena, v, n, NT_I64);
+}
+
+/* The group-derived attributes every inserted communication op carries
+ * (§3.3): group, group_ranks (string), group_rank_ids and, for ops whose
+ * fusion is 0, comm_reuse and rank_list (§3.0 late passes).  The caller has
+ * already put the op-specific ones; order is fixed by lower_order_attrs. */
+void lower_comm_group_attrs(LowerCtx *c, Node *n, const int64_t *ranks, int nr, int reuse)
+{
+	Module *m = c->m;
+	char name[64];
+	lower_group_name(c, ranks, nr, name, sizeof name);
+	char *gr = xmalloc((size_t)nr * 24 + 16);
+	if (nr == c->n_total)
+		strcpy(gr, "WORLD_GROUP");
+	else
+		join_ranks(ranks, nr, gr, (size_t)nr * 24 + 16);
+	lower_attr_put(m, &n->pattrs, "group", value_str(name));
+	lower_attr_put(m, &n->pattrs, "group_ranks", value_str(gr));
+	lower_attr_put(m, &n->pattrs, "group_rank_ids", ints_bare(m, ranks, nr));
+	if (reuse) {
+		lower_attr_put(m, &n->pattrs, "comm_reuse", value_bool(1));
+		lower_attr_put(m, &n->pattrs, "rank_list", ints_bare(m, ranks, nr));
+	}
+	free(gr);
+}
+
+/* Put the attributes of l in the order of keys (a set whose MindSpore print
+ * order is known), then hand them to the robin_hood order emulation. */
+void lower_reorder_attrs(AttrList *l, const char *const *keys, int nk)
+{
+	Attr tmp[32];
+	uint32_t k = 0;
+	for (int i = 0; i < nk && k < 32; i++)
+		for (uint32_t j = 0; j < l->n; j++)
+			if (strcmp(sym_str(l->a[j].key), keys[i]) == 0)
+				tmp[k++] = l->a[j];
+	if (k == l->n)
+		memcpy(l->a, tmp, k * sizeof *tmp);
+	lower_order_attrs(l);
+}
+
+/* Attribute print order: MindSpore prints its HashMap's slot order
+ * (ir-format.md §1.9), emulated by rh_order_attrs() in ir/rhmap.c. */
+void lower_order_attrs(AttrList *l)
+{
+	if (l->n > 1)
+		rh_order_attrs(l->a, l->n);
+}
+
+/* ------------------------------------------------------------ names */
+
+const char *lower_fullname(const Node *n, char *buf, size_t len)
+{
+	if (n->scope_kind == SCOPE_FULLNAME)
+		snprintf(buf, len, "%s", sym_str(n->scope));
+	else if (n->scope)
+		snprintf(buf, len, "%s/%s-op0", sym_str(n->scope), sym_str(n->prim));
+	else
+		snprintf(buf, len, "%s-op0", sym_str(n->prim));
+	return buf;
+}
+
+uint64_t lower_hash_name(const Node *producer, int index)
+{
+	char buf[1024];
+	lower_fullname(producer, buf, sizeof buf - 24);
+	size_t k = strlen(buf);
+	k += (size_t)snprintf(buf + k, sizeof buf - k, "_%d", index);
+	return std_hash_bytes(buf, k);
+}
+
+/* fullname counters: "scope/Op" -> next N of "-opN", seeded from the graph
+ * so that inserted operators never reuse an existing full name */
+static uint32_t ckey_hash(Sym s)
+{
+	return s * 2654435761u;
+}
+
+static int32_t *counter(LowerCtx *c, Sym key)
+{
+	if (c->ccount * 2 >= c->ccap) {
+		uint32_t ncap = c->ccap ? c->ccap * 2 : 1024;
+		Sym *nk = xcalloc(ncap, sizeof *nk);
+		int32_t *nv = xcalloc(ncap, sizeof *nv);
+		for (uint32_t i = 0; i < c->ccap; i++) {
+			if (!c->ckeys[i])
+				continue;
+			uint32_t h = ckey_hash(c->ckeys[i]) & (ncap - 1);
+			while (nk[h])
+				h = (h + 1) & (ncap - 1);
+			nk[h] = c->ckeys[i];
+			nv[h] = c->cvals[i];
+		}
+		free(c->ckeys);
+		free(c->cvals);
+		c->fn_epoch++; /* cached counter pointers are stale */
+		c->ckeys = nk;
+		c->cvals = nv;
+		c->ccap = ncap;
+	}
+	uint32_t h = ckey_hash(key) & (c->ccap - 1);
+	while (c->ckeys[h] && c->ckeys[h] != key)
+		h = (h + 1) & (c->ccap - 1);
+	if (!c->ckeys[h]) {
+		c->ckeys[h] = key;
+		c->cvals[h] = 0;
+		c->ccount++;
+	}
+	return &c->cvals[h];
+}
+
+static void seed_counters(LowerCtx *c)
+{
+	c->cseeded = 1;
+	for (uint32_t gi = 0; gi < c->m->graphs.n; gi++) {
+		Graph *g = c->m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			Node *n = g->nodes.a[i];
+			if (n->scope_kind != SCOPE_FULLNAME)
+				continue;
+			const char *s = sym_str(n->scope);
+			const char *op = strstr(s, "-op");
+			const char *last = NULL;
+			while (op) {
+				last = op;
+				op = strstr(op + 1, "-op");
+			}
+			if (!last)
+				continue;
+			char *end;
+			long v = strtol(last + 3, &end, 10);
+			if (end == last + 3 || *end)
+				continue;
+			int32_t *ct = counter(c, intern(s, (size_t)(last - s)));
+			if (*ct <= v)
+				*ct = (int32_t)v + 1;
+		}
+	}
+}
+
+void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
+{
+	if (!like || !like->scope_kind)
+		return;
+	if (like->scope_kind != SCOPE_FULLNAME) {
+		n->scope_kind = like->scope_kind;
+		n->scope = like->scope;
+		return;
+	}
+	if (!c->cseeded)
+		seed_counters(c);
+	const char *s = sym_str(like->scope);
+	const char *slash = strrchr(s, '/');
+	size_t plen = slash ? (size_t)(slash - s) : 0;
+	char buf[1024];
+	int k = snprintf(buf, sizeof buf, "%.*s%s%s", (int)plen, s, plen ? "/" : "", sym_str(n->prim));
+	if (k < 0 || (size_t)k >= sizeof buf - 16)
+		return;
+	/* the counter of (consumer scope, operator) is cached: building and
+	 * interning the prefix again for every inserted op is the costly part */
+	uint32_t h = (like->scope * 2654435761u ^ n->prim * 40503u) & (LOWER_FNCACHE - 1);
+	int32_t *ct;
+	if (c->fn_scope[h] == like->scope && c->fn_prim[h] == n->prim && c->fn_ctr[h] && c->fn_gen[h] == c->fn_epoch) {
+		ct = c->fn_ctr[h];
+	} else {
+		ct = counter(c, intern(buf, (size_t)k));
+		c->fn_scope[h] = like->scope;
+		c->fn_prim[h] = n->prim;
+		c->fn_ctr[h] = ct;
+		c->fn_gen[h] = c->fn_epoch;
+	}
+	snprintf(buf + k, sizeof buf - (size_t)k, "-op%d", (*ct)++);
+	n->scope_kind = SCOPE_FULLNAME;
+	n->scope = intern_cstr(buf);
+}
+
+/* A new CNode of operator op, not yet in any list; scope follows `like`. */
+Node *lower_new_op(LowerCtx *c, int op, const Node *like, uint32_t nargs)
+{
+	Node *n = ir_cnode_new(c->m, like ? like->g : ir_entry(c->m), op, NULL, nargs);
+	n->primfunc = c->primfunc && (op_table[op].flags & OPF_PRIMFUNC);
+	n->nin_types = nargs;
+	n->in_types = nargs ? arena_alloc(c->m->arena, nargs * sizeof(Abs)) : NULL;
+	char nm[32];
+	snprintf(nm, sizeof nm, "CNode_%u", n->id);
+	n->name = intern_cstr(nm);
+	n->loc = like ? like->loc : (Loc){0, 0};
+	n->stage = like ? like->stage : -1;
+	lower_set_fullname(c, n, like);
+	return n;
+}
+
+/* ------------------------------------------------------------ abstracts */
+
+static Sym tensor_tstr(Sym dtype)
+{
+	static Sym last_dt, last_t;
+	if (dtype == last_dt && last_t && strncmp(sym_str(last_t), "Tensor[", 7) == 0)
+		return last_t;
+	char buf[96];
+	snprintf(buf, sizeof buf, "Tensor[%s]", sym_str(dtype));
+	last_dt = dtype;
+	return last_t = intern_cstr(buf);
+}
+
+Abs lower_abs_like(Module *m, const Abs *like, const int64_t *d, int rank)
+{
+	Abs a = {0};
+	a.dtype = like->dtype ? like->dtype : lower_sym("Float32");
+	a.tstr = tensor_tstr(a.dtype);
+	a.is_tensor = 1;
+	a.shape = shape_dims(m->arena, d, rank);
+	return a;
+}
+
+Abs lower_abs_int(void)
+{
+	Abs a = {0};
+	a.tstr = lower_sym("Int64");
+	a.shape.kind = SK_NOSHAPE;
+	return a;
+}
+
+Abs lower_abs_tuple_ints(Module *m, int n)
+{
+	Abs a = {0};
+	static const char *const names[] = {"Tuple[]",        "Tuple[Int64]",   "Tuple[Int64*2]",
+	                                    "Tuple[Int64*3]", "Tuple[Int64*4]", "Tuple[Int64*5]",
+	                                    "Tuple[Int64*6]", "Tuple[Int64*7]", "Tuple[Int64*8]"};
+	if (n >= 0 && n <= 8) {
+		a.tstr = lower_sym(names[n]);
+	} else {
+		char buf[64];
+		snprintf(buf, sizeof buf, "Tuple[Int64*%d]", n);
+		a.tstr = intern_cstr(buf);
+	}
+	a.shape.kind = SK_TUPLE;
+	a.shape.rank = (uint8_t)n;
+	a.shape.sub = n ? arena_alloc(m->arena, (size_t)n * sizeof(Shape)) : NULL;
+	for (int i = 0; i < n; i++)
+		a.shape.sub[i].kind = SK_NOSHAPE;
+	return a;
+}
+
+Abs lower_abs_tuple_tensors(Module *m, const Abs *elem, int n)
+{
+	Abs a = {0};
+	char buf[128];
+	if (n == 1)
+		snprintf(buf, sizeof buf, "Tuple[%s]", sym_str(elem->tstr));
+	else
+		snprintf(buf, sizeof buf, "Tuple[%s*%d]", sym_str(elem->tstr), n);
+	a.tstr = intern_cstr(buf);
+	a.shape.kind = SK_TUPLE;
+	a.shape.rank = (uint8_t)n;
+	a.shape.sub = arena_alloc(m->arena, (size_t)n * sizeof(Shape));
+	for (int i = 0; i < n; i++)
+		a.shape.sub[i] = elem->shape;
+	return a;
+}
+
+
+/* ------------------------------------------------------------ inputs */
+
+/* in_strategy of a node: from its strategy suffix, else from the
+ * in_strategy primitive attribute.  Returns 1 and fills s/rk, 0 if none,
+ * -1 if malformed. */
+int lower_strategy(const Node *n, int64_t s[][LAYOUT_MAX_DIM], int *rk, int max, int *nstrat)
+{
+	const Value *v = ir_attr_get(&n->strat, "in_strategy");
+	if (!v)
+		v = ir_attr_get(&n->pattrs, "in_strategy");
+	if (!v || value_is_word(v, "None"))
+		return 0;
+	if (v->kind != V_TUPLE && v->kind != V_LIST)
+		return -1;
+	if ((int)v->n > max)
+		return -1;
+	for (uint32_t i = 0; i < v->n; i++) {
+		int k = value_int_list(&v->u.elems[i], s[i], LAYOUT_MAX_DIM);
+		if (k < 0)
+			return -1;
+		rk[i] = k;
+	}
+	*nstrat = (int)v->n;
+	return 1;
+}
+
+int lower_is_weight(const Node *p)
+{
+	return p->kind == NK_PARAM && (p->has_default || p->out.is_ref);
+}
+
+int lower_is_dataset(const Node *p)
+{
+	return p->kind == NK_PARAM && !lower_is_weight(p) && p->out.is_tensor && p->out.shape.kind == SK_DIMS;
+}
+
+int lower_param_shard(const LowerCtx *c, const Node *p, int64_t *optg, int *nopt, int64_t *mirror, int *nmirror)
+{
+	*nopt = 0;
+	*nmirror = 0;
+	if (!p->lay || !p->lay->nout || !p->lay->out[0].ndev)
+		return 1;
+	const TLay *t = &p->lay->out[0];
+	int R = lower_replica_group(c, t, mirror);
+	*nmirror = R;
+	if (!c->o->enable_parallel_optimizer || R <= 1 || t->rank < 1)
+		return 1;
+	int K = c->o->optimizer_weight_shard_size;
+	int rep = (K > 1 && K < R && R % K == 0) ? K : R;
+	int64_t sl[LAYOUT_MAX_DIM];
+	tlay_slice(t, sl);
+	if (sl[0] % rep)
+		return 1;
+	int idx = 0;
+	for (int i = 0; i < R; i++)
+		if (mirror[i] == c->rank)
+			idx = i;
+	int chunk = idx / rep;
+	for (int i = 0; i < rep; i++)
+		optg[i] = mirror[chunk * rep + i];
+	*nopt = rep;
+	if (rep == R) {
+		*nmirror = 0;
+	} else {
+		/* the chunks still reduce among themselves: same offset in every chunk */
+		int64_t tmp[LOWER_MAX_GROUP / 4];
+		int nm = 0;
+		for (int j = 0; j < R / rep && nm < LOWER_MAX_GROUP / 4; j++)
+			tmp[nm++] = mirror[j * rep + idx % rep];
+		memcpy(mirror, tmp, (size_t)nm * sizeof *tmp);
+		*nmirror = nm;
+	}
+	return rep;
+}

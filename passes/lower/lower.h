@@ -1,0 +1,122 @@
+/* lower.h - what the parallel lowering passes share (parallel-lowering.md
+ * §2-§5): the per-node layout record (NodeLayout, hung on Node.lay), the
+ * device context of the rank being lowered, group naming and the helpers
+ * that build inserted CNodes.  The layout algebra itself is passes/layout.h.
+ */
+#ifndef SAPPC_LOWER_H
+#define SAPPC_LOWER_H
+
+#include "sappc.h"
+#include "../layout.h"
+
+#define LOWER_MAX_GROUP 65536
+#define LOWER_FNCACHE 1024
+
+/* A tensor layout in compact form: Layout without the fixed arrays'
+ * footprint (a graph of 150 000 operators holds ~500 000 of these). */
+typedef struct TLay {
+	int8_t ndev; /* 0: no layout (not a tensor) */
+	int8_t rank;
+	int8_t map[LAYOUT_MAX_DIM];
+	int32_t dev[LAYOUT_MAX_DIM + 2];
+	int64_t *shape; /* global shape, rank entries (module arena) */
+} TLay;
+
+enum {
+	LAY_OP = 1,       /* has an operator rule (a strategy, given or default) */
+	LAY_LOCAL = 2,    /* type lines rewritten to local shapes */
+	LAY_INSERTED = 4, /* created by the lowering */
+	LAY_REPLACED = 8, /* the node was replaced (Reshape, row-split Gather) */
+};
+
+/* forward communication after an operator (§3.1) */
+typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER } FwdKind;
+
+struct NodeLayout {
+	uint16_t nin; /* = node nargs; in[i].ndev == 0 for non-tensor operands */
+	uint8_t nout; /* outputs (a tuple output has several) */
+	uint8_t flags;
+	uint8_t fwd; /* FwdKind */
+	uint8_t repeat_left;
+	int8_t nodev; /* origin (non-standardised) device matrix, for --parallel-detail */
+	int32_t odev[LAYOUT_MAX_DIM + 2];
+	uint32_t fwd_mask; /* device dims (index in odev) the forward group varies along */
+	Sym fwd_op;        /* "sum", "max", ... */
+	int32_t opt_rep;   /* optimizer-parallel shard factor on dim 0 (Loads/params), 0 none */
+	TLay *in;
+	TLay *out;
+	TLay *fwd_out; /* layout after the forward op when it differs (ReduceScatter) */
+	Node *subst;   /* users read this node instead (last forward op / replacement) */
+	Node *origin;  /* inserted ops: the operator whose full name names them */
+};
+
+/* The rank being lowered and its stage (§2.1). */
+typedef struct LowerCtx {
+	Module *m;
+	const Options *o;
+	int n_total, stages, per_stage, stage, rank, pos; /* pos: index of rank in dev_list */
+	int64_t *dev_list;                                /* per_stage ranks of this stage */
+	const char *world;
+	int primfunc; /* the input spells operators PrimFunc_X: inserted ops follow */
+	uint32_t next_uid;
+	/* fullname counters "scope/Op" -> next N (lower_set_fullname) */
+	Sym *ckeys;
+	int32_t *cvals;
+	uint32_t ccap, ccount;
+	int cseeded;
+	Sym fn_scope[LOWER_FNCACHE], fn_prim[LOWER_FNCACHE];
+	int32_t *fn_ctr[LOWER_FNCACHE];
+	uint32_t fn_gen[LOWER_FNCACHE], fn_epoch; /* counter pointers die when the table grows */
+} LowerCtx;
+
+/* ---- common.c ---- */
+Sym lower_sym(const char *s);                                          /* intern a constant string, cached */
+void lower_attr_put(Module *m, AttrList *l, const char *key, Value v); /* lists built by it only */
+int lower_ctx_init(LowerCtx *c, Module *m, const Options *o);          /* 0 ok, -1 reported */
+void lower_ctx_free(LowerCtx *c);
+NodeLayout *lay_new(Module *m, uint32_t nin, uint32_t nout);
+void tlay_set(Module *m, TLay *t, const int32_t *dev, int ndev, const int8_t *map, const int64_t *shape, int rank);
+void tlay_to_layout(const TLay *t, Layout *l);
+void tlay_from_layout(Module *m, TLay *t, const Layout *l);
+void tlay_slice(const TLay *t, int64_t *out);
+int tlay_equal(const TLay *a, const TLay *b);
+const char *tlay_format(const TLay *t, char *buf, size_t len); /* D=[..] M=[..] S=(..) */
+void tlay_replicated(Module *m, TLay *t, int per_stage, const int64_t *shape, int rank);
+/* ranks that differ from this rank only along the device dims in mask */
+int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out);
+int lower_replica_group(const LowerCtx *c, const TLay *t, int64_t *out);
+/* "<n>-<hash>" or the world group name; buf >= 64 */
+const char *lower_group_name(const LowerCtx *c, const int64_t *ranks, int n, char *buf, size_t len);
+/* the attribute set of an inserted communication op, group part */
+void lower_comm_group_attrs(LowerCtx *c, Node *n, const int64_t *ranks, int n_ranks, int reuse);
+uint64_t lower_hash_name(const Node *producer, int index);
+const char *lower_fullname(const Node *n, char *buf, size_t len);
+Node *lower_new_op(LowerCtx *c, int op, const Node *like, uint32_t nargs);
+void lower_set_fullname(LowerCtx *c, Node *n, const Node *like);
+Abs lower_abs_like(Module *m, const Abs *like, const int64_t *d, int rank);
+Abs lower_abs_int(void);
+Abs lower_abs_tuple_ints(Module *m, int n);
+Abs lower_abs_tuple_tensors(Module *m, const Abs *elem, int n);
+Value lower_ints(Module *m, const int64_t *v, int n);
+void lower_order_attrs(AttrList *l);
+void lower_reorder_attrs(AttrList *l, const char *const *keys, int nk);
+int lower_strategy(const Node *n, int64_t s[][LAYOUT_MAX_DIM], int *rk, int max, int *nstrat);
+int lower_is_dataset(const Node *p);
+int lower_is_weight(const Node *p);
+/* optimizer-parallel sharding of a weight (§3.7): returns the shard factor
+ * (1 = not sharded) and fills the AllGather group and the mirror group */
+int lower_param_shard(const LowerCtx *c, const Node *p, int64_t *optg, int *nopt, int64_t *mirror, int *nmirror);
+
+/* ---- comm.c ---- */
+void lower_subst_args(Node *n);
+void lower_clear_subst(Graph *g);
+
+/* ---- rules.c ---- */
+int lower_has_rule(const Node *n);
+int lower_infer_node(LowerCtx *c, Node *n); /* 1 done, 0 no rule, -1 reported */
+
+/* ---- verify (layouts.c) ---- */
+int lower_verify(Module *m);
+int lower_same_slices(Module *m, const TLay *a, const TLay *b);
+
+#endif

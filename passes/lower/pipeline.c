@@ -1,0 +1,414 @@
+/* pipeline.c - the `pipeline` pass: one pipeline stage per rank.
+ *
+ * pass_pipeline (parallel-lowering.md §3.8, §2.1 stage device lists)
+ *   Requires: layouts.
+ *   Provides: with --pipeline-stages=S > 1, the entry graph of rank R holds
+ *             only the operators of stage R / (N / S).  A node's stage is the
+ *             first of: the longest matching --stage=PATTERN=K rule (PATTERN
+ *             is a cell path such as `_backbone.layer1`, matched against the
+ *             scope segments `_backbone-Net/layer1-Dense` by the names before
+ *             their '-'), its `stage` attribute, the smallest stage of its
+ *             users, the largest stage of its operands, 0.  A value produced
+ *             in stage a and used in stage b > a leaves stage a through a
+ *             Send (dest_rank = rank + (b-a)·N/S) and enters stage b through a
+ *             Receive (src_rank = rank - (b-a)·N/S); sr_tag numbers the
+ *             transfers between each pair of ranks in producer order, so both
+ *             sides agree; shape and dtype are the producer's slice.  The
+ *             Receive takes its producer's layout, so redistribution happens
+ *             after it, never before a Send.  A weight read in several stages
+ *             belongs to the first: later stages receive its Load
+ *             (pipeline_param) instead of loading it.  Parameters no operator
+ *             of the stage uses are dropped; a non-last stage returns its
+ *             last Send.
+ *             With S = 1 the pass does nothing.
+ *   Invalidates: nodes of other stages (removed).
+ *   Not done: micro-batch slicing and the 1F1B schedule (`micro` is 0).
+ */
+#include <string.h>
+
+#include "lower.h"
+
+#define MAX_STAGES 64
+
+static int seg_name_eq(const char *seg, size_t slen, const char *pat, size_t plen)
+{
+	const char *dash = memchr(seg, '-', slen);
+	size_t n = dash ? (size_t)(dash - seg) : slen;
+	return n == plen && memcmp(seg, pat, n) == 0;
+}
+
+/* number of pattern parts matched (0 = no match) */
+static int match_rule(const char *scope, const char *pat, size_t plen)
+{
+	const char *segs[128];
+	size_t lens[128];
+	int ns = 0;
+	for (const char *p = scope; *p && ns < 128;) {
+		const char *e = strchr(p, '/');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		segs[ns] = p;
+		lens[ns++] = l;
+		p += l + (e ? 1 : 0);
+		if (!e)
+			break;
+	}
+	const char *parts[64];
+	size_t plens[64];
+	int np = 0;
+	for (const char *p = pat; p < pat + plen && np < 64;) {
+		const char *e = memchr(p, '.', (size_t)(pat + plen - p));
+		size_t l = e ? (size_t)(e - p) : (size_t)(pat + plen - p);
+		parts[np] = p;
+		plens[np++] = l;
+		p += l + 1;
+	}
+	for (int s = 0; s + np <= ns; s++) {
+		int ok = 1;
+		for (int k = 0; k < np && ok; k++)
+			ok = seg_name_eq(segs[s + k], lens[s + k], parts[k], plens[k]);
+		if (ok)
+			return np;
+	}
+	return 0;
+}
+
+static int rule_stage(const Options *o, const Node *n)
+{
+	if (!n->scope || !o->nstage_rules)
+		return -1;
+	const char *scope = sym_str(n->scope);
+	int best = 0, st = -1;
+	for (int i = 0; i < o->nstage_rules; i++) {
+		const char *r = o->stage_rules[i];
+		const char *eq = strrchr(r, '=');
+		if (!eq)
+			continue;
+		int k = match_rule(scope, r, (size_t)(eq - r));
+		if (k > best) {
+			best = k;
+			st = atoi(eq + 1);
+		}
+	}
+	return st;
+}
+
+/* the weight a Load reads, or NULL */
+static Node *load_weight(const Node *n)
+{
+	if (!ir_node_is_op(n, OP_Load) || !n->nargs || n->args[0].kind != V_NODE)
+		return NULL;
+	Node *p = n->args[0].u.node;
+	return lower_is_weight(p) ? p : NULL;
+}
+
+static Value f16_placeholder(Module *m)
+{
+	Value e[3], one = value_int(1, NT_BARE);
+	memset(e, 0, sizeof e);
+	e[0] = value_tuple_of(m->arena, &one, 1);
+	e[0].kind = V_LIST;
+	e[0].key = intern_cstr("shape");
+	e[1] = value_word("Float16");
+	e[1].key = intern_cstr("dtype");
+	e[2] = value_int(0, NT_BARE);
+	e[2].key = intern_cstr("value");
+	Value t = value_tuple_of(m->arena, e, 3);
+	t.kind = V_CALL;
+	t.text = intern_cstr("Tensor");
+	return t;
+}
+
+static const char *dump_dtype(Sym dt)
+{
+	static const struct {
+		const char *a, *b;
+	} t[] = {{"Float32", "F32"}, {"Float16", "F16"}, {"BFloat16", "BF16"}, {"Float64", "F64"}, {"Int32", "I32"},
+	         {"Int64", "I64"},   {"Int16", "I16"},   {"Int8", "I8"},       {"UInt8", "U8"},    {"Bool", "Bool"}};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (strcmp(sym_str(dt), t[i].a) == 0)
+			return t[i].b;
+	return sym_str(dt);
+}
+
+static void p2p_attrs(LowerCtx *c, Node *n, const char *peer_key, int64_t peer, int64_t tag, const Node *p)
+{
+	Module *m = c->m;
+	int64_t sl[LAYOUT_MAX_DIM];
+	const TLay *t = &p->lay->out[0];
+	tlay_slice(t, sl);
+	Value shape = lower_ints(m, sl, t->rank);
+	for (uint32_t i = 0; i < shape.n; i++)
+		shape.u.elems[i].numtype = NT_BARE;
+	ir_attr_set(m, &n->pattrs, "sr_tag", value_int(tag, NT_I64));
+	ir_attr_set(m, &n->pattrs, peer_key, value_int(peer, NT_I64));
+	ir_attr_set(m, &n->pattrs, "group", value_str(c->world));
+	ir_attr_set(m, &n->pattrs, "group_back", value_str(c->world));
+	ir_attr_set(m, &n->pattrs, "no_eliminate", value_bool(1));
+	ir_attr_set(m, &n->pattrs, "shape", shape);
+	ir_attr_set(m, &n->pattrs, "dtype", value_word(dump_dtype(p->out.dtype)));
+	n->has_pattrs = 1;
+	lower_order_attrs(&n->pattrs);
+}
+
+int pass_pipeline(Module *m, const Options *o)
+{
+	if (o->device_num <= 1)
+		return 0; /* stand-alone: nothing to lower */
+	LowerCtx c;
+	if (lower_ctx_init(&c, m, o) < 0)
+		return 1;
+	Graph *g = ir_entry(m);
+	int S = c.stages, bad = 0;
+	if (S <= 1 || !g) {
+		lower_ctx_free(&c);
+		return 0;
+	}
+	if (S > MAX_STAGES) {
+		diag_error("at most %d pipeline stages are supported", MAX_STAGES);
+		lower_ctx_free(&c);
+		return 1;
+	}
+	uint32_t nn = g->nodes.n;
+	int32_t *st = xmalloc((nn + 1) * sizeof *st);
+	uint64_t *umask = xcalloc(nn + 1, sizeof *umask);
+	for (uint32_t i = 0; i < nn; i++)
+		g->nodes.a[i]->mark = i + 1;
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		int s = rule_stage(o, n);
+		if (s < 0)
+			s = n->stage;
+		if (s >= S) {
+			diag_error_at(n->loc, "%s (%%%d): stage %d is out of range for %d pipeline stages",
+			              n->kind == NK_RETURN ? "Return" : sym_str(n->prim), n->local, s, S);
+			bad = 1;
+		}
+		st[i] = n->kind == NK_RETURN ? S - 1 : s;
+	}
+	if (bad)
+		goto done;
+	/* unassigned: the smallest stage of the users (users come later, so a
+	 * reverse sweep sees them first), then the largest of the operands */
+	uint8_t *fixed = xcalloc(nn + 1, 1);
+	for (uint32_t i = 0; i < nn; i++)
+		fixed[i] = st[i] >= 0;
+	for (uint32_t i = nn; i-- > 0;) {
+		Node *n = g->nodes.a[i];
+		if (n->kind == NK_RETURN || st[i] < 0)
+			continue;
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+			if (!p || p->kind != NK_CNODE || p->g != g)
+				continue;
+			uint32_t j = p->mark - 1;
+			if (!fixed[j] && (st[j] < 0 || st[i] < st[j]))
+				st[j] = st[i];
+		}
+	}
+	free(fixed);
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		if (st[i] >= 0)
+			continue;
+		int s = 0;
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+			if (p && p->kind == NK_CNODE && p->g == g && st[p->mark - 1] > s)
+				s = st[p->mark - 1];
+		}
+		st[i] = s;
+	}
+	for (uint32_t i = 0; i < nn; i++)
+		g->nodes.a[i]->stage = st[i];
+	/* A weight read in several stages belongs to the first of them: later
+	 * stages use the owner's Load, so the value crosses the boundary like an
+	 * activation and is marked pipeline_param (§3.8). */
+	uint8_t *dropped = xcalloc(nn + 1, 1);
+	for (uint32_t i = 0; i < g->params.n; i++)
+		g->params.a[i]->mark = 0;
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		Node *p = load_weight(n);
+		if (p && (!p->mark || st[i] < st[p->mark - 1]))
+			p->mark = i + 1;
+	}
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		Node *p = load_weight(n);
+		if (!p || p->mark - 1 == i || p->mark - 1 > i || st[i] <= st[p->mark - 1])
+			continue;
+		dropped[i] = 1; /* its users read the owner's Load instead */
+	}
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			Node *q = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+			if (q && q->kind == NK_CNODE && q->g == g && dropped[q->mark - 1])
+				n->args[k].u.node = g->nodes.a[load_weight(q)->mark - 1];
+		}
+	}
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		if (n->kind == NK_RETURN || dropped[i])
+			continue;
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+			if (p && p->kind == NK_CNODE && p->g == g)
+				umask[p->mark - 1] |= 1ull << st[i];
+		}
+	}
+	/* transfer tags: the k-th value stage a sends to stage b has tag k on both sides */
+	int32_t *cnt = xcalloc((size_t)S * S, sizeof *cnt);
+	int32_t *tagbase = xmalloc((nn + 1) * sizeof *tagbase); /* tag of (P, b): tags[P*S + b] */
+	int32_t *tags = xmalloc(((size_t)nn * S + 1) * sizeof *tags);
+	for (uint32_t i = 0; i < nn; i++) {
+		tagbase[i] = (int32_t)(i * (uint32_t)S);
+		for (int b = 0; b < S; b++)
+			tags[(size_t)i * S + b] = b > st[i] && (umask[i] >> b & 1) ? cnt[st[i] * S + b]++ : -1;
+	}
+	Node **recv = xcalloc(nn + 1, sizeof *recv);
+	Vec(Node *) out = {0};
+	Node *last_send = NULL;
+	int me = c.stage;
+	for (uint32_t i = 0; i < nn && !bad; i++) {
+		Node *n = g->nodes.a[i];
+		if (n->kind == NK_RETURN) {
+			if (me != S - 1 && n->nargs >= 1) {
+				/* a non-last stage returns what it sends on (or its last
+				 * operator when it sends nothing) */
+				Node *r = last_send;
+				for (uint32_t k = out.n; !r && k-- > 0;)
+					if (out.a[k]->kind == NK_CNODE)
+						r = out.a[k];
+				if (r) {
+					n->args[0] = value_node(r);
+					n->out = r->out;
+				}
+			}
+			vec_push(&out, n);
+			continue;
+		}
+		if (st[i] != me || dropped[i]) {
+			n->dead = 1;
+			continue;
+		}
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+			if (!p || p->kind != NK_CNODE || p->g != g)
+				continue;
+			uint32_t j = p->mark - 1;
+			if (st[j] == me)
+				continue;
+			if (st[j] > me) {
+				diag_error_at(n->loc, "%s (%%%d) in stage %d uses %%%d of the later stage %d",
+				              sym_str(n->prim), n->local, me, p->local, st[j]);
+				bad = 1;
+				break;
+			}
+			if (!p->lay || !p->lay->nout || !p->lay->out[0].ndev) {
+				diag_error_at(
+				    n->loc, "%s (%%%d): the stage boundary crosses a value that is not a tensor (%%%d)",
+				    sym_str(n->prim), n->local, p->local);
+				bad = 1;
+				break;
+			}
+			if (!recv[j]) {
+				Node *r = lower_new_op(&c, OP_Receive, p, 1);
+				r->instance = intern_cstr("Receive");
+				r->args[0] = f16_placeholder(m);
+				int64_t one = 1;
+				r->in_types[0] = lower_abs_like(m, &(Abs){.dtype = intern_cstr("Float16")}, &one, 1);
+				r->in_types[0].has_value = 1;
+				r->out = p->out;
+				r->stage = me;
+				int64_t peer = c.rank - (int64_t)(me - st[j]) * c.per_stage;
+				p2p_attrs(&c, r, "src_rank", peer, tags[(size_t)tagbase[j] + me], p);
+				ir_attr_set(m, &r->primal, "SRC_RANK", value_int(st[j], NT_I64));
+				ir_attr_set(m, &r->primal, "micro", value_int(0, NT_I64));
+				ir_attr_set(m, &r->primal, load_weight(p) ? "pipeline_param" : "pipeline_begin",
+				            value_int(tags[(size_t)tagbase[j] + me], NT_I64));
+				r->has_primal = 1;
+				lower_order_attrs(&r->primal);
+				r->lay = lay_new(m, 1, 1);
+				r->lay->out[0] = p->lay->out[0];
+				r->lay->flags = LAY_INSERTED;
+				vec_push(&out, r);
+				recv[j] = r;
+			}
+			n->args[k] = value_node(recv[j]);
+		}
+		vec_push(&out, n);
+		for (int b = me + 1; b < S; b++) {
+			if (tags[(size_t)tagbase[i] + b] < 0)
+				continue;
+			if (!n->lay || !n->lay->nout || !n->lay->out[0].ndev) {
+				diag_error_at(n->loc,
+				              "%s (%%%d): the stage boundary crosses a value that is not a tensor",
+				              sym_str(n->prim), n->local);
+				bad = 1;
+				break;
+			}
+			Node *s = lower_new_op(&c, OP_Send, n, 1);
+			s->instance = intern_cstr("Send");
+			s->args[0] = value_node(n);
+			s->in_types[0] = n->out;
+			s->out = n->out;
+			int64_t peer = c.rank + (int64_t)(b - me) * c.per_stage;
+			p2p_attrs(&c, s, "dest_rank", peer, tags[(size_t)tagbase[i] + b], n);
+			ir_attr_set(m, &s->primal, "DEST_RANK", value_int(b, NT_I64));
+			ir_attr_set(m, &s->primal, "micro", value_int(0, NT_I64));
+			ir_attr_set(m, &s->primal, load_weight(n) ? "pipeline_param" : "pipeline_end",
+			            value_int(tags[(size_t)tagbase[i] + b], NT_I64));
+			s->has_primal = 1;
+			lower_order_attrs(&s->primal);
+			s->lay = lay_new(m, 1, 1);
+			s->lay->in[0] = s->lay->out[0] = n->lay->out[0];
+			s->lay->flags = LAY_INSERTED;
+			vec_push(&out, s);
+			last_send = s;
+		}
+	}
+	if (!bad) {
+		free(g->nodes.a);
+		g->nodes.a = out.a;
+		g->nodes.n = out.n;
+		g->nodes.cap = out.cap;
+		ir_renumber(g);
+		/* parameters this stage does not read are not part of its graph */
+		for (uint32_t i = 0; i < g->params.n; i++)
+			g->params.a[i]->mark = 0;
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			Node *n = g->nodes.a[i];
+			for (uint32_t k = 0; k < n->nargs; k++)
+				if (n->args[k].kind == V_NODE && n->args[k].u.node->kind == NK_PARAM)
+					n->args[k].u.node->mark = 1;
+		}
+		uint32_t kept = 0;
+		int renum = 0;
+		for (uint32_t i = 0; i < g->params.n; i++) {
+			Node *p = g->params.a[i];
+			if (p->mark)
+				g->params.a[kept++] = p;
+			else
+				renum = 1;
+		}
+		g->params.n = kept;
+		if (renum && g->is_entry)
+			for (uint32_t i = 0; i < kept; i++)
+				if (g->params.a[i]->local > 0)
+					g->params.a[i]->local = (int32_t)i + 1;
+	} else {
+		vec_free(&out);
+	}
+	free(dropped);
+	free(cnt);
+	free(tagbase);
+	free(tags);
+	free(recv);
+done:
+	free(st);
+	free(umask);
+	ir_clear_marks(m);
+	lower_ctx_free(&c);
+	return bad ? 1 : 0;
+}

@@ -1,0 +1,562 @@
+/* redistribute.c - the `redistribute` pass: tensor redistribution, operator
+ * replacement and local shapes.
+ *
+ * pass_redistribute (parallel-lowering.md §2.3 Reshape/Gather, §4.1, §4.4, §5)
+ *   Requires: layouts; comm (forward ops already in place); pipeline when
+ *             stages > 1.
+ *   Provides: for every operator input whose producer's output layout
+ *             differs from the layout the operator needs, the operator list
+ *             of redist_plan() inserted in front of the input, in list order
+ *             (StridedSlice; AllGather, and for a non-zero axis Split +
+ *             TupleGetItem + MakeTuple + Concat; AlltoAll with
+ *             --enable-alltoall; Reshape), named
+ *             redistribution_op_<std::hash(producer fullname + "_" + i)><Op>.
+ *             Reshape operators are replaced by their own list (a Reshape to
+ *             the local target when no communication is needed); a Gather
+ *             whose table rows are split is replaced by the masked local
+ *             lookup of §2.3.  Then every type line, the # Params lines, Load
+ *             lines, StridedSlice ends and Reshape targets are rewritten to the
+ *             device-local shapes of this rank (§5); strategies stay global.
+ *   Invalidates: global shapes (the module is now rank-local).
+ */
+#include <string.h>
+
+#include "lower.h"
+
+typedef Vec(Node *) NodeVec;
+
+static const char *const rd_name[] = {"StridedSlice", "AllGather", "Split", "Concat", "AlltoAll", "Reshape"};
+
+static void name_op(Node *n, const Node *origin, int index, const char *opname)
+{
+	char inst[96];
+	snprintf(inst, sizeof inst, "redistribution_op_%llu%s", (unsigned long long)lower_hash_name(origin, index),
+	         opname);
+	n->instance = intern_cstr(inst);
+}
+
+static void keep_value(Module *m, Node *n)
+{
+	lower_attr_put(m, &n->pattrs, "keep_value_node_input", value_bool(1));
+	n->has_pattrs = 1;
+}
+
+static Abs tensor_abs(Module *m, Sym dtype, const int64_t *d, int r)
+{
+	Abs like = {0};
+	like.dtype = dtype;
+	return lower_abs_like(m, &like, d, r);
+}
+
+/* Build the nodes of one plan after src; returns the last node. */
+static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistPlan *p, Node *src, Node *origin, Node *like)
+{
+	Module *m = c->m;
+	Sym dt = src->out.dtype ? src->out.dtype : intern_cstr("Float32");
+	Node *cur = src;
+	for (int i = 0; i < p->nops; i++) {
+		const RedistOp *o = &p->ops[i];
+		Node *n;
+		switch (o->kind) {
+		case RD_STRIDEDSLICE: {
+			n = lower_new_op(c, OP_StridedSlice, like, 9);
+			n->args[1] = lower_ints(m, o->begin, o->rank_in);
+			n->args[2] = lower_ints(m, o->end, o->rank_in);
+			n->args[3] = lower_ints(m, o->strides, o->rank_in);
+			for (int k = 1; k <= 3; k++)
+				n->in_types[k] = lower_abs_tuple_ints(m, o->rank_in);
+			for (int k = 4; k < 9; k++) {
+				n->args[k] = value_int(0, NT_I64);
+				n->in_types[k] = lower_abs_int();
+			}
+			keep_value(m, n);
+			break;
+		}
+		case RD_ALLGATHER:
+		case RD_ALLTOALL: {
+			n = lower_new_op(c, o->kind == RD_ALLGATHER ? OP_AllGather : OP_AlltoAll, like, 1);
+			if (o->kind == RD_ALLTOALL) {
+				lower_attr_put(m, &n->pattrs, "split_count", value_int(o->n, NT_I64));
+				lower_attr_put(m, &n->pattrs, "split_dim", value_int(o->split_dim, NT_I64));
+				lower_attr_put(m, &n->pattrs, "concat_dim", value_int(o->concat_dim, NT_I64));
+			}
+			lower_attr_put(m, &n->pattrs, "rank_size", value_int(o->ngroup, NT_I64));
+			if (o->kind == RD_ALLGATHER) {
+				lower_attr_put(m, &n->pattrs, "fusion", value_int(0, NT_I64));
+				lower_attr_put(m, &n->pattrs, "mean_flag", value_bool(0));
+			}
+			lower_attr_put(m, &n->pattrs, "no_eliminate", value_bool(1));
+			keep_value(m, n);
+			lower_comm_group_attrs(c, n, o->group, o->ngroup, 1);
+			static const char *const ag[] = {"group",
+			                                 "rank_size",
+			                                 "fusion",
+			                                 "mean_flag",
+			                                 "no_eliminate",
+			                                 "group_ranks",
+			                                 "keep_value_node_input",
+			                                 "group_rank_ids",
+			                                 "comm_reuse",
+			                                 "rank_list"};
+			static const char *const aa[] = {
+			    "split_count",    "split_dim",    "concat_dim",  "group",
+			    "rank_size",      "no_eliminate", "group_ranks", "keep_value_node_input",
+			    "group_rank_ids", "comm_reuse",   "rank_list"};
+			if (o->kind == RD_ALLGATHER)
+				lower_reorder_attrs(&n->pattrs, ag, 10);
+			else
+				lower_reorder_attrs(&n->pattrs, aa, 11);
+			break;
+		}
+		case RD_SPLIT: {
+			n = lower_new_op(c, OP_Split, like, 3);
+			n->args[1] = value_int(o->axis, NT_I64);
+			n->args[2] = value_int(o->n, NT_I64);
+			n->in_types[1] = n->in_types[2] = lower_abs_int();
+			keep_value(m, n);
+			break;
+		}
+		case RD_CONCAT:
+			n = lower_new_op(c, OP_Concat, like, 2);
+			n->args[1] = value_int(o->axis, NT_I64);
+			n->in_types[1] = lower_abs_int();
+			keep_value(m, n);
+			break;
+		default: /* RD_RESHAPE */
+			n = lower_new_op(c, OP_Reshape, like, 2);
+			n->args[1] = lower_ints(m, o->out_shape, o->rank_out);
+			n->in_types[1] = lower_abs_tuple_ints(m, o->rank_out);
+			keep_value(m, n);
+			break;
+		}
+		name_op(n, origin, i, rd_name[o->kind]);
+		n->args[0] = value_node(cur);
+		n->in_types[0] = cur->out;
+		Abs t = tensor_abs(m, dt, o->out_shape, o->rank_out);
+		if (o->kind == RD_SPLIT) {
+			n->out = lower_abs_tuple_tensors(m, &t, o->n);
+			vec_push(out, n);
+			/* Split's outputs feed Concat through TupleGetItem + MakeTuple (§4.4) */
+			Node *mt = lower_new_op(c, OP_MakeTuple, like, (uint32_t)o->n);
+			mt->scope_kind = like->scope_kind == SCOPE_FULLNAME ? SCOPE_NONE : like->scope_kind;
+			for (int k = 0; k < o->n; k++) {
+				Node *gi = lower_new_op(c, OP_TupleGetItem, like, 2);
+				gi->scope_kind = mt->scope_kind;
+				gi->args[0] = value_node(n);
+				gi->args[1] = value_int(k, NT_I64);
+				gi->in_types[0] = n->out;
+				gi->in_types[1] = lower_abs_int();
+				gi->out = t;
+				vec_push(out, gi);
+				mt->args[k] = value_node(gi);
+				mt->in_types[k] = t;
+			}
+			mt->out = n->out;
+			vec_push(out, mt);
+			cur = mt;
+			continue;
+		}
+		if (o->kind == RD_CONCAT)
+			n->in_types[0] = cur->out;
+		n->out = t;
+		vec_push(out, n);
+		cur = n;
+	}
+	return cur;
+}
+
+static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLay *to, Node *src, Node *origin,
+                          Node *user, int keep)
+{
+	Layout f, t;
+	tlay_to_layout(from, &f);
+	tlay_to_layout(to, &t);
+	RedistPlan p;
+	char err[256];
+	if (redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err) != 0) {
+		diag_error_at(user->loc, "%s (%%%d): cannot redistribute its input: %s", sym_str(user->prim),
+		              user->local, err);
+		return NULL;
+	}
+	Node *last = p.nops ? build_plan(c, out, &p, src, origin, user) : src;
+	redist_plan_free(&p);
+	return last;
+}
+
+static NodeLayout *pass_lay(Module *m, const TLay *t)
+{
+	NodeLayout *l = lay_new(m, 0, 1);
+	l->out[0] = *t;
+	l->flags = LAY_INSERTED;
+	return l;
+}
+
+static Node *origin_of(Node *p)
+{
+	return p->lay && p->lay->origin ? p->lay->origin : p;
+}
+
+static int64_t coord_of(const LowerCtx *c, const NodeLayout *l, int a)
+{
+	int64_t p = c->pos;
+	for (int i = l->nodev - 1; i > a; i--)
+		p /= l->odev[i];
+	return p % l->odev[a];
+}
+
+/* Scalar constant operand: Tensor(shape=[], dtype=D, value=v). */
+static Value scalar(Module *m, Sym dtype, int64_t v)
+{
+	Value e[3];
+	memset(e, 0, sizeof e);
+	e[0].kind = V_LIST;
+	e[0].key = intern_cstr("shape");
+	e[1] = value_word(sym_str(dtype));
+	e[1].key = intern_cstr("dtype");
+	e[2] = value_int(v, NT_BARE);
+	e[2].key = intern_cstr("value");
+	Value t = value_tuple_of(m->arena, e, 3);
+	t.kind = V_CALL;
+	t.text = intern_cstr("Tensor");
+	return t;
+}
+
+static Node *binop(LowerCtx *c, int op, Node *like, Node *a, Value b, const Abs *bt, const Abs *outt)
+{
+	Node *n = lower_new_op(c, op, like, 2);
+	n->args[0] = value_node(a);
+	n->in_types[0] = a->out;
+	n->args[1] = b;
+	n->in_types[1] = *bt;
+	n->out = *outt;
+	return n;
+}
+
+/* §2.3 Gather with a row-split table: look up the local rows only and zero
+ * the rows another device owns; the forward AllReduce (comm pass) sums. */
+static int gather_rowsplit(LowerCtx *c, NodeVec *out, Node *n)
+{
+	Module *m = c->m;
+	NodeLayout *l = n->lay;
+	const TLay *tt = &l->in[0], *it = &l->in[1];
+	if (tt->rank != 2 || n->nargs < 2 || n->args[1].kind != V_NODE) {
+		diag_error_at(n->loc, "%s (%%%d): a row-split table must be 2-D", sym_str(n->prim), n->local);
+		return -1;
+	}
+	int a = it->rank; /* device dimension of the table rows */
+	int64_t rows = tt->shape[0] / l->odev[a];
+	int64_t bias = coord_of(c, l, a) * rows;
+	Node *idx = n->args[1].u.node;
+	int64_t il[LAYOUT_MAX_DIM];
+	tlay_slice(it, il);
+	Sym idt = idx->out.dtype ? idx->out.dtype : intern_cstr("Int32");
+	Sym vdt = n->out.dtype ? n->out.dtype : intern_cstr("Float32");
+	Abs ia = tensor_abs(m, idt, il, it->rank), sc = tensor_abs(m, idt, NULL, 0);
+	sc.has_value = 1;
+	Node *sub = binop(c, OP_Sub, n, idx, scalar(m, idt, bias), &sc, &ia);
+	vec_push(out, sub);
+	Node *relu = lower_new_op(c, OP_ReLU, n, 1);
+	relu->args[0] = value_node(sub);
+	relu->in_types[0] = ia;
+	relu->out = ia;
+	vec_push(out, relu);
+	Node *mn = binop(c, OP_Minimum, n, relu, scalar(m, idt, rows - 1), &sc, &ia);
+	vec_push(out, mn);
+	Abs ba = ia;
+	char bt[32];
+	snprintf(bt, sizeof bt, "Tensor[Bool]");
+	ba.tstr = intern_cstr(bt);
+	ba.dtype = intern_cstr("Bool");
+	Node *eq = lower_new_op(c, OP_Equal, n, 2);
+	eq->args[0] = value_node(sub);
+	eq->args[1] = value_node(mn);
+	eq->in_types[0] = eq->in_types[1] = ia;
+	eq->out = ba;
+	vec_push(out, eq);
+	n->args[1] = value_node(mn);
+	vec_push(out, n);
+	Node *cast = lower_new_op(c, OP_Cast, n, 2);
+	cast->args[0] = value_node(eq);
+	cast->in_types[0] = ba;
+	cast->args[1] = value_word(strcmp(sym_str(vdt), "Float16") == 0 ? "F16" : "F32");
+	cast->in_types[1].tstr = intern_cstr("TypeType");
+	cast->in_types[1].shape.kind = SK_NOSHAPE;
+	Abs fa = tensor_abs(m, vdt, il, it->rank);
+	cast->out = fa;
+	vec_push(out, cast);
+	int64_t el[LAYOUT_MAX_DIM + 1];
+	memcpy(el, il, sizeof il);
+	el[it->rank] = 1;
+	Node *ex = lower_new_op(c, OP_ExpandDims, n, 2);
+	ex->args[0] = value_node(cast);
+	ex->in_types[0] = fa;
+	ex->args[1] = value_int(-1, NT_I64);
+	ex->in_types[1] = lower_abs_int();
+	ex->out = tensor_abs(m, vdt, el, it->rank + 1);
+	vec_push(out, ex);
+	int64_t ol[LAYOUT_MAX_DIM];
+	tlay_slice(&l->out[0], ol);
+	Abs oa = tensor_abs(m, vdt, ol, l->out[0].rank);
+	Node *mul = lower_new_op(c, OP_Mul, n, 2);
+	mul->args[0] = value_node(n);
+	mul->in_types[0] = oa;
+	mul->args[1] = value_node(ex);
+	mul->in_types[1] = ex->out;
+	mul->out = oa;
+	vec_push(out, mul);
+	mul->lay = pass_lay(m, &l->out[0]);
+	mul->lay->origin = n;
+	l->subst = mul;
+	return 0;
+}
+
+/* MatMul with out_strategy: ReduceScatter(sum) of the partial products
+ * over the k group, splitting the rows (§3.1); named like a forward op */
+static void reduce_scatter(LowerCtx *c, NodeVec *out, Node *n)
+{
+	Module *m = c->m;
+	NodeLayout *l = n->lay;
+	int64_t g[LOWER_MAX_GROUP / 16];
+	int ng = lower_group_mask(c, l->odev, l->nodev, l->fwd_mask, g);
+	Node *rs = lower_new_op(c, OP_ReduceScatter, n, 1);
+	rs->args[0] = value_node(n);
+	int64_t d[LAYOUT_MAX_DIM];
+	tlay_slice(&l->out[0], d);
+	rs->in_types[0] = tensor_abs(m, n->out.dtype, d, l->out[0].rank);
+	tlay_slice(l->fwd_out, d);
+	rs->out = tensor_abs(m, n->out.dtype, d, l->fwd_out->rank);
+	lower_attr_put(m, &rs->pattrs, "op", value_str("sum"));
+	lower_attr_put(m, &rs->pattrs, "rank_size", value_int(ng, NT_I64));
+	lower_attr_put(m, &rs->pattrs, "fusion", value_int(0, NT_I64));
+	lower_attr_put(m, &rs->pattrs, "no_eliminate", value_bool(1));
+	lower_comm_group_attrs(c, rs, g, ng, 1);
+	static const char *const order[] = {"op",          "group",          "rank_size",  "fusion",   "no_eliminate",
+	                                    "group_ranks", "group_rank_ids", "comm_reuse", "rank_list"};
+	lower_reorder_attrs(&rs->pattrs, order, 9);
+	rs->has_pattrs = 1;
+	char inst[64];
+	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(n, 0));
+	rs->instance = intern_cstr(inst);
+	rs->lay = pass_lay(m, l->fwd_out);
+	rs->lay->origin = n;
+	vec_push(out, rs);
+	l->subst = rs;
+}
+
+/* the shape of a node's output, local once localize has visited it */
+static void set_dims(Module *m, Abs *a, const int64_t *d, int r)
+{
+	a->shape = shape_dims(m->arena, d, r);
+}
+
+static void localize_node(LowerCtx *c, Node *n)
+{
+	Module *m = c->m;
+	for (uint32_t i = 0; i < n->nargs && i < n->nin_types; i++) {
+		if (n->args[i].kind != V_NODE)
+			continue;
+		const Node *p = n->args[i].u.node;
+		Shape *is = &n->in_types[i].shape;
+		if ((p->out.shape.kind == SK_DIMS || p->out.shape.kind == SK_TUPLE) && is->kind == p->out.shape.kind)
+			*is = p->out.shape;
+	}
+	if (n->kind == NK_RETURN) {
+		if (n->nargs && n->args[0].kind == V_NODE && n->has_type_line)
+			n->out = n->args[0].u.node->out;
+		return;
+	}
+	NodeLayout *l = n->lay;
+	if (l && l->nout && l->out[0].ndev) {
+		int64_t d[LAYOUT_MAX_DIM];
+		if (n->out.shape.kind == SK_DIMS) {
+			tlay_slice(&l->out[0], d);
+			set_dims(m, &n->out, d, l->out[0].rank);
+		} else if (n->out.shape.kind == SK_TUPLE && n->out.shape.rank == l->nout) {
+			Shape *sub = arena_alloc(m->arena, l->nout * sizeof *sub);
+			for (int k = 0; k < l->nout; k++) {
+				sub[k] = n->out.shape.sub[k];
+				if (l->out[k].ndev && sub[k].kind == SK_DIMS) {
+					tlay_slice(&l->out[k], d);
+					sub[k] = shape_dims(m->arena, d, l->out[k].rank);
+				}
+			}
+			n->out.shape.sub = sub;
+		}
+	} else if (!l || !(l->flags & LAY_INSERTED)) {
+		int64_t d[MAX_RANK];
+		int r;
+		char why[128];
+		if (n->out.shape.kind == SK_DIMS && ir_infer_shape(n, d, &r, why, sizeof why) == 1)
+			set_dims(m, &n->out, d, r);
+		else if (ir_node_is_op(n, OP_MakeTuple) && n->out.shape.kind == SK_TUPLE &&
+		         n->out.shape.rank == n->nin_types) {
+			Shape *sub = arena_alloc(m->arena, n->nin_types * sizeof *sub);
+			for (uint32_t k = 0; k < n->nin_types; k++)
+				sub[k] = n->in_types[k].shape;
+			n->out.shape.sub = sub;
+		} else if (ir_node_is_op(n, OP_TupleGetItem) && n->nin_types >= 1 && n->nargs >= 2) {
+			int64_t k;
+			const Shape *ts = &n->in_types[0].shape;
+			if (value_get_int(&n->args[1], &k) && ts->kind == SK_TUPLE && k >= 0 && k < ts->rank)
+				n->out.shape = ts->sub[k];
+		}
+	}
+	/* an operand from outside the text (--fragment) is taken to arrive in
+	 * the layout the operator needs */
+	if (l && (l->flags & LAY_OP))
+		for (uint32_t i = 0; i < n->nargs && i < l->nin && i < n->nin_types; i++)
+			if (n->args[i].kind == V_EXTERN && l->in[i].ndev && n->in_types[i].shape.kind == SK_DIMS) {
+				int64_t sl[LAYOUT_MAX_DIM];
+				tlay_slice(&l->in[i], sl);
+				set_dims(m, &n->in_types[i], sl, l->in[i].rank);
+			}
+	/* tensor constants feeding an operator are sliced to this rank's block
+	 * (StepSplitTensor, §5.4); a constant given as one broadcast value
+	 * slices by its shape alone */
+	if (l && (l->flags & LAY_OP))
+		for (uint32_t i = 0; i < n->nargs && i < l->nin && i < n->nin_types; i++) {
+			Value *v = &n->args[i];
+			if (v->kind != V_CALL || !l->in[i].ndev || strcmp(sym_str(v->text), "Tensor") != 0)
+				continue;
+			int64_t sl[LAYOUT_MAX_DIM];
+			tlay_slice(&l->in[i], sl);
+			Value c2 = value_clone(m->arena, v);
+			for (uint32_t k = 0; k < c2.n; k++) {
+				Value *e = &c2.u.elems[k];
+				if (e->key && strcmp(sym_str(e->key), "shape") == 0 && e->kind == V_LIST &&
+				    (int)e->n == l->in[i].rank)
+					for (uint32_t d = 0; d < e->n; d++)
+						if (e->u.elems[d].kind == V_INT)
+							e->u.elems[d].u.i = sl[d];
+				if (e->key && strcmp(sym_str(e->key), "value") == 0 &&
+				    (e->kind == V_LIST || e->kind == V_TUPLE))
+					diag_warning_at(n->loc,
+					                "%s (%%%d): constant operand %u is sliced by its shape only; "
+					                "its values are kept",
+					                sym_str(n->prim), n->local, i + 1);
+			}
+			*v = c2;
+			set_dims(m, &n->in_types[i], sl, l->in[i].rank);
+		}
+	/* StridedSlice over a split dimension takes that dimension whole: its
+	 * end becomes the local size */
+	if (l && (l->flags & LAY_OP) && ir_node_is_op(n, OP_StridedSlice) && n->nargs >= 3 &&
+	    n->args[2].kind == V_TUPLE && l->in[0].ndev) {
+		int64_t sl[LAYOUT_MAX_DIM];
+		tlay_slice(&l->in[0], sl);
+		Value e = value_clone(m->arena, &n->args[2]);
+		for (uint32_t i = 0; i < e.n && (int)i < l->in[0].rank; i++)
+			if (l->in[0].map[i] >= 0 && l->in[0].dev[l->in[0].ndev - 1 - l->in[0].map[i]] > 1 &&
+			    e.u.elems[i].kind == V_INT)
+				e.u.elems[i].u.i = sl[i];
+		n->args[2] = e;
+	}
+}
+
+int pass_redistribute(Module *m, const Options *o)
+{
+	if (o->device_num <= 1)
+		return 0; /* stand-alone: nothing to lower */
+	LowerCtx c;
+	if (lower_ctx_init(&c, m, o) < 0)
+		return 1;
+	Graph *g = ir_entry(m);
+	NodeVec out = {0};
+	int bad = 0;
+	for (uint32_t i = 0; g && i < g->nodes.n && !diag_too_many(); i++) {
+		Node *n = g->nodes.a[i];
+		lower_subst_args(n);
+		NodeLayout *l = n->lay;
+		if (l && ir_node_is_op(n, OP_Reshape) && l->in[0].ndev && l->out[0].ndev && n->args[0].kind == V_NODE) {
+			Layout f, t;
+			tlay_to_layout(&l->in[0], &f);
+			tlay_to_layout(&l->out[0], &t);
+			RedistPlan p;
+			char err[256];
+			if (redist_plan(&f, &t, c.dev_list, c.rank, o->enable_alltoall, 1, &p, err, sizeof err) != 0) {
+				diag_error_at(n->loc, "Reshape (%%%d): %s", n->local, err);
+				bad = 1;
+				continue;
+			}
+			if (p.nops == 1 && p.ops[0].kind == RD_RESHAPE) {
+				/* the node simply becomes a Reshape to the local target */
+				if (n->nargs >= 2) {
+					n->args[1] = lower_ints(m, p.ops[0].out_shape, p.ops[0].rank_out);
+					if (n->nin_types >= 2)
+						n->in_types[1] = lower_abs_tuple_ints(m, p.ops[0].rank_out);
+				}
+				vec_push(&out, n);
+			} else {
+				Node *last =
+				    p.nops ? build_plan(&c, &out, &p, n->args[0].u.node, n, n) : n->args[0].u.node;
+				n->dead = 1;
+				l->flags |= LAY_REPLACED;
+				l->subst = last;
+				if (last->lay == NULL)
+					last->lay = pass_lay(m, &l->out[0]);
+			}
+			redist_plan_free(&p);
+			continue;
+		}
+		if (l && (l->flags & LAY_OP)) {
+			for (uint32_t k = 0; k < n->nargs && k < l->nin; k++) {
+				if (!l->in[k].ndev || n->args[k].kind != V_NODE)
+					continue;
+				Node *p = n->args[k].u.node;
+				if (!p->lay || !p->lay->nout || !p->lay->out[0].ndev ||
+				    tlay_equal(&p->lay->out[0], &l->in[k]))
+					continue;
+				Node *last = plan_between(&c, &out, &p->lay->out[0], &l->in[k], p, origin_of(p), n, 0);
+				if (!last) {
+					bad = 1;
+					continue;
+				}
+				if (last == p)
+					continue; /* equivalent layouts: nothing moves */
+				last->lay = pass_lay(m, &l->in[k]);
+				n->args[k] = value_node(last);
+			}
+			if ((l->flags & LAY_REPLACED) && op_table[n->op].family == FAM_GATHER) {
+				if (gather_rowsplit(&c, &out, n) < 0)
+					bad = 1;
+				continue;
+			}
+		}
+		vec_push(&out, n);
+		if (l && (l->flags & LAY_OP) && l->fwd == FC_REDUCESCATTER && l->fwd_out)
+			reduce_scatter(&c, &out, n);
+	}
+	if (g) {
+		Vec(Node *) live = {0};
+		for (uint32_t i = 0; i < out.n; i++)
+			if (!out.a[i]->dead)
+				vec_push(&live, out.a[i]);
+		vec_free(&out);
+		free(g->nodes.a);
+		g->nodes.a = live.a;
+		g->nodes.n = live.n;
+		g->nodes.cap = live.cap;
+		ir_renumber(g);
+		if (!bad) {
+			for (uint32_t i = 0; i < g->params.n; i++) {
+				Node *p = g->params.a[i];
+				if (p->lay && p->out.shape.kind == SK_DIMS) {
+					int64_t d[LAYOUT_MAX_DIM];
+					tlay_slice(&p->lay->out[0], d);
+					set_dims(m, &p->out, d, p->lay->out[0].rank);
+				}
+				if (p->lay)
+					p->lay->flags |= LAY_LOCAL;
+			}
+			for (uint32_t i = 0; i < g->nodes.n; i++) {
+				localize_node(&c, g->nodes.a[i]);
+				if (g->nodes.a[i]->lay)
+					g->nodes.a[i]->lay->flags |= LAY_LOCAL;
+			}
+		}
+	}
+	vec_free(&out);
+	lower_clear_subst(g);
+	lower_ctx_free(&c);
+	return bad ? 1 : 0;
+}

@@ -1,0 +1,1023 @@
+/* rules.c - per-operator layout rules (parallel-lowering.md §2.2-§2.4).
+ *
+ * For an operator with a strategy (given, or the batch-parallel default of
+ * §2.2 when none is given) a rule computes the device matrix and the tensor
+ * map of every tensor input and output, and the operator's forward
+ * communication (§3.1).  The generic tail then checks the strategy (divides
+ * the shape, product at most the stage's devices), appends the repeated
+ * dimension on the right (§2.2 step 4) and stores the result on n->lay.
+ * Rules never report: they return -1 with a reason so that a failing default
+ * strategy can fall back to replication quietly.
+ */
+#include <string.h>
+
+#include "lower.h"
+
+#define MAXT 16 /* tensor inputs an operator may have */
+
+typedef struct Rule {
+	int ndev;
+	int64_t dev[LAYOUT_MAX_DIM + 2];
+	int nt;                          /* tensor inputs */
+	int opnd[MAXT];                  /* operand index of tensor input k */
+	int rk[MAXT];                    /* rank */
+	const int64_t *shp[MAXT];        /* global shape */
+	int64_t s[MAXT][LAYOUT_MAX_DIM]; /* strategy */
+	int8_t imap[MAXT][LAYOUT_MAX_DIM];
+	int nout;
+	int ork[MAXT];
+	const int64_t *oshp[MAXT];
+	int8_t omap[MAXT][LAYOUT_MAX_DIM];
+	int fwd;
+	uint32_t fwd_mask;
+	const char *fwd_op;
+	char why[256];
+} Rule;
+
+#define FAIL(...) (snprintf(r->why, sizeof r->why, __VA_ARGS__), -1)
+
+static void ident(Rule *r, int k, int base)
+{
+	for (int i = 0; i < r->rk[k]; i++)
+		r->imap[k][i] = (int8_t)(base - 1 - i);
+}
+
+static void out_ident(Rule *r, int k, int base)
+{
+	for (int i = 0; i < r->ork[k]; i++)
+		r->omap[k][i] = (int8_t)(base - 1 - i);
+}
+
+static void dev_from(Rule *r, int k)
+{
+	r->ndev = r->rk[k];
+	for (int i = 0; i < r->rk[k]; i++)
+		r->dev[i] = r->s[k][i];
+}
+
+/* literal operand i or primitive attribute key */
+static const Value *lit(const Node *n, uint32_t i, const char *key)
+{
+	if (i < n->nargs && n->args[i].kind != V_NODE && n->args[i].kind != V_EXTERN)
+		return &n->args[i];
+	return key ? ir_attr_get(&n->pattrs, key) : NULL;
+}
+
+static int flag(const Node *n, uint32_t i, const char *k1, const char *k2)
+{
+	int b = 0;
+	if (i < n->nargs && n->args[i].kind == V_BOOL)
+		return (int)n->args[i].u.i;
+	const Value *v = ir_attr_get(&n->pattrs, k1);
+	if (!v && k2)
+		v = ir_attr_get(&n->pattrs, k2);
+	if (v && value_truthy(v, &b))
+		return b;
+	return 0;
+}
+
+static int norm_axis(int64_t a, int rank)
+{
+	return (int)(a < 0 ? a + rank : a);
+}
+
+/* ------------------------------------------------------------ rules */
+
+static int r_matmul(Rule *r, const Node *n)
+{
+	if (r->nt != 2)
+		return FAIL("expects 2 tensor inputs");
+	int ra = r->rk[0], rb = r->rk[1];
+	if (ra < 2 || rb < 2)
+		return FAIL("inputs must have rank 2 or more");
+	int batch = n->op == OP_BatchMatMul;
+	if (!batch && (ra != 2 || rb != 2))
+		return FAIL("MatMul inputs must be 2-D");
+	int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+	const int64_t *sa = r->s[0], *sb = r->s[1];
+	int64_t a_row = ta ? sa[ra - 1] : sa[ra - 2], a_k = ta ? sa[ra - 2] : sa[ra - 1];
+	int64_t b_k = tb ? sb[rb - 1] : sb[rb - 2], b_col = tb ? sb[rb - 2] : sb[rb - 1];
+	if (a_k != b_k)
+		return FAIL("the reduction dimension is split %lld ways in input 1 but %lld ways in input 2",
+		            (long long)a_k, (long long)b_k);
+	int nb = (ra > rb ? ra : rb) - 2;
+	r->ndev = 0;
+	for (int i = 0; i < nb; i++) {
+		int ia = i - (nb - (ra - 2)), ib = i - (nb - (rb - 2));
+		int64_t xa = ia >= 0 ? sa[ia] : 1, xb = ib >= 0 ? sb[ib] : 1;
+		int64_t da = ia >= 0 ? r->shp[0][ia] : 1, db = ib >= 0 ? r->shp[1][ib] : 1;
+		if (xa != xb && !((xa == 1 && da == 1) || (xb == 1 && db == 1)))
+			return FAIL("batch dimension %d is split %lld ways in input 1 but %lld ways in input 2", i,
+			            (long long)xa, (long long)xb);
+		r->dev[r->ndev++] = xa > xb ? xa : xb;
+	}
+	r->dev[r->ndev++] = a_row;
+	r->dev[r->ndev++] = a_k;
+	r->dev[r->ndev++] = b_col;
+	int size = r->ndev;
+	int8_t idx[LAYOUT_MAX_DIM + 2];
+	for (int i = 0; i < size; i++)
+		idx[i] = (int8_t)(size - 1 - i);
+	/* A: idx without its last element, the last ra of them */
+	for (int i = 0; i < ra; i++)
+		r->imap[0][i] = idx[size - 1 - ra + i];
+	if (ta) {
+		int8_t t = r->imap[0][ra - 1];
+		r->imap[0][ra - 1] = r->imap[0][ra - 2];
+		r->imap[0][ra - 2] = t;
+	}
+	/* B: idx without the third-from-end element, the last rb of them */
+	int8_t bidx[LAYOUT_MAX_DIM + 2];
+	int nbi = 0;
+	for (int i = 0; i < size; i++)
+		if (i != size - 3)
+			bidx[nbi++] = idx[i];
+	for (int i = 0; i < rb; i++)
+		r->imap[1][i] = bidx[nbi - rb + i];
+	if (tb) {
+		int8_t t = r->imap[1][rb - 1];
+		r->imap[1][rb - 1] = r->imap[1][rb - 2];
+		r->imap[1][rb - 2] = t;
+	}
+	/* broadcast batch dimensions of size 1 are not split */
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < r->rk[k] - 2; i++)
+			if (r->shp[k][i] == 1)
+				r->imap[k][i] = -1;
+	for (int i = 0, j = 0; i < size; i++)
+		if (i != size - 2)
+			r->omap[0][j++] = idx[i];
+	for (int i = 0; i < r->ork[0] - 2 && i < nb; i++)
+		if (r->oshp[0][i] == 1)
+			r->omap[0][i] = -1;
+	if (a_k > 1) {
+		r->fwd = FC_ALLREDUCE;
+		r->fwd_mask = 1u << (size - 2);
+		r->fwd_op = "sum";
+	}
+	return 0;
+}
+
+static int r_elemwise(Rule *r, const Node *n)
+{
+	(void)n;
+	int R = 0;
+	for (int k = 0; k < r->nt; k++)
+		if (r->rk[k] > R)
+			R = r->rk[k];
+	r->ndev = R;
+	for (int i = 0; i < R; i++)
+		r->dev[i] = 1;
+	for (int k = 0; k < r->nt; k++) {
+		int pad = R - r->rk[k];
+		for (int i = 0; i < r->rk[k]; i++) {
+			int64_t s = r->s[k][i], d = r->dev[pad + i];
+			if (s == d || s == 1)
+				continue;
+			if (d != 1)
+				return FAIL("inputs are split differently on dimension %d (%lld and %lld ways)",
+				            pad + i, (long long)d, (long long)s);
+			r->dev[pad + i] = s;
+		}
+	}
+	for (int k = 0; k < r->nt; k++) {
+		int pad = R - r->rk[k];
+		for (int i = 0; i < r->rk[k]; i++) {
+			int64_t s = r->s[k][i], d = r->dev[pad + i];
+			if (s == d)
+				r->imap[k][i] = (int8_t)(R - 1 - (pad + i));
+			else if (r->shp[k][i] == 1)
+				r->imap[k][i] = -1;
+			else
+				return FAIL(
+				    "input %d is not split on dimension %d, which another input splits %lld ways "
+				    "(only a broadcast dimension of size 1 may differ)",
+				    k + 1, i, (long long)d);
+		}
+	}
+	out_ident(r, 0, R);
+	return 0;
+}
+
+static int r_identity(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt < 1)
+		return FAIL("expects a tensor input");
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	for (int k = 1; k < r->nt; k++) {
+		if (r->rk[k] != r->rk[0])
+			return FAIL("input %d has a different rank from input 1", k + 1);
+		for (int i = 0; i < r->rk[k]; i++)
+			if (r->s[k][i] != r->s[0][i])
+				return FAIL("input %d must be split like input 1", k + 1);
+		ident(r, k, r->rk[0]);
+	}
+	for (int o = 0; o < r->nout; o++)
+		if (r->ork[o] == r->rk[0])
+			out_ident(r, o, r->rk[0]);
+	return 0;
+}
+
+static int r_softmax(Rule *r, const Node *n)
+{
+	if (r_identity(r, n) < 0)
+		return -1;
+	int64_t ax[LAYOUT_MAX_DIM];
+	int k = value_int_list(lit(n, 1, "axis"), ax, LAYOUT_MAX_DIM);
+	if (k <= 0) {
+		ax[0] = -1;
+		k = 1;
+	}
+	for (int i = 0; i < k; i++) {
+		int a = norm_axis(ax[i], r->rk[0]);
+		if (a >= 0 && a < r->rk[0] && r->s[0][a] != 1)
+			return FAIL("the softmax axis %d must not be split (strategy %lld)", a, (long long)r->s[0][a]);
+	}
+	return 0;
+}
+
+static int r_biasadd(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt != 2 || r->rk[1] != 1 || r->rk[0] < 2)
+		return FAIL("expects an input of rank >= 2 and a 1-D bias");
+	if (r->s[1][0] != r->s[0][1])
+		return FAIL("the bias must be split like the channel dimension (%lld ways, not %lld)",
+		            (long long)r->s[0][1], (long long)r->s[1][0]);
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	r->imap[1][0] = (int8_t)(r->rk[0] - 2);
+	out_ident(r, 0, r->rk[0]);
+	return 0;
+}
+
+static int reduce_axes(const Node *n, int rank, unsigned *red, int *keep)
+{
+	int64_t ax[LAYOUT_MAX_DIM];
+	const Value *a = lit(n, 1, "axis");
+	int k = a ? value_int_list(a, ax, LAYOUT_MAX_DIM) : 0;
+	if (k < 0)
+		k = 0;
+	*red = 0;
+	if (k == 0)
+		*red = (1u << rank) - 1;
+	for (int i = 0; i < k; i++) {
+		int v = norm_axis(ax[i], rank);
+		if (v < 0 || v >= rank)
+			return -1;
+		*red |= 1u << v;
+	}
+	*keep = flag(n, 2, "keep_dims", NULL);
+	return 0;
+}
+
+static int r_reduce(Rule *r, const Node *n)
+{
+	if (r->nt != 1)
+		return FAIL("expects one tensor input");
+	unsigned red;
+	int keep;
+	if (reduce_axes(n, r->rk[0], &red, &keep) < 0)
+		return FAIL("reduction axis out of range");
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	int j = 0;
+	for (int i = 0; i < r->rk[0]; i++) {
+		if (red >> i & 1) {
+			if (keep)
+				r->omap[0][j++] = -1;
+			if (r->s[0][i] > 1)
+				r->fwd_mask |= 1u << i;
+		} else {
+			r->omap[0][j++] = r->imap[0][i];
+		}
+	}
+	if (j != r->ork[0])
+		return FAIL("the declared output rank does not match the reduction");
+	if (r->fwd_mask) {
+		r->fwd = n->op == OP_ReduceMean ? FC_ALLREDUCE_MEAN : FC_ALLREDUCE;
+		r->fwd_op = n->op == OP_ReduceMax    ? "max"
+		            : n->op == OP_ReduceMin  ? "min"
+		            : n->op == OP_ReduceProd ? "prod"
+		                                     : "sum";
+	}
+	return 0;
+}
+
+static int r_transpose(Rule *r, const Node *n)
+{
+	int64_t p[LAYOUT_MAX_DIM];
+	int k = value_int_list(lit(n, 1, "perm"), p, LAYOUT_MAX_DIM);
+	if (r->nt != 1 || k != r->rk[0])
+		return FAIL("needs a permutation of the input's dimensions");
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	for (int i = 0; i < k; i++) {
+		int a = norm_axis(p[i], k);
+		if (a < 0 || a >= k)
+			return FAIL("bad permutation");
+		r->omap[0][i] = r->imap[0][a];
+	}
+	return 0;
+}
+
+static int r_flatten(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt != 1 || r->rk[0] < 1)
+		return FAIL("expects one tensor input");
+	for (int i = 2; i < r->rk[0]; i++)
+		if (r->s[0][i] != 1)
+			return FAIL("only the first two dimensions may be split (dimension %d is split %lld ways)", i,
+			            (long long)r->s[0][i]);
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	r->omap[0][0] = r->imap[0][0];
+	if (r->ork[0] > 1)
+		r->omap[0][1] = r->rk[0] > 1 ? r->imap[0][1] : -1;
+	return 0;
+}
+
+static int r_gather(Rule *r, const Node *n, int *rowsplit)
+{
+	if (r->nt != 2)
+		return FAIL("expects a table and indices");
+	int64_t axis = 0;
+	const Value *a = lit(n, 2, "axis");
+	if (a)
+		value_get_int(a, &axis);
+	int rt = r->rk[0], ri = r->rk[1];
+	int ax = norm_axis(axis, rt);
+	if (ax != 0)
+		return FAIL("only axis 0 is supported");
+	/* device matrix: indices' strategy, then the table's (§2.3 Gather) */
+	r->ndev = 0;
+	for (int i = 0; i < ri; i++)
+		r->dev[r->ndev++] = r->s[1][i];
+	for (int i = 0; i < rt; i++)
+		r->dev[r->ndev++] = r->s[0][i];
+	int size = r->ndev;
+	for (int i = 0; i < rt; i++)
+		r->imap[0][i] = (int8_t)(rt - 1 - i);
+	for (int i = 0; i < ri; i++)
+		r->imap[1][i] = (int8_t)(size - 1 - i);
+	int j = 0;
+	for (int i = 0; i < ri; i++)
+		r->omap[0][j++] = r->imap[1][i];
+	for (int i = 1; i < rt; i++)
+		r->omap[0][j++] = r->imap[0][i];
+	*rowsplit = r->s[0][0] > 1;
+	if (*rowsplit) {
+		r->fwd = FC_ALLREDUCE;
+		r->fwd_op = "sum";
+		r->fwd_mask = 1u << ri;
+	}
+	return 0;
+}
+
+static int r_loss(Rule *r, const Node *n)
+{
+	if (n->op == OP_SparseSoftmaxCrossEntropyWithLogits) {
+		if (r->nt != 2 || r->rk[0] != 2 || r->rk[1] != 1)
+			return FAIL("expects logits (B, C) and labels (B)");
+		if (r->s[0][1] != 1)
+			return FAIL("the class dimension must not be split");
+		if (r->s[1][0] != r->s[0][0])
+			return FAIL("labels must be split like the logits' batch dimension");
+		dev_from(r, 0);
+		ident(r, 0, 2);
+		r->imap[1][0] = 1;
+		return 0;
+	}
+	if (r_identity(r, n) < 0)
+		return -1;
+	if (r->s[0][r->rk[0] - 1] != 1)
+		return FAIL("the class dimension must not be split");
+	for (int o = 0; o < r->nout; o++)
+		for (int i = 0; i < r->ork[o]; i++)
+			r->omap[o][i] = r->imap[0][i];
+	return 0;
+}
+
+static int r_conv(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt != 2 || r->rk[0] != 4 || r->rk[1] != 4)
+		return FAIL("expects 4-D input and weight");
+	const int64_t *x = r->s[0], *w = r->s[1];
+	if (x[2] != 1 || x[3] != 1 || w[2] != 1 || w[3] != 1)
+		return FAIL("the spatial dimensions must not be split");
+	if (x[1] != w[1])
+		return FAIL("input channels are split %lld ways in the input but %lld in the weight", (long long)x[1],
+		            (long long)w[1]);
+	r->ndev = 5;
+	int64_t d[5] = {x[0], x[1], x[2], x[3], w[0]};
+	memcpy(r->dev, d, sizeof d);
+	int8_t xm[4] = {4, 3, 2, 1}, wm[4] = {0, 3, -1, -1}, om[4] = {4, 0, 2, 1};
+	memcpy(r->imap[0], xm, 4);
+	memcpy(r->imap[1], wm, 4);
+	memcpy(r->omap[0], om, 4);
+	if (x[1] > 1) {
+		r->fwd = FC_ALLREDUCE;
+		r->fwd_op = "sum";
+		r->fwd_mask = 1u << 1;
+	}
+	return 0;
+}
+
+static int r_pool(Rule *r, const Node *n)
+{
+	if (r->nt != 1 || r->rk[0] != 4)
+		return FAIL("expects a 4-D input");
+	if (r->s[0][2] != 1 || r->s[0][3] != 1)
+		return FAIL("the spatial dimensions must not be split");
+	return r_identity(r, n);
+}
+
+/* per-channel operand maps follow the channel (dim 1) of the input */
+static int r_batchnorm(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt < 1 || r->rk[0] < 2)
+		return FAIL("expects an input of rank >= 2");
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	for (int k = 1; k < r->nt; k++) {
+		if (r->rk[k] != 1 || r->s[k][0] != r->s[0][1])
+			return FAIL("input %d must be 1-D and split like the channel dimension", k + 1);
+		r->imap[k][0] = (int8_t)(r->rk[0] - 2);
+	}
+	for (int o = 0; o < r->nout; o++) {
+		if (r->ork[o] == r->rk[0])
+			out_ident(r, o, r->rk[0]);
+		else if (r->ork[o] == 1)
+			r->omap[o][0] = (int8_t)(r->rk[0] - 2);
+	}
+	return 0;
+}
+
+static int r_norm(Rule *r, const Node *n)
+{
+	if (r->nt < 1)
+		return FAIL("expects an input");
+	int rx = r->rk[0];
+	int64_t bna = -1;
+	const Value *v = ir_attr_get(&n->pattrs, "begin_norm_axis");
+	if (v)
+		value_get_int(v, &bna);
+	int b = norm_axis(bna, rx);
+	if (n->op == OP_RmsNorm || b < 0 || b >= rx)
+		b = rx - 1;
+	for (int i = b; i < rx; i++)
+		if (r->s[0][i] != 1)
+			return FAIL("the normalised dimension %d must not be split", i);
+	dev_from(r, 0);
+	ident(r, 0, rx);
+	for (int k = 1; k < r->nt; k++) {
+		int rg = r->rk[k];
+		if (rg > rx)
+			return FAIL("input %d has a higher rank than the input", k + 1);
+		for (int i = 0; i < rg; i++) {
+			int xi = rx - rg + i;
+			if (r->s[k][i] != r->s[0][xi])
+				return FAIL("input %d must be split like the input's trailing dimensions", k + 1);
+			r->imap[k][i] = r->imap[0][xi];
+		}
+	}
+	for (int o = 0; o < r->nout; o++) {
+		if (r->ork[o] == rx)
+			for (int i = 0; i < rx; i++)
+				r->omap[o][i] = r->oshp[o][i] == r->shp[0][i] ? r->imap[0][i] : -1;
+	}
+	return 0;
+}
+
+static int r_expanddims(Rule *r, const Node *n)
+{
+	int64_t ax;
+	if (r->nt != 1 || !value_get_int(lit(n, 1, "axis"), &ax))
+		return FAIL("needs an axis");
+	int a = norm_axis(ax, r->rk[0] + 1);
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	for (int i = 0, j = 0; i <= r->rk[0]; i++)
+		r->omap[0][i] = i == a ? -1 : r->imap[0][j++];
+	return 0;
+}
+
+static int r_squeeze(Rule *r, const Node *n)
+{
+	if (r->nt != 1)
+		return FAIL("expects one input");
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	int64_t ax[LAYOUT_MAX_DIM];
+	int k = value_int_list(lit(n, 1, "axis"), ax, LAYOUT_MAX_DIM);
+	unsigned sq = 0;
+	for (int i = 0; i < k; i++)
+		sq |= 1u << norm_axis(ax[i], r->rk[0]);
+	if (k <= 0)
+		for (int i = 0; i < r->rk[0]; i++)
+			if (r->shp[0][i] == 1)
+				sq |= 1u << i;
+	int j = 0;
+	for (int i = 0; i < r->rk[0]; i++)
+		if (!(sq >> i & 1) && j < r->ork[0])
+			r->omap[0][j++] = r->imap[0][i];
+	return j == r->ork[0] ? 0 : FAIL("cannot match the squeezed dimensions");
+}
+
+static int r_stridedslice(Rule *r, const Node *n)
+{
+	if (r_identity(r, n) < 0)
+		return -1;
+	int64_t b[LAYOUT_MAX_DIM], e[LAYOUT_MAX_DIM], st[LAYOUT_MAX_DIM];
+	int kb = value_int_list(lit(n, 1, NULL), b, LAYOUT_MAX_DIM);
+	int ke = value_int_list(lit(n, 2, NULL), e, LAYOUT_MAX_DIM);
+	int ks = value_int_list(lit(n, 3, NULL), st, LAYOUT_MAX_DIM);
+	if (kb < 0 || ke != kb || ks != kb)
+		return 0;
+	for (int i = 0; i < kb && i < r->rk[0]; i++) {
+		int full = b[i] == 0 && (e[i] >= r->shp[0][i] || e[i] == -1) && st[i] == 1;
+		if (!full && r->s[0][i] != 1)
+			return FAIL("dimension %d is sliced, so it must not be split", i);
+	}
+	return 0;
+}
+
+static int r_concat(Rule *r, const Node *n)
+{
+	int64_t ax = 0;
+	const Value *a = lit(n, 1, "axis");
+	if (a)
+		value_get_int(a, &ax);
+	if (r_identity(r, n) < 0)
+		return -1;
+	int x = norm_axis(ax, r->rk[0]);
+	if (x >= 0 && x < r->rk[0] && r->s[0][x] != 1)
+		return FAIL("the concatenation axis %d must not be split", x);
+	return 0;
+}
+
+static int r_split(Rule *r, const Node *n)
+{
+	int64_t ax = 0;
+	const Value *a = lit(n, 1, "axis");
+	if (a)
+		value_get_int(a, &ax);
+	if (r->nt != 1)
+		return FAIL("expects one input");
+	int x = norm_axis(ax, r->rk[0]);
+	if (x >= 0 && x < r->rk[0] && r->s[0][x] != 1)
+		return FAIL("the split axis %d must not be split across devices", x);
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	for (int o = 0; o < r->nout; o++)
+		out_ident(r, o, r->rk[0]);
+	return 0;
+}
+
+static int r_onehot(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt < 1)
+		return FAIL("expects indices");
+	int ri = r->rk[0];
+	int64_t s[LAYOUT_MAX_DIM];
+	memcpy(s, r->s[0], sizeof s);
+	int rs = r->rk[0];
+	/* MindSpore writes the strategy of the output (indices dims + depth) */
+	if (rs == ri + 1 && s[ri] != 1)
+		return FAIL("the depth dimension must not be split");
+	r->ndev = ri + 1;
+	for (int i = 0; i < ri; i++)
+		r->dev[i] = s[i];
+	r->dev[ri] = 1;
+	for (int i = 0; i < ri; i++)
+		r->imap[0][i] = (int8_t)(ri - i);
+	for (int k = 1; k < r->nt; k++)
+		for (int i = 0; i < r->rk[k]; i++)
+			r->imap[k][i] = -1;
+	for (int i = 0; i <= ri && i < r->ork[0]; i++)
+		r->omap[0][i] = (int8_t)(ri - i);
+	return 0;
+}
+
+/* ------------------------------------------------------------ driver */
+
+static int has_rule(const Node *n)
+{
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+		return 0;
+	switch (op_table[n->op].family) {
+	case FAM_MATMUL:
+	case FAM_BATCHMATMUL:
+	case FAM_CONV:
+	case FAM_POOL:
+	case FAM_BATCHNORM:
+	case FAM_LAYERNORM:
+	case FAM_RMSNORM:
+	case FAM_ELEMWISE:
+	case FAM_UNARY:
+	case FAM_BIASADD:
+	case FAM_SOFTMAX:
+	case FAM_REDUCE:
+	case FAM_TRANSPOSE:
+	case FAM_FLATTEN:
+	case FAM_GATHER:
+	case FAM_ONEHOT:
+	case FAM_STRIDEDSLICE:
+	case FAM_CONCAT:
+	case FAM_SPLIT:
+	case FAM_CAST:
+	case FAM_LOSS:
+	case FAM_SPARSELOSS:
+	case FAM_EXPANDDIMS:
+	case FAM_SQUEEZE:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+int lower_has_rule(const Node *n)
+{
+	return has_rule(n);
+}
+
+static int run_rule(Rule *r, const Node *n, int *rowsplit)
+{
+	switch (op_table[n->op].family) {
+	case FAM_MATMUL:
+	case FAM_BATCHMATMUL:
+		return r_matmul(r, n);
+	case FAM_ELEMWISE:
+		return n->op == OP_AddN ? r_identity(r, n) : r_elemwise(r, n);
+	case FAM_UNARY:
+	case FAM_CAST:
+		return r_identity(r, n);
+	case FAM_SOFTMAX:
+		return r_softmax(r, n);
+	case FAM_BIASADD:
+		return r_biasadd(r, n);
+	case FAM_REDUCE:
+		return r_reduce(r, n);
+	case FAM_TRANSPOSE:
+		return r_transpose(r, n);
+	case FAM_FLATTEN:
+		return r_flatten(r, n);
+	case FAM_GATHER:
+		return r_gather(r, n, rowsplit);
+	case FAM_LOSS:
+	case FAM_SPARSELOSS:
+		return r_loss(r, n);
+	case FAM_CONV:
+		return r_conv(r, n);
+	case FAM_POOL:
+		return r_pool(r, n);
+	case FAM_BATCHNORM:
+		return r_batchnorm(r, n);
+	case FAM_LAYERNORM:
+	case FAM_RMSNORM:
+		return r_norm(r, n);
+	case FAM_EXPANDDIMS:
+		return r_expanddims(r, n);
+	case FAM_SQUEEZE:
+		return r_squeeze(r, n);
+	case FAM_STRIDEDSLICE:
+		return r_stridedslice(r, n);
+	case FAM_CONCAT:
+		return r_concat(r, n);
+	case FAM_SPLIT:
+		return r_split(r, n);
+	case FAM_ONEHOT:
+		return r_onehot(r, n);
+	default:
+		return FAIL("no layout rule for this operator");
+	}
+}
+
+/* The tensor inputs of n: operands typed as tensors.  Concat reads the
+ * elements of its MakeTuple operand instead (their layouts live on the
+ * MakeTuple node). */
+static int collect_inputs(Rule *r, const Node *n, const Node **tuple)
+{
+	*tuple = NULL;
+	r->nt = 0;
+	if (op_table[n->op].family == FAM_CONCAT && n->nargs >= 1 && n->args[0].kind == V_NODE &&
+	    ir_node_is_op(n->args[0].u.node, OP_MakeTuple)) {
+		const Node *t = n->args[0].u.node;
+		*tuple = t;
+		for (uint32_t i = 0; i < t->nargs && r->nt < MAXT; i++) {
+			const Abs *a = ir_in_abs(t, i);
+			if (!a || !a->is_tensor || a->shape.kind != SK_DIMS)
+				return -1;
+			r->opnd[r->nt] = (int)i;
+			r->rk[r->nt] = a->shape.rank;
+			r->shp[r->nt] = a->shape.dims;
+			r->nt++;
+		}
+		return 0;
+	}
+	for (uint32_t i = 0; i < n->nargs && r->nt < MAXT; i++) {
+		const Abs *a = ir_in_abs(n, i);
+		if (!a || !a->is_tensor || a->shape.kind != SK_DIMS ||
+		    (n->args[i].kind != V_NODE && n->args[i].kind != V_EXTERN)) {
+			/* literal tensors (constants) take part as inputs too: a scalar
+			 * needs no layout, a larger one is sliced in place (§5.4) */
+			if (a && a->is_tensor && a->shape.kind == SK_DIMS && n->args[i].kind == V_CALL) {
+				r->opnd[r->nt] = (int)i;
+				r->rk[r->nt] = a->shape.rank;
+				r->shp[r->nt] = a->shape.rank ? a->shape.dims : NULL;
+				r->nt++;
+			}
+			continue;
+		}
+		r->opnd[r->nt] = (int)i;
+		r->rk[r->nt] = a->shape.rank;
+		r->shp[r->nt] = a->shape.dims;
+		r->nt++;
+	}
+	return 0;
+}
+
+static void default_strategy(const LowerCtx *c, Rule *r, const Node *n)
+{
+	int fam = op_table[n->op].family;
+	for (int k = 0; k < r->nt; k++)
+		for (int i = 0; i < r->rk[k]; i++)
+			r->s[k][i] = 1;
+	int lead = fam == FAM_GATHER ? 1 : 0; /* the input that carries the batch */
+	if (r->nt <= lead || r->rk[lead] < 1 || r->shp[lead][0] % c->per_stage)
+		return;
+	r->s[lead][0] = c->per_stage;
+	int64_t b = r->shp[lead][0];
+	for (int k = 0; k < r->nt; k++) {
+		if (k == lead || r->rk[k] < 1 || r->shp[k][0] != b)
+			continue;
+		const Value *v = &n->args[r->opnd[k]];
+		const Node *src = v->kind == V_NODE ? ir_look_through(v->u.node) : NULL;
+		if (src && lower_is_weight(src))
+			continue;
+		if (fam == FAM_ELEMWISE || fam == FAM_BATCHMATMUL || fam == FAM_LOSS || fam == FAM_SPARSELOSS ||
+		    fam == FAM_UNARY || fam == FAM_CONCAT)
+			r->s[k][0] = c->per_stage;
+	}
+}
+
+static int out_shapes(Rule *r, const Node *n)
+{
+	const Shape *s = &n->out.shape;
+	if (s->kind == SK_DIMS) {
+		r->nout = 1;
+		r->ork[0] = s->rank;
+		r->oshp[0] = s->dims;
+		return 0;
+	}
+	if (s->kind == SK_TUPLE && s->rank <= MAXT) {
+		r->nout = s->rank;
+		for (int i = 0; i < s->rank; i++) {
+			if (s->sub[i].kind != SK_DIMS)
+				return -1;
+			r->ork[i] = s->sub[i].rank;
+			r->oshp[i] = s->sub[i].dims;
+		}
+		return 0;
+	}
+	return -1;
+}
+
+static void fmt_strategy(char *buf, size_t len, const int64_t *s, int n)
+{
+	size_t k = (size_t)snprintf(buf, len, "(");
+	for (int i = 0; i < n && k < len; i++)
+		k += (size_t)snprintf(buf + k, len - k, i ? ", %lld" : "%lld", (long long)s[i]);
+	if (k < len)
+		snprintf(buf + k, len - k, ")");
+}
+
+static void fmt_shape(char *buf, size_t len, const int64_t *s, int n)
+{
+	fmt_strategy(buf, len, s, n);
+}
+
+/* Compute and store n->lay.  1 done, 0 not an operator with a rule, -1 reported. */
+int lower_infer_node(LowerCtx *c, Node *n)
+{
+	if (!has_rule(n) || n->dead)
+		return 0;
+	Rule *r = xcalloc(1, sizeof *r);
+	const Node *tuple;
+	const char *op = sym_str(n->prim);
+	int rc = -1;
+	if (collect_inputs(r, n, &tuple) < 0 || out_shapes(r, n) < 0) {
+		free(r);
+		return 0; /* shapes unknown: leave it to the structural rules */
+	}
+	int64_t st[MAXT][LAYOUT_MAX_DIM];
+	int srk[MAXT], ns = 0;
+	int given = lower_strategy(n, st, srk, MAXT, &ns);
+	if (given < 0) {
+		diag_error_at(n->loc, "%s (%%%d): malformed in_strategy", op, n->local);
+		goto out;
+	}
+	const Value *os = ir_attr_get(&n->strat, "out_strategy");
+	if (!os)
+		os = ir_attr_get(&n->pattrs, "out_strategy");
+	int64_t ost[1][LAYOUT_MAX_DIM];
+	int ork = 0, nos = 0, want_rs = 0;
+	if (given && os && !value_is_word(os, "None")) {
+		/* MatMul's out_strategy (a*k, b): the partial sums are
+		 * reduce-scattered over k along the rows (§2.3, §3.1), which
+		 * SAPP asks for above 32 devices (ExtraShardMatmulOnBatchDim) */
+		int ok = n->op == OP_MatMul && os->kind == V_TUPLE && os->n == 1 &&
+		         (ork = value_int_list(&os->u.elems[0], ost[0], LAYOUT_MAX_DIM)) == 2 && ns == 2 &&
+		         srk[0] == 2 && srk[1] == 2;
+		(void)nos;
+		if (ok) {
+			int ta = flag(n, 2, "transpose_a", "transpose_x1"),
+			    tb = flag(n, 3, "transpose_b", "transpose_x2");
+			int64_t a_row = ta ? st[0][1] : st[0][0], a_k = ta ? st[0][0] : st[0][1];
+			int64_t b_col = tb ? st[1][0] : st[1][1];
+			ok = a_k > 1 && ost[0][0] == a_row * a_k && ost[0][1] == b_col &&
+			     r->oshp[0][0] % (a_row * a_k) == 0;
+		}
+		if (!ok) {
+			diag_error_at(n->loc,
+			              "%s (%%%d): out_strategy is supported only for MatMul, as (a*k, b) for "
+			              "in_strategy ((a, k), (k, b)) (a ReduceScatter over the split reduction dimension)",
+			              op, n->local);
+			goto out;
+		}
+		want_rs = 1;
+	}
+	if (given) {
+		/* one strategy per tensor input; scalar constants may be left out */
+		int need = r->nt;
+		while (need > ns && r->rk[need - 1] == 0)
+			need--;
+		if (ns != need && ns != r->nt) {
+			diag_error_at(n->loc, "%s (%%%d): in_strategy has %d entries for %d tensor inputs", op,
+			              n->local, ns, r->nt);
+			goto out;
+		}
+		for (int k = 0; k < r->nt; k++) {
+			if (k >= ns) {
+				continue;
+			}
+			int want = r->rk[k];
+			if (op_table[n->op].family == FAM_ONEHOT && k == 0 && srk[k] == want + 1)
+				want = srk[k];
+			if (srk[k] != want) {
+				char sb[128];
+				fmt_strategy(sb, sizeof sb, st[k], srk[k]);
+				diag_error_at(
+				    n->loc,
+				    "%s (%%%d): strategy %s of input %d has %d entries, but the input has rank %d", op,
+				    n->local, sb, k + 1, srk[k], r->rk[k]);
+				goto out;
+			}
+			memcpy(r->s[k], st[k], sizeof st[k]);
+			int64_t prod = 1;
+			for (int i = 0; i < srk[k]; i++) {
+				if (st[k][i] < 1) {
+					diag_error_at(n->loc, "%s (%%%d): strategy entries must be positive", op,
+					              n->local);
+					goto out;
+				}
+				prod *= st[k][i];
+				if (i < r->rk[k] && r->shp[k][i] % st[k][i]) {
+					char sb[128], hb[128];
+					fmt_strategy(sb, sizeof sb, st[k], srk[k]);
+					fmt_shape(hb, sizeof hb, r->shp[k], r->rk[k]);
+					diag_error_at(n->loc,
+					              "%s (%%%d): strategy %s of input %d does not divide its shape %s "
+					              "(dimension %d: %lld is not divisible by %lld)",
+					              op, n->local, sb, k + 1, hb, i, (long long)r->shp[k][i],
+					              (long long)st[k][i]);
+					goto out;
+				}
+			}
+			if (prod > c->per_stage) {
+				char sb[128];
+				fmt_strategy(sb, sizeof sb, st[k], srk[k]);
+				diag_error_at(
+				    n->loc,
+				    "%s (%%%d): strategy %s of input %d uses %lld devices, but the stage has %d", op,
+				    n->local, sb, k + 1, (long long)prod, c->per_stage);
+				goto out;
+			}
+		}
+	} else {
+		default_strategy(c, r, n);
+	}
+	int rowsplit = 0;
+	Rule backup = *r;
+	if (run_rule(r, n, &rowsplit) < 0) {
+		if (given) {
+			diag_error_at(n->loc, "%s (%%%d): invalid strategy: %s", op, n->local, r->why);
+			goto out;
+		}
+		/* the batch-parallel default does not fit: replicate */
+		*r = backup;
+		for (int k = 0; k < r->nt; k++)
+			for (int i = 0; i < r->rk[k]; i++)
+				r->s[k][i] = 1;
+		if (run_rule(r, n, &rowsplit) < 0) {
+			diag_error_at(n->loc, "%s (%%%d): %s", op, n->local, r->why);
+			goto out;
+		}
+	}
+	int64_t prod = 1;
+	for (int i = 0; i < r->ndev; i++)
+		prod *= r->dev[i];
+	if (prod > c->per_stage) {
+		diag_error_at(n->loc, "%s (%%%d): the strategy needs %lld devices, but the stage has %d", op, n->local,
+		              (long long)prod, c->per_stage);
+		goto out;
+	}
+	if (c->per_stage % prod) {
+		diag_error_at(n->loc,
+		              "%s (%%%d): the strategy uses %lld devices, which does not divide the stage's %d (the "
+		              "repeat count must be whole)",
+		              op, n->local, (long long)prod, c->per_stage);
+		goto out;
+	}
+	/* §2.2 step 4: repeated calculation on the right */
+	int ndev = r->ndev;
+	if (prod < c->per_stage) {
+		r->dev[ndev++] = c->per_stage / prod;
+		for (int k = 0; k < r->nt; k++)
+			for (int i = 0; i < r->rk[k]; i++)
+				if (r->imap[k][i] >= 0)
+					r->imap[k][i]++;
+		for (int o = 0; o < r->nout; o++)
+			for (int i = 0; i < r->ork[o]; i++)
+				if (r->omap[o][i] >= 0)
+					r->omap[o][i]++;
+	}
+	int32_t dev[LAYOUT_MAX_DIM + 2];
+	for (int i = 0; i < ndev; i++)
+		dev[i] = (int32_t)r->dev[i];
+	NodeLayout *l = lay_new(c->m, n->nargs, (uint32_t)r->nout);
+	if (want_rs) {
+		/* the MatMul's own output keeps the rows of its a-block; after the
+		 * ReduceScatter over k they are split a*k ways.  On the device
+		 * matrix [a, k, b(, repeat)] the row and k dimensions are adjacent,
+		 * so the result's layout is [a*k, b(, repeat)] with the rows on the
+		 * merged dimension: rank (i, j, ...) holds row block i*k + j, which
+		 * is what a ReduceScatter over the k group in rank order gives. */
+		int32_t dev2[LAYOUT_MAX_DIM + 2];
+		int ndev2 = ndev - 1;
+		dev2[0] = dev[0] * dev[1];
+		for (int i = 1; i < ndev2; i++)
+			dev2[i] = dev[i + 1];
+		int8_t rsmap[2] = {(int8_t)(ndev2 - 1), r->omap[0][1]};
+		r->fwd = FC_REDUCESCATTER;
+		l->fwd_out = arena_alloc(c->m->arena, sizeof(TLay));
+		tlay_set(c->m, l->fwd_out, dev2, ndev2, rsmap, r->oshp[0], 2);
+	}
+	l->flags = LAY_OP | (rowsplit ? LAY_REPLACED : 0);
+	l->nodev = (int8_t)ndev;
+	memcpy(l->odev, dev, sizeof dev);
+	l->fwd = (uint8_t)r->fwd;
+	l->fwd_mask = r->fwd_mask;
+	l->fwd_op = r->fwd_op ? intern_cstr(r->fwd_op) : 0;
+	NodeLayout *tl = NULL;
+	if (tuple) {
+		Node *t = (Node *)tuple;
+		tl = lay_new(c->m, t->nargs, t->nargs);
+		tl->flags = LAY_OP;
+		t->lay = tl;
+	}
+	for (int k = 0; k < r->nt; k++) {
+		if (r->rk[k] == 0 && !r->shp[k])
+			continue; /* literal scalar */
+		TLay *dst = tuple ? &tl->in[r->opnd[k]] : &l->in[r->opnd[k]];
+		tlay_set(c->m, dst, dev, ndev, r->imap[k], r->shp[k], r->rk[k]);
+		if (tuple)
+			tl->out[r->opnd[k]] = *dst;
+	}
+	for (int o = 0; o < r->nout; o++)
+		tlay_set(c->m, &l->out[o], dev, ndev, r->omap[o], r->oshp[o], r->ork[o]);
+	/* every map must be valid on the final device matrix */
+	for (int k = 0; k < (int)l->nin + (int)l->nout; k++) {
+		TLay *t = k < (int)l->nin ? &l->in[k] : &l->out[k - l->nin];
+		if (!t->ndev)
+			continue;
+		Layout x;
+		tlay_to_layout(t, &x);
+		if (layout_check(&x) < 0) {
+			diag_error_at(n->loc, "%s (%%%d): the strategy does not divide the %s %d's shape", op, n->local,
+			              k < (int)l->nin ? "operand" : "output", k < (int)l->nin ? k + 1 : k - l->nin + 1);
+			goto out;
+		}
+	}
+	n->lay = l;
+	rc = 1;
+out:
+	free(r);
+	return rc;
+}

@@ -1,0 +1,284 @@
+/* randstrat.c - give every operator of an IR file a random *valid* strategy
+ * for N devices (the property test's input generator).
+ *
+ *   randstrat N SEED [in.ir] > out.ir   (N: devices per pipeline stage; stdin by default)
+ *
+ * Strategies are built valid by construction, family by family, with the
+ * rules of parallel-lowering.md §2.3: every split divides its dimension and
+ * the product of each input's splits divides N (so the repeat count is an
+ * integer).  About one operator in eight is left without a strategy, so the
+ * batch-parallel default of the lowering is exercised as well.  Existing
+ * strategies are replaced. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sappc.h"
+
+static uint64_t rng;
+
+static uint32_t rnd(uint32_t n)
+{
+	rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+	return n ? (uint32_t)((rng >> 33) % n) : 0;
+}
+
+/* a random divisor of budget that divides dim (1 allowed) */
+static int64_t pick(int64_t dim, int64_t *budget)
+{
+	int64_t c[64];
+	int n = 0;
+	for (int64_t d = 1; d <= *budget && n < 64; d++)
+		if (*budget % d == 0 && dim > 0 && dim % d == 0)
+			c[n++] = d;
+	int64_t d = n ? c[rnd((uint32_t)n)] : 1;
+	if (rnd(3) == 0)
+		d = 1;
+	*budget /= d;
+	return d;
+}
+
+#define MAXT 8
+typedef struct {
+	int nt, rk[MAXT];
+	const int64_t *shp[MAXT];
+	int64_t s[MAXT][MAX_RANK];
+} St;
+
+static int flag(const Node *n, uint32_t i, const char *k1, const char *k2)
+{
+	int b = 0;
+	if (i < n->nargs && n->args[i].kind == V_BOOL)
+		return (int)n->args[i].u.i;
+	const Value *v = ir_attr_get(&n->pattrs, k1);
+	if (!v && k2)
+		v = ir_attr_get(&n->pattrs, k2);
+	return v && value_truthy(v, &b) ? b : 0;
+}
+
+static int axis_of(const Node *n, uint32_t i, const char *key, int rank, int dflt)
+{
+	int64_t a = dflt;
+	const Value *v = i < n->nargs && n->args[i].kind != V_NODE ? &n->args[i] : ir_attr_get(&n->pattrs, key);
+	if (v)
+		value_get_int(v, &a);
+	return (int)(a < 0 ? a + rank : a);
+}
+
+static void ones(St *t)
+{
+	for (int k = 0; k < t->nt; k++)
+		for (int i = 0; i < t->rk[k]; i++)
+			t->s[k][i] = 1;
+}
+
+static int gen(const Node *n, St *t, int64_t N)
+{
+	int64_t b = N;
+	ones(t);
+	switch (op_table[n->op].family) {
+	case FAM_MATMUL:
+	case FAM_BATCHMATMUL: {
+		if (t->nt != 2)
+			return -1;
+		int ra = t->rk[0], rb = t->rk[1];
+		if (ra < 2 || rb < 2)
+			return -1;
+		int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+		int nb = (ra > rb ? ra : rb) - 2;
+		for (int i = 0; i < nb; i++) {
+			int ia = i - (nb - (ra - 2)), ib = i - (nb - (rb - 2));
+			int64_t da = ia >= 0 ? t->shp[0][ia] : 1, db = ib >= 0 ? t->shp[1][ib] : 1;
+			if (da != db && da != 1 && db != 1)
+				return -1;
+			int64_t x = pick(da > db ? da : db, &b);
+			if (ia >= 0 && da != 1)
+				t->s[0][ia] = x;
+			if (ib >= 0 && db != 1)
+				t->s[1][ib] = x;
+			if ((ia >= 0 && da == 1 && ib >= 0 && db == 1))
+				b *= x;
+		}
+		int arow = ta ? ra - 1 : ra - 2, ak = ta ? ra - 2 : ra - 1;
+		int bk = tb ? rb - 1 : rb - 2, bcol = tb ? rb - 2 : rb - 1;
+		t->s[0][arow] = pick(t->shp[0][arow], &b);
+		int64_t k = pick(t->shp[0][ak] == t->shp[1][bk] ? t->shp[0][ak] : 1, &b);
+		t->s[0][ak] = t->s[1][bk] = k;
+		t->s[1][bcol] = pick(t->shp[1][bcol], &b);
+		return 0;
+	}
+	case FAM_ELEMWISE: {
+		if (n->op == OP_AddN)
+			goto same;
+		int R = 0;
+		for (int k = 0; k < t->nt; k++)
+			if (t->rk[k] > R)
+				R = t->rk[k];
+		int64_t od[MAX_RANK], s[MAX_RANK];
+		for (int i = 0; i < R; i++) {
+			od[i] = 1;
+			for (int k = 0; k < t->nt; k++) {
+				int j = i - (R - t->rk[k]);
+				if (j >= 0 && t->shp[k][j] > od[i])
+					od[i] = t->shp[k][j];
+			}
+			s[i] = pick(od[i], &b);
+		}
+		for (int k = 0; k < t->nt; k++)
+			for (int j = 0; j < t->rk[k]; j++) {
+				int i = j + (R - t->rk[k]);
+				t->s[k][j] = t->shp[k][j] == 1 ? 1 : s[i];
+			}
+		return 0;
+	}
+	case FAM_BIASADD:
+		if (t->nt != 2 || t->rk[0] < 2)
+			return -1;
+		for (int i = 0; i < t->rk[0]; i++)
+			t->s[0][i] = pick(t->shp[0][i], &b);
+		t->s[1][0] = t->s[0][1];
+		return 0;
+	case FAM_SOFTMAX: {
+		int a = axis_of(n, 1, "axis", t->rk[0], -1);
+		for (int i = 0; i < t->rk[0]; i++)
+			t->s[0][i] = i == a ? 1 : pick(t->shp[0][i], &b);
+		return 0;
+	}
+	case FAM_LAYERNORM:
+	case FAM_RMSNORM: {
+		int rx = t->rk[0];
+		int bna = n->op == OP_RmsNorm ? rx - 1 : axis_of(n, 99, "begin_norm_axis", rx, -1);
+		for (int i = 0; i < rx; i++)
+			t->s[0][i] = i >= bna ? 1 : pick(t->shp[0][i], &b);
+		for (int k = 1; k < t->nt; k++)
+			for (int i = 0; i < t->rk[k]; i++)
+				t->s[k][i] = t->s[0][rx - t->rk[k] + i];
+		return 0;
+	}
+	case FAM_FLATTEN:
+		for (int i = 0; i < t->rk[0] && i < 2; i++)
+			t->s[0][i] = pick(t->shp[0][i], &b);
+		return 0;
+	case FAM_GATHER:
+		if (t->nt != 2 || t->rk[0] != 2)
+			return -1;
+		for (int i = 0; i < t->rk[1]; i++)
+			t->s[1][i] = pick(t->shp[1][i], &b);
+		t->s[0][0] = pick(t->shp[0][0], &b);
+		t->s[0][1] = pick(t->shp[0][1], &b);
+		return 0;
+	case FAM_SPARSELOSS:
+	case FAM_LOSS:
+		if (t->nt != 2 || t->rk[0] != 2)
+			return -1;
+		t->s[0][0] = pick(t->shp[0][0], &b);
+		t->s[1][0] = t->s[0][0];
+		return 0;
+	case FAM_CONV:
+		if (t->nt != 2 || t->rk[0] != 4 || t->rk[1] != 4)
+			return -1;
+		t->s[0][0] = pick(t->shp[0][0], &b);
+		t->s[0][1] = t->s[1][1] = pick(t->shp[0][1] == t->shp[1][1] ? t->shp[0][1] : 1, &b);
+		t->s[1][0] = pick(t->shp[1][0], &b);
+		return 0;
+	case FAM_POOL:
+		t->s[0][0] = pick(t->shp[0][0], &b);
+		t->s[0][1] = pick(t->shp[0][1], &b);
+		return 0;
+	case FAM_BATCHNORM:
+		t->s[0][0] = pick(t->shp[0][0], &b);
+		t->s[0][1] = pick(t->shp[0][1], &b);
+		for (int k = 1; k < t->nt; k++)
+			t->s[k][0] = t->s[0][1];
+		return 0;
+	case FAM_STRIDEDSLICE:
+	case FAM_CONCAT:
+	case FAM_SPLIT:
+	case FAM_ONEHOT:
+		return 0; /* all ones: always valid */
+	case FAM_REDUCE:
+	case FAM_TRANSPOSE:
+	case FAM_UNARY:
+	case FAM_CAST:
+	case FAM_EXPANDDIMS:
+	case FAM_SQUEEZE:
+	same:
+		for (int i = 0; i < t->rk[0]; i++)
+			t->s[0][i] = pick(t->shp[0][i], &b);
+		for (int k = 1; k < t->nt; k++)
+			for (int i = 0; i < t->rk[k]; i++)
+				t->s[k][i] = t->rk[k] == t->rk[0] ? t->s[0][i] : 1;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+static Value strategy_value(Arena *a, const St *t)
+{
+	Value tup[MAXT];
+	for (int k = 0; k < t->nt; k++)
+		tup[k] = *value_tuple_ints(a, t->s[k], t->rk[k], NT_BARE);
+	return value_tuple_of(a, tup, (uint32_t)t->nt);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3 && argc != 4) {
+		fprintf(stderr, "usage: randstrat N SEED [in.ir] > out.ir\n");
+		return 2;
+	}
+	int64_t N = atoll(argv[1]);
+	rng = (uint64_t)atoll(argv[2]) * 2654435761u + 1;
+	char *buf;
+	size_t len;
+	const char *path = argc == 4 ? argv[3] : "-";
+	if (io_read_file(path, &buf, &len) != 0)
+		return 3;
+	Module *m = ir_parse(argc == 4 ? path : "<stdin>", buf, len, 0);
+	if (!m)
+		return 1;
+	Graph *g = ir_entry(m);
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		Node *n = g->nodes.a[i];
+		if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || op_table[n->op].family == FAM_RESHAPE)
+			continue;
+		St t = {0};
+		int fam = op_table[n->op].family;
+		const Node *src = n;
+		if (fam == FAM_CONCAT && n->nargs && n->args[0].kind == V_NODE &&
+		    ir_node_is_op(n->args[0].u.node, OP_MakeTuple))
+			src = n->args[0].u.node;
+		for (uint32_t k = 0; k < src->nargs && t.nt < MAXT; k++) {
+			const Abs *a = ir_in_abs(src, k);
+			if (!a || !a->is_tensor || a->shape.kind != SK_DIMS)
+				continue;
+			if (src->args[k].kind != V_NODE && (src != n || src->args[k].kind != V_CALL))
+				continue;
+			t.rk[t.nt] = a->shape.rank;
+			t.shp[t.nt++] = a->shape.dims;
+		}
+		/* the generated strategy replaces any given one (suffix or attribute) */
+		for (AttrList *l = &n->strat; l; l = l == &n->strat ? &n->pattrs : NULL)
+			for (uint32_t k = 0; k < l->n; k++)
+				if (strcmp(sym_str(l->a[k].key), "in_strategy") == 0) {
+					memmove(&l->a[k], &l->a[k + 1], (l->n - k - 1) * sizeof *l->a);
+					l->n--;
+					break;
+				}
+		if (!t.nt || gen(n, &t, N) < 0 || rnd(8) == 0)
+			continue;
+		Value v = strategy_value(m->arena, &t);
+		Value *old = ir_attr_get(&n->strat, "in_strategy");
+		if (old)
+			*old = v;
+		else
+			ir_attr_set(m, &n->strat, "in_strategy", v);
+		n->has_strat = 1;
+	}
+	ir_print_module(stdout, m);
+	ir_module_free(m);
+	free(buf);
+	intern_free_all();
+	return ferror(stdout) ? 3 : 0;
+}
