@@ -371,6 +371,10 @@ void diag_warning_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
 void diag_error(const char *fmt, ...) PRINTF(1, 2);   /* no location: "sappc: error: " */
 void diag_warning(const char *fmt, ...) PRINTF(1, 2);
 void diag_note(const char *fmt, ...) PRINTF(1, 2);
+void diag_note_at(Loc loc, const char *fmt, ...) PRINTF(2, 3); /* follows the error it explains */
+/* The scanner borrows one byte of the source buffer for a NUL (flex's hold
+ * char): *pos is where, *ch what it was.  Diagnostics show the original. */
+void diag_set_hold(char *const *pos, const char *ch);
 int diag_errors(void);
 int diag_too_many(void); /* the 20-error limit was reached */
 void diag_reset(void);
