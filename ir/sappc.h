@@ -290,6 +290,7 @@ struct Node {
 	Sym cycle_mark;    /* "#------------------------> N" text before the node */
 	Sym ptail;         /* parameter: extra " : ..." items kept verbatim ("" if none) */
 	Loc loc;
+	Loc tloc;          /* the type line (line 0: none); verify points its shape errors there */
 	/* pass data */
 	int32_t stage;     /* pipeline stage, -1 unknown */
 	uint32_t mark;     /* scratch for passes (cleared by ir_clear_marks) */
