@@ -59,7 +59,7 @@ compare() {
 
 run_case() { # dir name input
 	local dir=$1 name=$2 input=$3 args=""
-	local base="$dir/$name"
+	local base="$top/testsuite/$dir/$name"
 	if [ -f "$base.args" ]; then
 		args=$(cat "$base.args")
 	elif [ "${input##*.}" = ir ]; then
