@@ -225,7 +225,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			if (!s || !n->in_types[i].is_tensor)
 				continue;
 			if (!acc) {
-				memcpy(tmp, s->dims, s->rank * sizeof(int64_t));
+				if (s->rank) /* a scalar () has no dims array: memcpy(NULL) is undefined */
+					memcpy(tmp, s->dims, s->rank * sizeof(int64_t));
 				cur.kind = SK_DIMS;
 				cur.rank = s->rank;
 				cur.dims = tmp;
@@ -404,7 +405,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			return 0;
 		if (x->rank >= MAX_RANK)
 			return WHY("OneHot output would have rank %d, more than %d", x->rank + 1, MAX_RANK);
-		memcpy(d, x->dims, x->rank * sizeof(int64_t));
+		if (x->rank)
+			memcpy(d, x->dims, x->rank * sizeof(int64_t));
 		d[x->rank] = depth;
 		return set_out(d, x->rank + 1, out, orank);
 	}
