@@ -46,6 +46,7 @@ struct BuildCtx {
 	Vec(Groups *) gfree;
 	Vec(Abs *) afree;      /* parsed abstracts are copied into nodes, then reused */
 	Vec(Abs *) aall;
+	Vec(Node *) phparams;  /* stand-ins for parameters whose line failed to parse */
 	Node **ptab;           /* parameter lookup: (name, number) -> node */
 	uint32_t pmask, pcount;
 	int nforeign;
@@ -114,6 +115,10 @@ static void line_ctx(BuildCtx *b, char *buf, size_t n)
 		break;
 	case LK_PARAM:
 		snprintf(buf, n, "parameter '%s': ", ls->lname);
+		break;
+	case LK_SUBGRAPH:
+		if (ls->lname[0])
+			snprintf(buf, n, "subgraph '@%s': ", ls->lname);
 		break;
 	default:
 		break;
@@ -200,6 +205,11 @@ static void attach_header_params(BuildCtx *b, Graph *g)
 	for (uint32_t gi = 0; gi < b->m->graphs.n; gi++)
 		for (uint32_t i = 0; i < b->m->graphs.a[gi]->params.n; i++)
 			ptab_insert(b, b->m->graphs.a[gi]->params.a[i]);
+	for (uint32_t i = 0; i < b->phparams.n; i++) {
+		if (!b->phparams.a[i]->g)
+			b->phparams.a[i]->g = g;
+		ptab_insert(b, b->phparams.a[i]);
+	}
 }
 
 /* The graph that receives a node line: the open one, or an implicit graph
@@ -644,6 +654,7 @@ void b_recover(BuildCtx *b)
 			ph->name = ls->psym;
 			ph->loc = loc;
 			ptab_insert(b, ph);
+			vec_push(&b->phparams, ph);
 		}
 		break;
 	case LK_SUBGRAPH:
@@ -850,8 +861,10 @@ Value b_sgparam(BuildCtx *b, Tok *t)
 void b_sg_open(BuildCtx *b, Loc loc, Tok *name, Tok *parent, VList *params)
 {
 	flush_node(b);
-	if (b->cur && b->in_braces)
-		err(b, loc, "'subgraph' inside subgraph '%s' (missing '}')", sym_str(b->cur->name));
+	if (b->cur && b->in_braces) {
+		err(b, loc, "starts inside subgraph '@%s', which is missing its '}'", sym_str(b->cur->name));
+		diag_note_at(b->cur->loc, "subgraph '@%s' starts here", sym_str(b->cur->name));
+	}
 	Graph *g = b->pending;
 	b->pending = NULL;
 	if (!g) {
@@ -1768,7 +1781,8 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	int rc = lex_run(&b->ls, (char *)buf, len);
 	flush_node(b);
 	if (b->cur && b->in_braces && !diag_errors())
-		diag_error_at(b->cur->loc, "subgraph '@%s' is not closed with '}'", sym_str(b->cur->name));
+		diag_error_at(b->cur->loc, "subgraph '@%s' has no closing '}' before the end of the file",
+			      sym_str(b->cur->name));
 	if (b->pending) {
 		/* "subgraph attr:" etc. with no graph after it */
 		if (!b->pending->name)
@@ -1827,6 +1841,7 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	vec_free(&b->nodelines);
 	vec_free(&b->xlines);
 	vec_free(&b->hparams);
+	vec_free(&b->phparams);
 	vec_free(&b->locals);
 	Module *m = b->m;
 	free(b);

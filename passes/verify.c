@@ -75,8 +75,9 @@ static int check_ref(const Node *user, const Value *v, uint32_t pos)
 	return 0;
 }
 
-/* Operand shapes on the type line must be what their producers declare. */
-static int check_edges(const Node *n)
+/* Operand shapes on the type line must be what their producers declare
+ * (bad[id]: the producer's own type line was already reported). */
+static int check_edges(const Node *n, const uint8_t *bad_out)
 {
 	char lu[160], lp[160];
 	int bad = 0;
@@ -91,6 +92,8 @@ static int check_edges(const Node *n)
 		if (n->args[i].kind != V_NODE)
 			continue;
 		const Node *p = n->args[i].u.node;
+		if (bad_out[p->id])
+			continue;
 		const Shape *ps = &p->out.shape, *is = &n->in_types[i].shape;
 		if (ps->kind != SK_DIMS || is->kind != SK_DIMS || !p->out.tstr)
 			continue;
@@ -143,6 +146,7 @@ int pass_verify(Module *m, const Options *o)
 	(void)o;
 	char lu[160];
 	int errs0 = diag_errors();
+	uint8_t *bad_out = xcalloc(m->next_id + 1, 1);
 	ir_clear_marks(m);
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		Graph *g = m->graphs.a[gi];
@@ -178,11 +182,12 @@ int pass_verify(Module *m, const Options *o)
 			if (n->callee_kind == CK_NODE)
 				check_ref(n, &n->callee, i + 1);
 			/* one root cause, one error: a wrong operand shape also makes
-			 * the output look wrong */
-			if (!check_edges(n))
-				check_shape(n);
+			 * the output look wrong, a wrong output its users' operands */
+			if (check_edges(n, bad_out) || check_shape(n))
+				bad_out[n->id] = 1;
 		}
 	}
 	ir_clear_marks(m);
+	free(bad_out);
 	return diag_errors() > errs0 ? 1 : 0;
 }
