@@ -366,7 +366,7 @@ typedef struct Source {
 	size_t len;
 } Source;
 
-void diag_set_source(const Source *src);
+void diag_set_source(const Source *src); /* src->buf must outlive the errors about it (NULL: none) */
 void diag_error_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
 void diag_warning_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
 void diag_error(const char *fmt, ...) PRINTF(1, 2);   /* no location: "sappc: error: " */

@@ -67,7 +67,9 @@ static Module *parse(const char *text, int fragment)
 	memcpy(buf, text, n + 1);
 	buf[n + 1] = 0;
 	Module *m = ir_parse("<test>", buf, n, fragment);
-	/* the module keeps no pointer into the buffer */
+	/* the module keeps no pointer into the buffer, but diag does (to show
+	 * source lines of later errors): forget it before freeing it */
+	diag_set_source(NULL);
 	free(buf);
 	return m;
 }
