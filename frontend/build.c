@@ -608,6 +608,14 @@ void b_syntax_error_at(BuildCtx *b, Loc loc, int cls, const char *got, const cha
 				return;
 			}
 	}
+	if (nexp > 5) {
+		/* where any value may come (operands, tuples, attribute values) */
+		for (int i = 0; i < nexp; i++)
+			if (strcmp(tokname(expected[i], ebuf, sizeof ebuf), "integer") == 0) {
+				err(b, loc, "expected a value before %s", g);
+				return;
+			}
+	}
 	if (nexp < 1 || nexp > 5) {
 		err(b, loc, "unexpected %s", g);
 		return;
@@ -1807,7 +1815,7 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 		}
 	}
 	if (!b->m->graphs.n && !diag_errors() && !b->m->has_header)
-		diag_error_at((Loc){1, 1}, "no graph, node or parameter in the input");
+		diag_error_at((Loc){0, 0}, "no graph, node or parameter in the input");
 	if (!b->m->graphs.n)
 		ir_graph_new(b->m, b->m->entry ? b->m->entry : intern_cstr("main"));
 	if (!b->m->entry)
