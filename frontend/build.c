@@ -332,8 +332,30 @@ int lex_hash_line(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv, i
 	return COMMENT;
 }
 
-void lex_nodedef(LexState *ls, const char *t, union IR_YYSTYPE *lv)
+/* the line's name for messages: an operator, "%paraN_x", a graph */
+static void note_name(LexState *ls, const char *p, size_t n)
 {
+	if (n >= sizeof ls->lname)
+		n = sizeof ls->lname - 1;
+	memcpy(ls->lname, p, n);
+	ls->lname[n] = 0;
+}
+
+/* "%k(name) =": also notes the operator that follows, for messages */
+void lex_nodedef(LexState *ls, const char *t, size_t len, char held, union IR_YYSTYPE *lv)
+{
+	size_t i = 0;
+	const char *q = t + len;
+	char c = held;
+	while (c == ' ' || c == '\t')
+		c = *++q;
+	while (i + 1 < sizeof ls->lname && (c == '_' || c == '.' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+					    (c >= '0' && c <= '9') || (unsigned char)c >= 0x80)) {
+		ls->lname[i++] = c;
+		c = *++q;
+	}
+	ls->lname[i] = 0;
+	ls->lkind = LK_NODE;
 	const char *p = strchr(t, '%');
 	char *end;
 	errno = 0;
@@ -348,6 +370,14 @@ void lex_nodedef(LexState *ls, const char *t, union IR_YYSTYPE *lv)
 	lv->tok.i = v;
 	lv->tok.s = intern(open + 1, (size_t)(close - open - 1));
 	lv->tok.p = p;
+	ls->llocal = v;
+}
+
+void lex_graphref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	if (ls->lkind == LK_SUBGRAPH && !ls->lname[0])
+		note_name(ls, t + 1, n - 1);
+	lv->tok.s = intern(t + 1, n - 1);
 }
 
 static void split_param(const char *p, size_t n, Tok *tok)
@@ -371,13 +401,16 @@ static void split_param(const char *p, size_t n, Tok *tok)
 
 void lex_paramdef(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 {
-	(void)ls;
 	const char *p = strchr(t, '%') + 5;
 	const char *e = t + n - 1; /* ':' */
 	while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
 		e--;
 	split_param(p, (size_t)(e - p), &lv->tok);
 	lv->tok.p = t;
+	ls->lkind = LK_PARAM;
+	ls->pnum = lv->tok.i;
+	ls->psym = lv->tok.s;
+	note_name(ls, p - 5, (size_t)(e - p + 5));
 }
 
 void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)

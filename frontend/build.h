@@ -71,7 +71,9 @@ typedef struct LexState {
 /* scanner helpers (build.c) */
 union IR_YYSTYPE;
 int lex_hash_line(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv, int *keep);
-void lex_nodedef(LexState *ls, const char *t, union IR_YYSTYPE *lv);
+/* held: the byte after the token as it was (the scanner keeps a NUL there) */
+void lex_nodedef(LexState *ls, const char *t, size_t n, char held, union IR_YYSTYPE *lv);
+void lex_graphref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_paramdef(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_instance(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
