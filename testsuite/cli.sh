@@ -165,6 +165,13 @@ else
 	skip "-o into a read-only directory" "root ignores permissions"
 	skip "unreadable input" "root ignores permissions"
 fi
+# a directory nobody can create files in, root included
+if [ -d /proc/self ]; then
+	run "$sappc" -o /proc/sappc-cli-test.ir "$tmp/good.ir"
+	check "-o into /proc (unwritable even for root): exit 3" eval 'test "$rc" = 3 && has "cannot create" "$tmp/err"'
+else
+	skip "-o into /proc" "no /proc"
+fi
 run "$sappc" "$tmp/nosuch.ir"
 check "missing input: exit 3" eval 'test "$rc" = 3 && has "cannot open" "$tmp/err"'
 run "$sappc" "$tmp"
