@@ -208,17 +208,33 @@ static void parse_pass_list(PassManagerOptions *pm, const char *list)
 		if (!*tok)
 			continue;
 		const PassInfo *p = pass_find(tok);
-		if (!p) {
-			free(copy);
+		/* bad_usage exits: the message still needs tok, so copy is not freed */
+		if (!p)
 			bad_usage("unknown pass '%s' (see --help for the list)", tok);
-		}
-		if (pm->npasses == 64) {
-			free(copy);
+		if (pm->npasses == 64)
 			bad_usage("too many passes in '%s'", list);
-		}
 		pm->passes[pm->npasses++] = p;
 	}
 	free(copy);
+}
+
+/* Is path the same file as the input (another spelling, a link)? */
+static int same_file(const char *path, const char *in, const struct stat *ist)
+{
+	struct stat st;
+	if (strcmp(path, in) == 0)
+		return 1;
+	return ist && stat(path, &st) == 0 && st.st_dev == ist->st_dev && st.st_ino == ist->st_ino;
+}
+
+/* exit status for output written to stdout by --help / --version */
+static int stdout_status(void)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "sappc: error: write error on standard output\n");
+		return 3;
+	}
+	return 0;
 }
 
 static double now(void)
@@ -346,6 +362,9 @@ int main(int argc, char **argv)
 	o.world_group = "hccl_world_group";
 	o.max_nodes = 1500;
 
+	/* getopt prefixes its messages with argv[0]; ours say "sappc:" */
+	static char progname[] = "sappc";
+	argv[0] = progname;
 	int c;
 	while ((c = getopt_long(argc, argv, "o:n:q", longopts, NULL)) != -1) {
 		switch (c) {
@@ -496,10 +515,10 @@ int main(int argc, char **argv)
 			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);
-			return 0;
+			return stdout_status();
 		case OPT_HELP:
 			usage(stdout);
-			return ferror(stdout) ? 3 : 0;
+			return stdout_status();
 		default:
 			fputs("Try 'sappc --help' for more information.\n", stderr);
 			return 2;
@@ -534,11 +553,15 @@ int main(int argc, char **argv)
 	o.time_passes = pm.time_passes;
 	diag_set_quiet(o.quiet);
 
-	/* never write over the input */
+	/* never write over the input, however it is spelled */
 	const char *outs[4] = {out, dot, svg, o.strategy_out};
+	struct stat ist;
+	int have_ist = strcmp(in, "-") != 0 && stat(in, &ist) == 0;
 	for (int i = 0; i < 4; i++)
-		if (outs[i] && strcmp(outs[i], "-") != 0 && strcmp(in, "-") != 0 && strcmp(outs[i], in) == 0) {
+		if (outs[i] && strcmp(outs[i], "-") != 0 && strcmp(in, "-") != 0 &&
+		    same_file(outs[i], in, have_ist ? &ist : NULL)) {
 			fprintf(stderr, "sappc: refusing to write output over the input file '%s'\n", in);
+			fprintf(stderr, "Try 'sappc --help' for more information.\n");
 			return 2;
 		}
 

@@ -46,12 +46,13 @@ struct BuildCtx {
 	Vec(Groups *) gfree;
 	Vec(Abs *) afree;      /* parsed abstracts are copied into nodes, then reused */
 	Vec(Abs *) aall;
+	Vec(Node *) phparams;  /* stand-ins for parameters whose line failed to parse */
 	Node **ptab;           /* parameter lookup: (name, number) -> node */
 	uint32_t pmask, pcount;
 	int nforeign;
 	Sym cycle;
 	Sym funcunion;
-	int lexerr;
+	int skip;            /* a node line failed to parse: drop its type line */
 	int fragment;
 	const char *fname;
 };
@@ -61,6 +62,8 @@ struct BuildCtx {
 static void vrelease(BuildCtx *b, VList *l);
 static void grelease(BuildCtx *b, Groups *g);
 static void ptab_insert(BuildCtx *b, Node *p);
+static Node *find_param(BuildCtx *b, Graph *g, int64_t num, Sym name);
+static void register_local(BuildCtx *b, Loc loc, int64_t k, Node *n);
 
 static char *adup(BuildCtx *b, const char *p, size_t n)
 {
@@ -74,16 +77,64 @@ static const char **freeze(BuildCtx *b, void *vec_a, uint32_t n)
 	return arena_dup(b->m->arena, vec_a, n * sizeof(const char *));
 }
 
+/* "MatMul (%1)", "Return", "call @g (%3)": how messages name a node */
+static void node_label(char *buf, size_t n, const Node *nd)
+{
+	if (nd->kind == NK_RETURN)
+		snprintf(buf, n, "Return");
+	else if (nd->callee_kind == CK_PRIM)
+		snprintf(buf, n, "%s (%%%d)", sym_str(nd->prim), nd->local);
+	else if (nd->callee_kind == CK_CALL)
+		snprintf(buf, n, "call @%s (%%%d)", sym_str(nd->callee.text), nd->local);
+	else
+		snprintf(buf, n, "node %%%d", nd->local);
+}
+
+/* What the line being read defines, as a message prefix: errors inside a
+ * node line name the node and its operator. */
+static void line_ctx(BuildCtx *b, char *buf, size_t n)
+{
+	LexState *ls = &b->ls;
+	char lab[128];
+	buf[0] = 0;
+	switch (ls->lkind) {
+	case LK_NODE:
+		if (ls->lname[0])
+			snprintf(buf, n, "%s (%%%lld): ", ls->lname, (long long)ls->llocal);
+		else
+			snprintf(buf, n, "node %%%lld: ", (long long)ls->llocal);
+		break;
+	case LK_RETURN:
+		snprintf(buf, n, "Return: ");
+		break;
+	case LK_TYPE:
+		if (b->last && !b->skip) {
+			node_label(lab, sizeof lab, b->last);
+			snprintf(buf, n, "type line of %s: ", lab);
+		}
+		break;
+	case LK_PARAM:
+		snprintf(buf, n, "parameter '%s': ", ls->lname);
+		break;
+	case LK_SUBGRAPH:
+		if (ls->lname[0])
+			snprintf(buf, n, "subgraph '@%s': ", ls->lname);
+		break;
+	default:
+		break;
+	}
+}
+
 static void err(BuildCtx *b, Loc loc, const char *fmt, ...) PRINTF(3, 4);
 static void err(BuildCtx *b, Loc loc, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[512], ctx[160];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	(void)b;
-	diag_error_at(loc, "%s", msg);
+	line_ctx(b, ctx, sizeof ctx);
+	diag_error_at(loc, "%s%s", ctx, msg);
 }
 
 static Loc lexloc(LexState *ls, const char *p)
@@ -91,10 +142,18 @@ static Loc lexloc(LexState *ls, const char *p)
 	return (Loc){ls->line, (uint32_t)(p - ls->line_start) + 1};
 }
 
-static void lexerr(LexState *ls, const char *p, const char *msg)
+/* an error found by the scanner in the token it is returning; the parser's
+ * complaint about that token would only repeat it */
+static void lexerr(LexState *ls, const char *p, const char *fmt, ...) PRINTF(3, 4);
+static void lexerr(LexState *ls, const char *p, const char *fmt, ...)
 {
-	diag_error_at(lexloc(ls, p), "%s", msg);
-	ls->b->lexerr = 1;
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	err(ls->b, lexloc(ls, p), "%s", msg);
+	ls->explained = 1;
 }
 
 /* Flush the debug lines collected for the last node onto it. */
@@ -146,6 +205,11 @@ static void attach_header_params(BuildCtx *b, Graph *g)
 	for (uint32_t gi = 0; gi < b->m->graphs.n; gi++)
 		for (uint32_t i = 0; i < b->m->graphs.a[gi]->params.n; i++)
 			ptab_insert(b, b->m->graphs.a[gi]->params.a[i]);
+	for (uint32_t i = 0; i < b->phparams.n; i++) {
+		if (!b->phparams.a[i]->g)
+			b->phparams.a[i]->g = g;
+		ptab_insert(b, b->phparams.a[i]);
+	}
 }
 
 /* The graph that receives a node line: the open one, or an implicit graph
@@ -205,7 +269,10 @@ int lex_hash_line(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv, i
 	if (starts(r, e, "IR entry")) {
 		const char *at = memchr(r, '@', (size_t)(e - r));
 		if (!at) {
-			lexerr(ls, r, "'# IR entry' line without '@graph'");
+			const char *nm = r + strlen("IR entry");
+			while (nm < e && (*nm == ':' || *nm == ' ' || *nm == '\t'))
+				nm++;
+			lexerr(ls, nm < e ? nm : r, "'# IR entry' line without a graph name: write '# IR entry: @NAME'");
 			return BADCHAR;
 		}
 		const char *ne = e;
@@ -265,14 +332,37 @@ int lex_hash_line(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv, i
 	return COMMENT;
 }
 
-void lex_nodedef(LexState *ls, const char *t, union IR_YYSTYPE *lv)
+/* the line's name for messages: an operator, "%paraN_x", a graph */
+static void note_name(LexState *ls, const char *p, size_t n)
 {
+	if (n >= sizeof ls->lname)
+		n = sizeof ls->lname - 1;
+	memcpy(ls->lname, p, n);
+	ls->lname[n] = 0;
+}
+
+/* "%k(name) =": also notes the operator that follows, for messages */
+void lex_nodedef(LexState *ls, const char *t, size_t len, char held, union IR_YYSTYPE *lv)
+{
+	size_t i = 0;
+	const char *q = t + len;
+	char c = held;
+	while (c == ' ' || c == '\t')
+		c = *++q;
+	while (i + 1 < sizeof ls->lname && (c == '_' || c == '.' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+					    (c >= '0' && c <= '9') || (unsigned char)c >= 0x80)) {
+		ls->lname[i++] = c;
+		c = *++q;
+	}
+	ls->lname[i] = 0;
+	ls->lkind = LK_NODE;
 	const char *p = strchr(t, '%');
 	char *end;
 	errno = 0;
 	long long v = strtoll(p + 1, &end, 10);
 	if (errno || v > MAX_LOCAL) {
-		lexerr(ls, p, "node number too large");
+		diag_error_at(lexloc(ls, p), "node number %.*s is too large (the limit is %d)", (int)strspn(p + 1, "0123456789") + 1,
+			      p, MAX_LOCAL);
 		v = -1;
 	}
 	const char *open = end; /* at '(' */
@@ -280,7 +370,14 @@ void lex_nodedef(LexState *ls, const char *t, union IR_YYSTYPE *lv)
 	lv->tok.i = v;
 	lv->tok.s = intern(open + 1, (size_t)(close - open - 1));
 	lv->tok.p = p;
-	lv->tok.k = (int)(p - ls->line_start) + 1; /* column of the '%' */
+	ls->llocal = v;
+}
+
+void lex_graphref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	if (ls->lkind == LK_SUBGRAPH && !ls->lname[0])
+		note_name(ls, t + 1, n - 1);
+	lv->tok.s = intern(t + 1, n - 1);
 }
 
 static void split_param(const char *p, size_t n, Tok *tok)
@@ -304,13 +401,16 @@ static void split_param(const char *p, size_t n, Tok *tok)
 
 void lex_paramdef(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 {
-	(void)ls;
 	const char *p = strchr(t, '%') + 5;
 	const char *e = t + n - 1; /* ':' */
 	while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
 		e--;
 	split_param(p, (size_t)(e - p), &lv->tok);
 	lv->tok.p = t;
+	ls->lkind = LK_PARAM;
+	ls->pnum = lv->tok.i;
+	ls->psym = lv->tok.s;
+	note_name(ls, p - 5, (size_t)(e - p + 5));
 }
 
 void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
@@ -389,9 +489,14 @@ void lex_attrline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv)
 {
 	errno = 0;
-	long long v = strtoll(t, NULL, 10);
+	char *end;
+	long long v = strtoll(t, &end, 10);
 	if (errno == ERANGE) {
-		lexerr(ls, t, "integer literal out of range");
+		int n = (int)(end - t);
+		if (n > 40)
+			lexerr(ls, t, "integer literal %.20s... (%d digits) is out of the int64 range", t, n - (*t == '-'));
+		else
+			lexerr(ls, t, "integer literal %.*s is out of the int64 range", n, t);
 		return BADINT;
 	}
 	lv->tok.i = v;
@@ -401,24 +506,208 @@ int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv)
 
 /* ------------------------------------------------------------ grammar actions */
 
+/* bison's own messages (only "memory exhausted" reaches here) */
 void b_syntax_error(BuildCtx *b, int line, int col, const char *msg)
 {
-	if (b->lexerr) {
-		b->lexerr = 0; /* the scanner already explained it */
+	Loc loc = {(uint32_t)line, (uint32_t)col};
+	if (strstr(msg, "memory exhausted"))
+		err(b, loc, "input nested too deeply for the parser");
+	else
+		err(b, loc, "%s", msg);
+}
+
+static char closer_of(char open)
+{
+	return open == '(' ? ')' : open == '[' ? ']' : open == '{' ? '}' : '>';
+}
+
+/* a token name as the grammar spells it, without the quotes of an alias */
+static const char *tokname(const char *raw, char *buf, size_t n)
+{
+	size_t l = strlen(raw);
+	if (l >= 2 && raw[0] == '"' && raw[l - 1] == '"') {
+		snprintf(buf, n, "%.*s", (int)(l - 2), raw + 1);
+		return buf;
+	}
+	return raw;
+}
+
+/* "expected 'C' before X", pointing at X, and a note at the bracket it closes */
+static void expected_closer(BuildCtx *b, Loc loc, const Bracket *open, const char *before)
+{
+	err(b, loc, "expected '%c' before %s", closer_of(open->ch), before);
+	diag_note_at((Loc){open->line, open->col}, "to match this '%c'", open->ch);
+}
+
+/* The innermost bracket of an unclosed bracketed value (UMonad[U, ...):
+ * its offset in the text, or -1. */
+static long raw_unclosed(const char *p, size_t n)
+{
+	long st[64];
+	int d = 0, deep = 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = p[i];
+		if (c == '"') {
+			for (i++; i < n && p[i] != '"'; i++)
+				if (p[i] == '\\')
+					i++;
+		} else if (strchr("([{<", c)) {
+			if (d < 64)
+				st[d++] = (long)i;
+			else
+				deep++;
+		} else if (strchr(")]}>", c)) {
+			if (deep)
+				deep--;
+			else if (d)
+				d--;
+		}
+	}
+	return d ? st[d - 1] : -1;
+}
+
+void b_syntax_error_at(BuildCtx *b, Loc loc, int cls, const char *got, const char **expected, int nexp)
+{
+	LexState *ls = &b->ls;
+	char gbuf[96], ebuf[96], list[512];
+	if (ls->explained)
+		return; /* the scanner already said what is wrong with this token */
+	const char *g = tokname(got, gbuf, sizeof gbuf);
+	/* the innermost open bracket before the unexpected token */
+	const Bracket *open = NULL;
+	int d = ls->depth > LEX_MAX_DEPTH ? 0 : ls->depth;
+	if (ls->last_push)
+		open = d >= 2 ? &ls->br[d - 2] : NULL;
+	else if (ls->last_pop.ch)
+		open = &ls->last_pop;
+	else if (d >= 1)
+		open = &ls->br[d - 1];
+	switch (cls) {
+	case SE_BADCHAR: {
+		unsigned char c = (unsigned char)ls->badch;
+		if (c > 0x20 && c < 0x7f)
+			err(b, loc, "stray '%c' in input", c);
+		else
+			err(b, loc, "stray byte 0x%02x in input", c);
 		return;
 	}
-	if (strstr(msg, "BADCHAR"))
-		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "stray character in input");
-	else if (strstr(msg, "BADSTRING"))
-		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "unterminated string");
-	else if (strstr(msg, "UNTERMINATED"))
-		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "unbalanced brackets: missing closing bracket before end of line");
-	else if (strstr(msg, "TOODEEP"))
-		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "brackets nested too deeply (more than 1000 levels)");
-	else if (strstr(msg, "memory exhausted"))
-		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "input nested too deeply for the parser");
-	else
-		diag_error_at((Loc){(uint32_t)line, (uint32_t)col}, "%s", msg);
+	case SE_BADSTRING:
+		err(b, loc, "unterminated string: no closing '\"' before the end of the line");
+		return;
+	case SE_TOODEEP:
+		err(b, loc, "brackets nested more than %d levels deep", LEX_MAX_DEPTH);
+		return;
+	case SE_UNTERMINATED: {
+		long at = ls->unterm ? raw_unclosed(ls->unterm, ls->untermlen) : -1;
+		if (at < 0) {
+			err(b, loc, "unclosed bracket before the end of the line");
+			return;
+		}
+		Loc eol = {loc.line, loc.col + ls->untermlen};
+		err(b, eol, "expected '%c' before end of line", closer_of(ls->unterm[at]));
+		diag_note_at((Loc){loc.line, loc.col + (uint32_t)at}, "to match this '%c'", ls->unterm[at]);
+		return;
+	}
+	case SE_EOL:
+		if (open) {
+			expected_closer(b, loc, open, "end of line");
+			return;
+		}
+		break;
+	case SE_CLOSE:
+		if (ls->last_unmatched) {
+			if (d >= 1)
+				expected_closer(b, loc, &ls->br[d - 1], g);
+			else
+				err(b, loc, "unmatched %s", g);
+			return;
+		}
+		break;
+	case SE_OPEN:
+		/* '<' inside '<...>': the first type was not closed */
+		if (g[1] == '<' && open && open->ch == '<') {
+			expected_closer(b, loc, open, g);
+			return;
+		}
+		break;
+	default:
+		break;
+	}
+	if (open) {
+		char want[4] = {'\'', closer_of(open->ch), '\'', 0};
+		for (int i = 0; i < nexp; i++)
+			if (strcmp(expected[i], want) == 0) {
+				expected_closer(b, loc, open, g);
+				return;
+			}
+	}
+	if (nexp > 5) {
+		/* where any value may come (operands, tuples, attribute values) */
+		for (int i = 0; i < nexp; i++)
+			if (strcmp(tokname(expected[i], ebuf, sizeof ebuf), "integer") == 0) {
+				err(b, loc, "expected a value before %s", g);
+				return;
+			}
+	}
+	if (nexp < 1 || nexp > 5) {
+		err(b, loc, "unexpected %s", g);
+		return;
+	}
+	size_t k = 0;
+	list[0] = 0;
+	for (int i = 0; i < nexp && k < sizeof list; i++)
+		k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i == 0 ? "" : i == nexp - 1 ? " or " : ", ",
+				      tokname(expected[i], ebuf, sizeof ebuf));
+	err(b, loc, "unexpected %s, expected %s", g, list);
+}
+
+/* After a line that failed to parse: keep what it defined known, so that
+ * its uses below do not report it again ("undefined node %3" after %3's
+ * line had a syntax error), and drop the lines that belonged to it. */
+void b_recover(BuildCtx *b)
+{
+	LexState *ls = &b->ls;
+	Loc loc = {ls->line, 1};
+	switch (ls->lkind) {
+	case LK_NODE:
+	case LK_RETURN: {
+		flush_node(b);
+		b->skip = 1;
+		if (ls->lkind == LK_RETURN || ls->llocal < 0)
+			break;
+		Graph *g = node_graph(b, loc);
+		Node *ph = arena_alloc(b->m->arena, sizeof *ph);
+		ph->kind = NK_EXTERN;
+		ph->g = g;
+		ph->local = (int32_t)ls->llocal;
+		ph->loc = loc;
+		int64_t k = ls->llocal;
+		if ((uint64_t)k >= b->locals.n || !b->locals.a[k])
+			register_local(b, loc, k, ph);
+		break;
+	}
+	case LK_PARAM:
+		if (!find_param(b, b->cur, ls->pnum, ls->psym)) {
+			Node *ph = arena_alloc(b->m->arena, sizeof *ph);
+			ph->kind = NK_EXTERN;
+			ph->g = b->cur;
+			ph->local = (int32_t)ls->pnum;
+			ph->name = ls->psym;
+			ph->loc = loc;
+			ptab_insert(b, ph);
+			vec_push(&b->phparams, ph);
+		}
+		break;
+	case LK_SUBGRAPH:
+		if (ls->lname[0] && !(b->cur && b->in_braces)) {
+			Tok t = {0};
+			t.s = intern_cstr(ls->lname);
+			b_sg_open(b, loc, &t, NULL, NULL);
+		}
+		break;
+	default:
+		break;
+	}
 }
 
 int b_abort(BuildCtx *b)
@@ -535,8 +824,10 @@ static Node *find_param(BuildCtx *b, Graph *g, int64_t num, Sym name)
 void b_paramdef(BuildCtx *b, Loc loc, Tok *t, Abs *type, VList *tail)
 {
 	Graph *g = b->cur; /* a parameter line inside a graph belongs to it */
-	if (find_param(b, g, t->i, t->s)) {
-		err(b, loc, "duplicate parameter '%%para%s%s'", t->i >= 0 ? "" : "_", sym_str(t->s));
+	Node *old = find_param(b, g, t->i, t->s);
+	if (old) {
+		if (old->kind == NK_PARAM)
+			err(b, loc, "duplicate parameter (first defined on line %u)", old->loc.line);
 		return;
 	}
 	Node *n = new_param(b, g, t, loc);
@@ -611,8 +902,10 @@ Value b_sgparam(BuildCtx *b, Tok *t)
 void b_sg_open(BuildCtx *b, Loc loc, Tok *name, Tok *parent, VList *params)
 {
 	flush_node(b);
-	if (b->cur && b->in_braces)
-		err(b, loc, "'subgraph' inside subgraph '%s' (missing '}')", sym_str(b->cur->name));
+	if (b->cur && b->in_braces) {
+		err(b, loc, "starts inside subgraph '@%s', which is missing its '}'", sym_str(b->cur->name));
+		diag_note_at(b->cur->loc, "subgraph '@%s' starts here", sym_str(b->cur->name));
+	}
 	Graph *g = b->pending;
 	b->pending = NULL;
 	if (!g) {
@@ -796,7 +1089,13 @@ static void register_local(BuildCtx *b, Loc loc, int64_t k, Node *n)
 		b->locals.n = (uint32_t)k + 1;
 	}
 	if (b->locals.a[k]) {
-		err(b, loc, "duplicate node %%%lld (first defined on line %u)", (long long)k, b->locals.a[k]->loc.line);
+		Node *old = b->locals.a[k];
+		if (old->kind != NK_EXTERN) {
+			char lab[128];
+			node_label(lab, sizeof lab, old);
+			err(b, loc, "duplicate node number %%%lld: %s is already defined on line %u", (long long)k, lab,
+			    old->loc.line);
+		}
 		return;
 	}
 	b->locals.a[k] = n;
@@ -815,8 +1114,7 @@ void b_node(BuildCtx *b, Loc loc, Tok *def, Value *callee, VList *args, Groups *
 {
 	flush_node(b);
 	b->in_order = 0;
-	if (def->k > 0)
-		loc.col = (uint32_t)def->k;
+	b->skip = 0;
 	Graph *gr = node_graph(b, loc);
 	Node *n = ir_node_new(b->m, gr, NK_CNODE);
 	n->loc = loc;
@@ -863,6 +1161,7 @@ void b_return(BuildCtx *b, Loc loc, VList *args, Groups *g)
 {
 	flush_node(b);
 	b->in_order = 0;
+	b->skip = 0;
 	Graph *gr = node_graph(b, loc);
 	Node *n = ir_node_new(b->m, gr, NK_RETURN);
 	n->loc = loc;
@@ -876,9 +1175,11 @@ void b_return(BuildCtx *b, Loc loc, VList *args, Groups *g)
 	b->last = n;
 }
 
-static void typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out)
+static void typeline(BuildCtx *b, Loc loc, Loc eol, VList *ins, Abs *out)
 {
 	Node *n = b->last;
+	if (b->skip)
+		return; /* the node line above failed to parse: already reported */
 	if (!n) {
 		err(b, loc, "type line without a node above it");
 		return;
@@ -908,6 +1209,7 @@ static void typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out)
 		return;
 	}
 	n->has_type_line = 1;
+	n->tloc = loc;
 	if (ins && ins->abs.n) {
 		n->nin_types = ins->abs.n;
 		n->in_types = arena_alloc(b->m->arena, ins->abs.n * sizeof(Abs));
@@ -916,26 +1218,26 @@ static void typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out)
 	}
 	if (n->kind == NK_RETURN) {
 		if (out)
-			err(b, loc, "the Return node's type line has no '->' part");
+			err(b, loc, "a Return type line lists only the returned value's type: '      : (<TYPE>)', no '->'");
 		if (n->nin_types == 1) {
 			n->out = n->in_types[0];
 			n->nin_types = 0;
 			n->in_types = NULL;
 		} else if (n->nin_types > 1) {
-			err(b, loc, "the Return node's type line lists %u types, expected one", n->nin_types);
+			err(b, loc, "%u types listed, but Return returns one value", n->nin_types);
 		}
 		return;
 	}
 	if (!out) {
-		err(b, loc, "type line without '-> (output type)'");
+		err(b, eol, "expected '-> (<OUTPUT TYPE>)' before end of line");
 		return;
 	}
 	n->out = *out;
 }
 
-void b_typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out)
+void b_typeline(BuildCtx *b, Loc loc, Loc eol, VList *ins, Abs *out)
 {
-	typeline(b, loc, ins, out);
+	typeline(b, loc, eol, ins, out);
 	vrelease(b, ins);
 	if (out)
 		vec_push(&b->afree, out);
@@ -971,21 +1273,27 @@ static Value extern_value(const char *p, size_t n)
 Value b_ref_local(BuildCtx *b, Loc loc, Tok *t)
 {
 	int64_t k = t->i;
-	if (b->cur && k >= 0 && (uint64_t)k < b->locals.n && b->locals.a[k])
+	/* t->p is "%k" as written (k may not fit in an int64) */
+	if (b->cur && k >= 0 && (uint64_t)k < b->locals.n && b->locals.a[k]) {
+		if (b->locals.a[k]->kind == NK_EXTERN) /* its line failed to parse */
+			return extern_value(t->p, t->n);
 		return value_node(b->locals.a[k]);
-	char buf[32];
-	int n = snprintf(buf, sizeof buf, "%%%lld", (long long)k);
-	if (!b->fragment)
-		err(b, loc, "undefined node %%%lld (operands must be defined above their use)", (long long)k);
-	return extern_value(buf, (size_t)n);
+	}
+	if (b->fragment)
+		return extern_value(t->p, t->n);
+	if (b->ls.lkind == LK_NODE && b->ls.llocal == k)
+		err(b, loc, "%.*s uses itself (operands must be defined above their use)", (int)t->n, t->p);
+	else
+		err(b, loc, "undefined node %.*s (operands must be defined above their use)", (int)t->n, t->p);
+	return extern_value(t->p, t->n);
 }
 
 Value b_ref_param(BuildCtx *b, Loc loc, Tok *t)
 {
 	Node *p = find_param(b, b->cur, t->i, t->s);
-	if (p)
+	if (p && p->kind == NK_PARAM)
 		return value_node(p);
-	if (!b->fragment)
+	if (!p && !b->fragment)
 		err(b, loc, "undefined parameter '%.*s'", (int)t->n, t->p);
 	return extern_value(t->p, t->n);
 }
@@ -1423,7 +1731,7 @@ static Node *lookup_foreign(Module *m, const char *text, Graph **gout)
 	return NULL;
 }
 
-static void resolve_value(BuildCtx *b, Value *v)
+static void resolve_value(BuildCtx *b, const Node *user, Value *v)
 {
 	if (v->kind == V_EXTERN && strncmp(sym_str(v->text), "$(@", 3) == 0) {
 		Graph *g = NULL;
@@ -1432,14 +1740,22 @@ static void resolve_value(BuildCtx *b, Value *v)
 			*v = value_node(hit);
 		} else if (!b->fragment) {
 			Loc loc = {(uint32_t)(v->u.i >> 32), (uint32_t)(v->u.i & 0xffffffff)};
-			diag_error_at(loc, "undefined reference '%s' (%s)", sym_str(v->text),
-				      g ? "no such node in that graph" : "no such graph in the file");
+			const char *t = sym_str(v->text), *colon = strchr(t, ':');
+			int gl = colon ? (int)(colon - t - 3) : 0;
+			char lab[128];
+			node_label(lab, sizeof lab, user);
+			if (g)
+				diag_error_at(loc, "%s: undefined reference %s: graph '@%.*s' has no node or parameter '%.*s'",
+					      lab, t, gl, t + 3, colon ? (int)strlen(colon + 1) - 1 : 0, colon ? colon + 1 : "");
+			else
+				diag_error_at(loc, "%s: undefined reference %s: there is no graph '@%.*s' in the file", lab, t,
+					      gl, t + 3);
 		}
 		return;
 	}
 	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL)
 		for (uint32_t i = 0; i < v->n; i++)
-			resolve_value(b, &v->u.elems[i]);
+			resolve_value(b, user, &v->u.elems[i]);
 }
 
 static void resolve_foreign(BuildCtx *b)
@@ -1451,9 +1767,9 @@ static void resolve_foreign(BuildCtx *b)
 		for (uint32_t j = 0; j < g->nodes.n; j++) {
 			Node *n = g->nodes.a[j];
 			for (uint32_t k = 0; k < n->nargs; k++)
-				resolve_value(b, &n->args[k]);
+				resolve_value(b, n, &n->args[k]);
 			if (n->callee_kind == CK_EXTERN) {
-				resolve_value(b, &n->callee);
+				resolve_value(b, n, &n->callee);
 				if (n->callee.kind == V_NODE)
 					n->callee_kind = CK_NODE;
 			}
@@ -1474,7 +1790,7 @@ static int check_nul(const char *fname, const char *buf, size_t len)
 			ls = p + 1;
 		}
 	(void)fname;
-	diag_error_at((Loc){line, (uint32_t)(z - ls) + 1}, "NUL byte in input (not a text IR file?)");
+	diag_error_at((Loc){line, (uint32_t)(z - ls) + 1}, "NUL byte in the input: this is not an IR text file");
 	return -1;
 }
 
@@ -1483,8 +1799,12 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	Source src = {filename, buf, len};
 	diag_set_source(&src);
 	int errs0 = diag_errors();
-	if (len == 0 || strspn(buf, " \t\r\n") == len) {
-		diag_error_at((Loc){1, 1}, "empty input: no graph to read");
+	if (len == 0) {
+		diag_error_at((Loc){0, 0}, "empty input: no graph to read");
+		return NULL;
+	}
+	if (strspn(buf, " \t\r\n") == len) {
+		diag_error_at((Loc){0, 0}, "the input is only white space: no graph to read");
 		return NULL;
 	}
 	if (check_nul(filename, buf, len))
@@ -1499,12 +1819,11 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	b->ls.scan = b->ls.line_start = buf;
 	b->ls.line = 1;
 	b->ls.b = b;
-	diag_defer(1);
 	int rc = lex_run(&b->ls, (char *)buf, len);
-	diag_flush();
 	flush_node(b);
 	if (b->cur && b->in_braces && !diag_errors())
-		diag_error_at(b->cur->loc, "subgraph '@%s' is not closed with '}'", sym_str(b->cur->name));
+		diag_error_at(b->cur->loc, "subgraph '@%s' has no closing '}' before the end of the file",
+			      sym_str(b->cur->name));
 	if (b->pending) {
 		/* "subgraph attr:" etc. with no graph after it */
 		if (!b->pending->name)
@@ -1529,7 +1848,7 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 		}
 	}
 	if (!b->m->graphs.n && !diag_errors() && !b->m->has_header)
-		diag_error_at((Loc){1, 1}, "no graph, node or parameter in the input");
+		diag_error_at((Loc){0, 0}, "no graph, node or parameter in the input");
 	if (!b->m->graphs.n)
 		ir_graph_new(b->m, b->m->entry ? b->m->entry : intern_cstr("main"));
 	if (!b->m->entry)
@@ -1563,6 +1882,7 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	vec_free(&b->nodelines);
 	vec_free(&b->xlines);
 	vec_free(&b->hparams);
+	vec_free(&b->phparams);
 	vec_free(&b->locals);
 	Module *m = b->m;
 	free(b);

@@ -25,20 +25,55 @@ typedef struct Groups {
 
 typedef struct BuildCtx BuildCtx;
 
+/* Brackets nest at most this deep (deeper input is an error, not a crash). */
+#define LEX_MAX_DEPTH 1000
+
+/* An open bracket of the line being scanned: where it is, which one. */
+typedef struct Bracket {
+	uint32_t line, col;
+	char ch;
+} Bracket;
+
+/* What kind of line is being scanned: syntax errors name the node. */
+enum { LK_NONE, LK_NODE, LK_RETURN, LK_TYPE, LK_PARAM, LK_SUBGRAPH };
+
 typedef struct LexState {
 	const char *buf;
 	size_t len;
 	const char *scan, *line_start;
 	uint32_t line;
-	int depth, tdepth, rawdepth, rawkind, prev_state, eof_nl;
+	int tdepth, rawdepth, rawkind, prev_state, eof_nl;
 	const char *rawstart;
 	BuildCtx *b;
+	/* open brackets of the current line (all brackets close on their line);
+	 * depth may exceed LEX_MAX_DEPTH, then only the count is kept */
+	int depth;
+	Bracket br[LEX_MAX_DEPTH];
+	/* what the last token did to the stack: a syntax error is reported with
+	 * that token as lookahead, and wants the stack as it was before it */
+	int last_push;        /* it opened br[depth - 1] */
+	Bracket last_pop;     /* it closed this one (ch 0: it closed nothing) */
+	int last_unmatched;   /* it was a closer that matched no open bracket */
+	int nl_pending;       /* a NL was scanned: the next token starts a new line */
+	int bol, at_bol;      /* no token yet on this line / the last token was its first */
+	int explained;        /* the scanner reported the last token itself */
+	char badch;           /* the last stray character */
+	const char *unterm;   /* the last unclosed bracketed value (UNTERMINATED) */
+	uint32_t untermlen;
+	/* the line being scanned */
+	int lkind;            /* LK_* */
+	int64_t llocal;       /* LK_NODE: the %k being defined */
+	int64_t pnum;         /* LK_PARAM: N of %paraN_x, and x */
+	Sym psym;
+	char lname[64];       /* LK_NODE: operator; LK_PARAM: "%paraN_x"; LK_SUBGRAPH: graph name */
 } LexState;
 
 /* scanner helpers (build.c) */
 union IR_YYSTYPE;
 int lex_hash_line(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv, int *keep);
-void lex_nodedef(LexState *ls, const char *t, union IR_YYSTYPE *lv);
+/* held: the byte after the token as it was (the scanner keeps a NUL there) */
+void lex_nodedef(LexState *ls, const char *t, size_t n, char held, union IR_YYSTYPE *lv);
+void lex_graphref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_paramdef(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_instance(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
@@ -50,6 +85,11 @@ int lex_run(LexState *ls, char *buf, size_t len);
 
 /* grammar actions (build.c) */
 void b_syntax_error(BuildCtx *b, int line, int col, const char *msg);
+/* A syntax error with the unexpected token (its kind is one of the SE_*
+ * classes, and its name as the grammar spells it) and the expected tokens. */
+enum { SE_OTHER, SE_EOL, SE_BADCHAR, SE_BADSTRING, SE_BADINT, SE_UNTERMINATED, SE_TOODEEP, SE_OPEN, SE_CLOSE };
+void b_syntax_error_at(BuildCtx *b, Loc loc, int cls, const char *got, const char **expected, int nexpected);
+void b_recover(BuildCtx *b);
 int b_abort(BuildCtx *b);
 void b_entry(BuildCtx *b, Tok *t);
 void b_header_attrs(BuildCtx *b);
@@ -69,7 +109,7 @@ void b_cycle(BuildCtx *b, Tok *t);
 void b_textline(BuildCtx *b, Tok *t);
 void b_node(BuildCtx *b, Loc loc, Tok *def, Value *callee, VList *args, Groups *g);
 void b_return(BuildCtx *b, Loc loc, VList *args, Groups *g);
-void b_typeline(BuildCtx *b, Loc loc, VList *ins, Abs *out);
+void b_typeline(BuildCtx *b, Loc loc, Loc eol, VList *ins, Abs *out);
 Value b_sgparam(BuildCtx *b, Tok *t);
 Value b_callee_prim(BuildCtx *b, Tok *t);
 Value b_callee_call(BuildCtx *b, Loc loc, Tok *kw, Tok *g);

@@ -7,7 +7,7 @@
  */
 %define api.pure full
 %define api.prefix {ir_yy}
-%define parse.error detailed
+%define parse.error custom
 %locations
 %expect 0
 %param {void *scanner}
@@ -19,6 +19,8 @@
 }
 
 %code {
+#include <string.h>
+
 int ir_yylex(IR_YYSTYPE *lval, IR_YYLTYPE *lloc, void *scanner);
 static void ir_yyerror(IR_YYLTYPE *l, void *scanner, BuildCtx *b, const char *msg)
 {
@@ -37,14 +39,26 @@ static void ir_yyerror(IR_YYLTYPE *l, void *scanner, BuildCtx *b, const char *ms
 	Sym s;
 }
 
-%token <tok> NODEDEF PARAMDEF PARAMREF LOCALREF FOREIGN GRAPHREF FUNCUNION
-%token <tok> INT FLOAT STRING BAREWORD IDENT RAW REFKEY INSTANCE
-%token <tok> HDR_ENTRY HDR_NSUB HDR_ATTRS HDR_NPARAMS HDR_PARAMS HDR_PARAMETERS
-%token <tok> SCOPE_LINE ORDER_HDR CYCLE_MARK COMMENT TEXTLINE ATTRLINE
-%token <tok> SG_ATTR SG_INSTANCE SG_SYMENG SG_INDIRECT SUBGRAPH PARENT END_GRAPH
-%token <tok> COUNT_HDR COUNT_NODES COUNT_CNODES RETURN
-%token PATTRS CATTRS PRIMAL STRAT_OPEN ARROW VALDOTS NL
-%token BADCHAR BADSTRING BADINT UNTERMINATED TOODEEP
+/* the names in quotes are what syntax errors call the tokens */
+%token <tok> NODEDEF "node definition" PARAMDEF "parameter definition"
+%token <tok> PARAMREF "parameter reference" LOCALREF "node reference"
+%token <tok> FOREIGN "'$(@graph:node)' reference" GRAPHREF "graph name" FUNCUNION "'[@FuncUnion(...)]'"
+%token <tok> INT "integer" FLOAT "number" STRING "string" BAREWORD "word" IDENT "identifier"
+%token <tok> RAW "bracketed value" REFKEY "'ref_key='" INSTANCE "'{instance name: ...}'"
+%token <tok> HDR_ENTRY "'# IR entry' line" HDR_NSUB "'# Total subgraphs' line" HDR_ATTRS "'# Attrs:' line"
+%token <tok> HDR_NPARAMS "'# Total params' line" HDR_PARAMS "'# Params:' line"
+%token <tok> HDR_PARAMETERS "'# Parameters:' line"
+%token <tok> SCOPE_LINE "scope line" ORDER_HDR "'# Order:' line" CYCLE_MARK "cycle mark line"
+%token <tok> COMMENT "comment line" TEXTLINE "text line" ATTRLINE "attribute line"
+%token <tok> SG_ATTR "'subgraph attr:'" SG_INSTANCE "'subgraph instance:' line"
+%token <tok> SG_SYMENG "'subgraph symbol engine:' line" SG_INDIRECT "'indirect:' line"
+%token <tok> SUBGRAPH "'subgraph'" PARENT "'parent:'" END_GRAPH "'}' closing a subgraph"
+%token <tok> COUNT_HDR "'Node counting information:'" COUNT_NODES "'Total number of nodes:' line"
+%token <tok> COUNT_CNODES "'Total number of cnodes:' line" RETURN "'Return'"
+%token PATTRS "'primitive_attrs:'" CATTRS "'cnode_attrs:'" PRIMAL "'cnode_primal_attrs:'"
+%token STRAT_OPEN "'{in_strategy:'" ARROW "'->'" VALDOTS "'value=...'" NL "end of line"
+%token BADCHAR "stray character" BADSTRING "unterminated string" BADINT "out-of-range integer"
+%token UNTERMINATED "unclosed bracketed value" TOODEEP "too deeply nested bracket"
 
 %type <v> value callee titem shape_el
 %type <vl> vals vals_opt cargs cargs_opt dict dict_opt titems shape_list int_list abs_list abs_list_opt ptail sg_params
@@ -84,11 +98,11 @@ line:	  NL
 	| TEXTLINE NL			{ b_textline(b, &$1); }
 	| NODEDEF callee '(' vals_opt ')' groups NL	{ b_node(b, LOC(@1), &$1, &$2, $4, $6); }
 	| NODEDEF callee '(' vals_opt ')' groups ':' '(' abs_list_opt ')' ARROW '(' abstract ')' NL
-					{ b_node(b, LOC(@1), &$1, &$2, $4, $6); b_typeline(b, LOC(@7), $9, $13); }
+					{ b_node(b, LOC(@1), &$1, &$2, $4, $6); b_typeline(b, LOC(@7), LOC(@15), $9, $13); }
 	| RETURN '(' vals_opt ')' groups NL	{ b_return(b, LOC(@1), $3, $5); }
-	| ':' '(' abs_list_opt ')' ARROW '(' abstract ')' NL	{ b_typeline(b, LOC(@1), $3, $7); }
-	| ':' '(' abs_list_opt ')' NL	{ b_typeline(b, LOC(@1), $3, NULL); }
-	| error NL			{ yyerrok; if (b_abort(b)) YYABORT; }
+	| ':' '(' abs_list_opt ')' ARROW '(' abstract ')' NL	{ b_typeline(b, LOC(@1), LOC(@9), $3, $7); }
+	| ':' '(' abs_list_opt ')' NL	{ b_typeline(b, LOC(@1), LOC(@5), $3, NULL); }
+	| error NL			{ yyerrok; b_recover(b); if (b_abort(b)) YYABORT; }
 	;
 
 sg_params: %empty			{ $$ = b_vlist(b); }
@@ -223,3 +237,33 @@ int_list: INT				{ $$ = b_vlist(b); b_vpush($$, b_int(&$1)); }
 	;
 
 %%
+
+/* Syntax errors: classify the unexpected token and hand the expected ones
+ * to build.c, which knows the line and its open brackets. */
+static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, BuildCtx *b)
+{
+	(void)scanner;
+	yysymbol_kind_t got = yypcontext_token(ctx);
+	yysymbol_kind_t exp[YYNTOKENS];
+	const char *names[YYNTOKENS];
+	int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS);
+	for (int i = 0; i < n; i++)
+		names[i] = yysymbol_name(exp[i]);
+	const char *gn = yysymbol_name(got);
+	int cls = SE_OTHER;
+	switch (got) {
+	case YYSYMBOL_NL: cls = SE_EOL; break;
+	case YYSYMBOL_BADCHAR: cls = SE_BADCHAR; break;
+	case YYSYMBOL_BADSTRING: cls = SE_BADSTRING; break;
+	case YYSYMBOL_BADINT: cls = SE_BADINT; break;
+	case YYSYMBOL_UNTERMINATED: cls = SE_UNTERMINATED; break;
+	case YYSYMBOL_TOODEEP: cls = SE_TOODEEP; break;
+	default:
+		if (gn[0] == '\'' && gn[1] && gn[2] == '\'' && strchr("([{<", gn[1]))
+			cls = SE_OPEN;
+		else if (gn[0] == '\'' && gn[1] && gn[2] == '\'' && strchr(")]}>", gn[1]))
+			cls = SE_CLOSE;
+	}
+	b_syntax_error_at(b, LOC(*yypcontext_location(ctx)), cls, gn, names, n < 0 ? 0 : n);
+	return 0;
+}

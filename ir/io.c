@@ -12,12 +12,17 @@
 int io_read_file(const char *path, char **buf, size_t *len)
 {
 	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+	const char *what = f == stdin ? "standard input" : path;
 	if (!f) {
 		diag_error("cannot open '%s': %s", path, strerror(errno));
 		return -1;
 	}
 	struct stat st;
 	size_t cap = 1 << 16;
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode) && f == stdin) {
+		diag_error("standard input is a directory");
+		return -1;
+	}
 	if (f != stdin && fstat(fileno(f), &st) == 0) {
 		if (S_ISDIR(st.st_mode)) {
 			diag_error("'%s' is a directory", path);
@@ -29,21 +34,28 @@ int io_read_file(const char *path, char **buf, size_t *len)
 	}
 	char *b = xmalloc(cap);
 	size_t n = 0;
+	int rerrno = 0;
 	for (;;) {
 		if (cap - n <= 2) { /* always room for the data plus two NULs */
 			cap *= 2;
 			b = xrealloc(b, cap);
 		}
+		errno = 0;
 		size_t r = fread(b + n, 1, cap - n - 2, f);
 		n += r;
-		if (r == 0 && (feof(f) || ferror(f)))
+		if (r == 0 && (feof(f) || ferror(f))) {
+			rerrno = errno;
 			break;
+		}
 	}
 	int err = ferror(f);
 	if (f != stdin)
 		fclose(f);
 	if (err) {
-		diag_error("cannot read '%s'", path);
+		if (rerrno)
+			diag_error("cannot read '%s': %s", what, strerror(rerrno));
+		else
+			diag_error("cannot read '%s'", what);
 		free(b);
 		return -1;
 	}

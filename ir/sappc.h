@@ -290,6 +290,7 @@ struct Node {
 	Sym cycle_mark;    /* "#------------------------> N" text before the node */
 	Sym ptail;         /* parameter: extra " : ..." items kept verbatim ("" if none) */
 	Loc loc;
+	Loc tloc;          /* the type line (line 0: none); verify points its shape errors there */
 	/* pass data */
 	int32_t stage;     /* pipeline stage, -1 unknown */
 	uint32_t mark;     /* scratch for passes (cleared by ir_clear_marks) */
@@ -365,19 +366,21 @@ typedef struct Source {
 	size_t len;
 } Source;
 
-void diag_set_source(const Source *src);
+void diag_set_source(const Source *src); /* src->buf must outlive the errors about it (NULL: none) */
 void diag_error_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
 void diag_warning_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
 void diag_error(const char *fmt, ...) PRINTF(1, 2);   /* no location: "sappc: error: " */
 void diag_warning(const char *fmt, ...) PRINTF(1, 2);
 void diag_note(const char *fmt, ...) PRINTF(1, 2);
+void diag_note_at(Loc loc, const char *fmt, ...) PRINTF(2, 3); /* follows the error it explains */
+/* The scanner borrows one byte of the source buffer for a NUL (flex's hold
+ * char): *pos is where, *ch what it was.  Diagnostics show the original. */
+void diag_set_hold(char *const *pos, const char *ch);
 int diag_errors(void);
 int diag_too_many(void); /* the 20-error limit was reached */
 void diag_reset(void);
 void diag_set_quiet(int q);
 void diag_set_silent(int s); /* print nothing at all (fuzzing) */
-void diag_defer(int on);      /* queue located messages (while the scanner holds the buffer) */
-void diag_flush(void);        /* print the queue, with source lines */
 NORETURN void die(const char *fmt, ...) PRINTF(1, 2); /* internal bug */
 
 /* --------------------------------------------------------- frontend/build.c */

@@ -139,6 +139,18 @@ static void copy_dims(int64_t *dst, const int64_t *src, int n)
 
 #define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -1)
 
+/* Dimensions come from the input and may be anything up to INT64_MAX:
+ * arithmetic on them is checked (signed overflow is undefined behaviour). */
+static int mul_ok(int64_t a, int64_t b, int64_t *r)
+{
+	return !__builtin_mul_overflow(a, b, r);
+}
+
+static int add_ok(int64_t a, int64_t b, int64_t *r)
+{
+	return !__builtin_add_overflow(a, b, r);
+}
+
 static int bcast(const Shape *a, const Shape *b, int64_t *out, int *orank, char *why, size_t whylen)
 {
 	int r = a->rank > b->rank ? a->rank : b->rank;
@@ -156,18 +168,28 @@ static int bcast(const Shape *a, const Shape *b, int64_t *out, int *orank, char 
 	return 1;
 }
 
-static int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t dil, const char *mode, int64_t pad)
+/* output size of a convolution / pooling window along one axis: 1 ok,
+ * 0 when the numbers overflow (*out -1 for a dynamic input size) */
+static int conv_out(int64_t in, int64_t k, int64_t stride, int64_t dil, const char *mode, int64_t pad, int64_t *out)
 {
 	if (stride <= 0)
 		stride = 1;
 	if (dil <= 0)
 		dil = 1;
-	if (mode && (strcmp(mode, "same") == 0 || strcmp(mode, "SAME") == 0))
-		return (in + stride - 1) / stride;
-	int64_t eff = dil * (k - 1) + 1;
-	if (in + 2 * pad < eff)
+	if (in < 0) {
+		*out = -1;
+		return 1;
+	}
+	if (mode && (strcmp(mode, "same") == 0 || strcmp(mode, "SAME") == 0)) {
+		*out = in == 0 ? 0 : (in - 1) / stride + 1;
+		return 1;
+	}
+	int64_t eff, span;
+	if (k < 1 || !mul_ok(dil, k - 1, &eff) || !add_ok(eff, 1, &eff) || !mul_ok(pad, 2, &span) ||
+	    !add_ok(in, span, &span))
 		return 0;
-	return (in + 2 * pad - eff) / stride + 1;
+	*out = span < eff ? 0 : (span - eff) / stride + 1;
+	return 1;
 }
 
 static int64_t last_int(const Value *v, int64_t dflt)
@@ -210,7 +232,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			if (!s || !n->in_types[i].is_tensor)
 				continue;
 			if (!acc) {
-				copy_dims(tmp, s->dims, s->rank);
+				if (s->rank) /* a scalar () has no dims array: memcpy(NULL) is undefined */
+					memcpy(tmp, s->dims, s->rank * sizeof(int64_t));
 				cur.kind = SK_DIMS;
 				cur.rank = s->rank;
 				cur.dims = tmp;
@@ -281,8 +304,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 				neg = i;
 			else if (d[i] <= 0)
 				return WHY("Reshape target has invalid dimension %lld", (long long)d[i]);
-			else
-				known *= d[i];
+			else if (!mul_ok(known, d[i], &known))
+				return WHY("Reshape target shape has more than 2^63 elements");
 		}
 		if (neg >= 0) {
 			if (known == 0 || total % known)
@@ -320,8 +343,12 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		if (x->rank == 0)
 			return WHY("Flatten needs an input of rank >= 1");
 		int64_t p = 1;
-		for (int i = 1; i < x->rank; i++)
-			p *= x->dims[i];
+		for (int i = 1; i < x->rank && p >= 0; i++) {
+			if (x->dims[i] < 0)
+				p = -1; /* a dynamic dimension makes the product dynamic */
+			else if (!mul_ok(p, x->dims[i], &p))
+				return WHY("Flatten output dimension overflows int64");
+		}
 		d[0] = x->dims[0];
 		d[1] = p;
 		return set_out(d, 2, out, orank);
@@ -383,7 +410,10 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		int64_t depth;
 		if (!x || !dep || !value_get_int(dep, &depth))
 			return 0;
-		copy_dims(d, x->dims, x->rank);
+		if (x->rank >= MAX_RANK)
+			return WHY("OneHot output would have rank %d, more than %d", x->rank + 1, MAX_RANK);
+		if (x->rank)
+			memcpy(d, x->dims, x->rank * sizeof(int64_t));
 		d[x->rank] = depth;
 		return set_out(d, x->rank + 1, out, orank);
 	}
@@ -409,9 +439,12 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			value_get_int(gv, &group);
 		if (group <= 0)
 			group = 1;
-		if (x->dims[1] != w->dims[1] * group)
+		int64_t cin;
+		if (!mul_ok(w->dims[1], group, &cin))
+			return WHY("Conv2D weight channels times group overflows int64");
+		if (x->dims[1] != cin)
 			return WHY("Conv2D input has %lld channels but the weight expects %lld", (long long)x->dims[1],
-				   (long long)(w->dims[1] * group));
+				   (long long)cin);
 		const char *mode = str_attr(n, "pad_mode");
 		int64_t s = last_int(ir_attr_get(&n->pattrs, "stride"), 1);
 		int64_t dl = last_int(ir_attr_get(&n->pattrs, "dilation"), 1);
@@ -421,8 +454,9 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			pad = last_int(pv, 0);
 		d[0] = x->dims[0];
 		d[1] = w->dims[0];
-		d[2] = conv_out(x->dims[2], w->dims[2], s, dl, mode, pad);
-		d[3] = conv_out(x->dims[3], w->dims[3], s, dl, mode, pad);
+		if (!conv_out(x->dims[2], w->dims[2], s, dl, mode, pad, &d[2]) ||
+		    !conv_out(x->dims[3], w->dims[3], s, dl, mode, pad, &d[3]))
+			return WHY("Conv2D output size overflows int64 (kernel, dilation or padding out of range)");
 		return set_out(d, 4, out, orank);
 	}
 	case SHAPE_POOL: {
@@ -435,8 +469,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		int64_t s = last_int(ir_attr_get(&n->pattrs, "strides"), 1);
 		d[0] = x->dims[0];
 		d[1] = x->dims[1];
-		d[2] = conv_out(x->dims[2], k, s, 1, mode, 0);
-		d[3] = conv_out(x->dims[3], k, s, 1, mode, 0);
+		if (!conv_out(x->dims[2], k, s, 1, mode, 0, &d[2]) || !conv_out(x->dims[3], k, s, 1, mode, 0, &d[3]))
+			return WHY("%s output size out of range (kernel_size %lld)", oi->name, (long long)k);
 		return set_out(d, 4, out, orank);
 	}
 	case SHAPE_ALLGATHER:
@@ -451,10 +485,13 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			value_get_int(v, &rs);
 		if (!x || rs <= 0 || x->rank == 0)
 			return 0;
-		copy_dims(d, x->dims, x->rank);
-		if (oi->shape == SHAPE_ALLGATHER)
-			d[0] *= rs;
-		else {
+		memcpy(d, x->dims, x->rank * sizeof(int64_t));
+		if (d[0] < 0)
+			return 0; /* dynamic */
+		if (oi->shape == SHAPE_ALLGATHER) {
+			if (!mul_ok(d[0], rs, &d[0]))
+				return WHY("AllGather output dimension overflows int64");
+		} else {
 			if (d[0] % rs)
 				return WHY("ReduceScatter: dimension 0 (%lld) not divisible by %lld", (long long)d[0], (long long)rs);
 			d[0] /= rs;
@@ -488,13 +525,15 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 				d[i] = x->dims[i];
 				continue;
 			}
-			int64_t b0 = bg[i] < 0 ? bg[i] + x->dims[i] : bg[i];
-			int64_t e0 = en[i] < 0 ? en[i] + x->dims[i] : en[i];
-			if (e0 > x->dims[i])
-				e0 = x->dims[i];
-			if (st[i] <= 0)
-				return 0;
-			d[i] = e0 > b0 ? (e0 - b0 + st[i] - 1) / st[i] : 0;
+			int64_t n0 = x->dims[i];
+			if (n0 < 0 || st[i] <= 0)
+				return 0; /* dynamic, or a backward slice */
+			/* begin and end clamp to [0, n0] (negative ones count from the end) */
+			int64_t b0 = bg[i] < 0 ? bg[i] + n0 : bg[i];
+			int64_t e0 = en[i] < 0 ? en[i] + n0 : en[i];
+			b0 = b0 < 0 ? 0 : b0 > n0 ? n0 : b0;
+			e0 = e0 < 0 ? 0 : e0 > n0 ? n0 : e0;
+			d[i] = e0 > b0 ? (e0 - b0 - 1) / st[i] + 1 : 0;
 		}
 		return set_out(d, x->rank, out, orank);
 	}
@@ -507,6 +546,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			ax += x->rank + 1;
 		if (ax < 0 || ax > x->rank)
 			return WHY("ExpandDims axis out of range");
+		if (x->rank >= MAX_RANK)
+			return WHY("ExpandDims output would have rank %d, more than %d", x->rank + 1, MAX_RANK);
 		for (int i = 0, j = 0; i <= x->rank; i++)
 			d[i] = i == ax ? 1 : x->dims[j++];
 		return set_out(d, x->rank + 1, out, orank);

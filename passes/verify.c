@@ -27,13 +27,33 @@ static void fmt_dims(char *buf, size_t n, const int64_t *d, int r)
 		snprintf(buf + k, n - k, ")");
 }
 
-static const char *opname(const Node *n)
+/* how messages name a node: "MatMul (%1)", "Return", "parameter '%para1_x'" */
+static const char *label(const Node *n, char *buf, size_t len)
 {
-	return n->kind == NK_RETURN ? "Return" : n->callee_kind == CK_PRIM ? sym_str(n->prim) : "call";
+	if (n->kind == NK_RETURN)
+		snprintf(buf, len, "Return");
+	else if (n->kind == NK_PARAM && n->local >= 0)
+		snprintf(buf, len, "parameter '%%para%d_%s'", n->local, sym_str(n->name));
+	else if (n->kind == NK_PARAM)
+		snprintf(buf, len, "parameter '%%para_%s'", sym_str(n->name));
+	else if (n->callee_kind == CK_PRIM)
+		snprintf(buf, len, "%s (%%%d)", sym_str(n->prim), n->local);
+	else if (n->callee_kind == CK_CALL)
+		snprintf(buf, len, "call @%s (%%%d)", sym_str(n->callee.text), n->local);
+	else
+		snprintf(buf, len, "node %%%d", n->local);
+	return buf;
+}
+
+/* shape errors are about the type line; a node made by a pass has none */
+static Loc type_loc(const Node *n)
+{
+	return n->tloc.line ? n->tloc : n->loc;
 }
 
 static int check_ref(const Node *user, const Value *v, uint32_t pos)
 {
+	char lu[160];
 	int bad = 0;
 	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL) {
 		for (uint32_t i = 0; i < v->n; i++)
@@ -44,33 +64,37 @@ static int check_ref(const Node *user, const Value *v, uint32_t pos)
 		return 0;
 	const Node *d = v->u.node;
 	if (!d || d->dead) {
-		diag_error_at(user->loc, "%s (%%%d) uses a removed node", opname(user), user->local);
+		diag_error_at(user->loc, "%s uses a removed node", label(user, lu, sizeof lu));
 		return 1;
 	}
 	if (d->kind == NK_PARAM || d->g != user->g)
 		return 0;
 	if (d->mark >= pos) {
-		diag_error_at(user->loc, "%s (%%%d) uses %%%d, which is defined after it", opname(user), user->local,
-			      d->local);
+		diag_error_at(user->loc, "%s uses %%%d, which is defined after it", label(user, lu, sizeof lu), d->local);
 		return 1;
 	}
 	return 0;
 }
 
-static int check_edges(const Node *n)
+/* Operand shapes on the type line must be what their producers declare
+ * (bad[id]: the producer's own type line was already reported). */
+static int check_edges(const Node *n, const uint8_t *bad_out)
 {
+	char lu[160], lp[160];
 	int bad = 0;
 	if (n->kind != NK_CNODE || !n->has_type_line)
 		return 0;
 	if (n->callee_kind == CK_PRIM && n->nin_types != n->nargs) {
-		diag_error_at(n->loc, "%s (%%%d): the type line lists %u input types for %u operands", opname(n),
-			      n->local, n->nin_types, n->nargs);
+		diag_error_at(type_loc(n), "%s: the type line lists %u input types for %u operands",
+			      label(n, lu, sizeof lu), n->nin_types, n->nargs);
 		return 1;
 	}
 	for (uint32_t i = 0; i < n->nargs && i < n->nin_types; i++) {
 		if (n->args[i].kind != V_NODE)
 			continue;
 		const Node *p = n->args[i].u.node;
+		if (bad_out[p->id])
+			continue;
 		const Shape *ps = &p->out.shape, *is = &n->in_types[i].shape;
 		if (ps->kind != SK_DIMS || is->kind != SK_DIMS || !p->out.tstr)
 			continue;
@@ -78,16 +102,22 @@ static int check_edges(const Node *n)
 			char a[128], b[128];
 			fmt_dims(a, sizeof a, ps->dims, ps->rank);
 			fmt_dims(b, sizeof b, is->dims, is->rank);
-			diag_error_at(n->loc, "%s (%%%d): operand %u has shape %s where it is produced, but %s on this type line",
-				      opname(n), n->local, i + 1, a, b);
+			diag_error_at(type_loc(n), "%s: operand %u has shape %s on this type line, but its producer %s gives %s",
+				      label(n, lu, sizeof lu), i + 1, b, label(p, lp, sizeof lp), a);
+			if (p->kind == NK_PARAM)
+				diag_note_at(p->loc, "%s declared here", lp);
+			else
+				diag_note_at(type_loc(p), "output of %s declared here", lp);
 			bad = 1;
 		}
 	}
 	return bad;
 }
 
+/* The declared output shape of a known operator must follow from its inputs. */
 static int check_shape(const Node *n)
 {
+	char lu[160];
 	if (n->kind != NK_CNODE || !n->has_type_line || n->out.shape.kind != SK_DIMS)
 		return 0;
 	int64_t d[MAX_RANK];
@@ -95,7 +125,7 @@ static int check_shape(const Node *n)
 	char why[256] = "";
 	int rc = ir_infer_shape(n, d, &r, why, sizeof why);
 	if (rc < 0) {
-		diag_error_at(n->loc, "%s (%%%d): contradictory shapes: %s", opname(n), n->local, why);
+		diag_error_at(type_loc(n), "%s: contradictory input shapes: %s", label(n, lu, sizeof lu), why);
 		return 1;
 	}
 	if (rc == 0)
@@ -105,7 +135,7 @@ static int check_shape(const Node *n)
 		char a[160], b[160];
 		fmt_dims(a, sizeof a, o->dims, o->rank);
 		fmt_dims(b, sizeof b, d, r);
-		diag_error_at(n->loc, "%s (%%%d): declared output shape %s, but its inputs give %s", opname(n), n->local,
+		diag_error_at(type_loc(n), "%s: declared output shape %s, but its inputs give %s", label(n, lu, sizeof lu),
 			      a, b);
 		return 1;
 	}
@@ -137,7 +167,9 @@ static void check_params(const Graph *g)
 int pass_verify(Module *m, const Options *o)
 {
 	(void)o;
+	char lu[160];
 	int errs0 = diag_errors();
+	uint8_t *bad_out = xcalloc(m->next_id + 1, 1);
 	ir_clear_marks(m);
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		Graph *g = m->graphs.a[gi];
@@ -156,7 +188,8 @@ int pass_verify(Module *m, const Options *o)
 				seen.n = (uint32_t)n->local + 1;
 			}
 			if (seen.a[n->local])
-				diag_error_at(n->loc, "duplicate node number %%%d in graph '@%s'", n->local, sym_str(g->name));
+				diag_error_at(n->loc, "%s: duplicate node number %%%d in graph '@%s'", label(n, lu, sizeof lu),
+					      n->local, sym_str(g->name));
 			seen.a[n->local] = 1;
 		}
 		vec_free(&seen);
@@ -167,12 +200,15 @@ int pass_verify(Module *m, const Options *o)
 				check_ref(n, &n->args[k], i + 1);
 			if (n->callee_kind == CK_NODE)
 				check_ref(n, &n->callee, i + 1);
-			check_edges(n);
-			check_shape(n);
+			/* one root cause, one error: a wrong operand shape also makes
+			 * the output look wrong, a wrong output its users' operands */
+			if (check_edges(n, bad_out) || check_shape(n))
+				bad_out[n->id] = 1;
 		}
 	}
 	ir_clear_marks(m);
 	/* layouts are consistent, and once lowered, shapes follow them */
 	lower_verify(m);
+	free(bad_out);
 	return diag_errors() > errs0 ? 1 : 0;
 }
