@@ -15,6 +15,7 @@
 #include "config.h"
 #include "ir/sappc.h"
 #include "backend/render.h"
+#include "backend/report.h"
 #include "passes/simulate/sim.h"
 
 enum {
@@ -33,6 +34,11 @@ enum {
 	OPT_SIMULATE,
 	OPT_SEED,
 	OPT_SIMULATE_MAX_MB,
+	OPT_REPORT,
+	OPT_REPORT_FORMAT,
+	OPT_BANDWIDTH,
+	OPT_LATENCY,
+	OPT_DEVICES_PER_NODE,
 	OPT_VERSION,
 	OPT_HELP,
 	OPT_MEM_COEF,
@@ -74,6 +80,11 @@ static const struct option longopts[] = {
 	{"simulate", no_argument, NULL, OPT_SIMULATE},
 	{"seed", required_argument, NULL, OPT_SEED},
 	{"simulate-max-mb", required_argument, NULL, OPT_SIMULATE_MAX_MB},
+	{"report", optional_argument, NULL, OPT_REPORT},
+	{"report-format", required_argument, NULL, OPT_REPORT_FORMAT},
+	{"bandwidth", required_argument, NULL, OPT_BANDWIDTH},
+	{"latency", required_argument, NULL, OPT_LATENCY},
+	{"devices-per-node", required_argument, NULL, OPT_DEVICES_PER_NODE},
 	{"version", no_argument, NULL, OPT_VERSION},
 	{"help", no_argument, NULL, OPT_HELP},
 	{"mem-coef", required_argument, NULL, OPT_MEM_COEF},
@@ -113,7 +124,9 @@ static void usage(FILE *f)
 	      "      --focus=SCOPE       keep the operators under SCOPE expanded when collapsing\n"
 	      "  -q, --quiet             no warnings or notes on stderr\n"
 	      "\n"
-	      "Parallel configuration:\n"
+	      "",
+	      f);
+	fputs("Parallel configuration:\n"
 	      "  -n, --device-num=N      number of devices, 1 to 65536 (default 1)\n"
 	      "      --parallel-mode=MODE  auto (SAPP search, the default; also recursive_programming)\n"
 	      "                          or semi_auto (keep given strategies, batch-parallel default)\n"
@@ -135,7 +148,9 @@ static void usage(FILE *f)
 	      "      --virtual-ops       keep _MirrorOperator and _VirtualDiv nodes (the step_parallel_end\n"
 	      "                          view; validate IR shows only their traces)\n"
 	      "\n"
-	      "Strategy search (sapp pass):\n"
+	      "",
+	      f);
+	fputs("Strategy search (sapp pass):\n"
 	      "      --mem-coef=X        weight of replicating a MatMul weight (default 0.1);\n"
 	      "                          larger favours model parallelism and saves memory\n"
 	      "      --fully-use-devices never choose to replicate a MatMul when a cut is valid\n"
@@ -146,18 +161,37 @@ static void usage(FILE *f)
 	      "                          (instance name, full name or %k)\n"
 	      "      --strategy-out=FILE write the chosen strategies as JSON\n"
 	      "\n"
-	      "Input:\n"
+	      "",
+	      f);
+	fputs("Report (what the plan costs):\n"
+	      "      --report[=FILE]     print, instead of the IR (unless -o is given), the plan's\n"
+	      "                          strategies, local shapes, communication volume and time per\n"
+	      "                          device, memory, next to the pure data-parallel plan's\n"
+	      "      --report-format=text|json\n"
+	      "      --bandwidth=B[,BI]  link bandwidth in GB/s inside a node [and between nodes]\n"
+	      "                          (default 100,12.5)\n"
+	      "      --latency=L[,LI]    link latency in microseconds inside [and between] nodes\n"
+	      "                          (default 2,10)\n"
+	      "      --devices-per-node=K  devices in one node (default 8)\n"
+	      "\n"
+	      "",
+	      f);
+	fputs("Input:\n"
 	      "      --fragment          read a dump excerpt: references to nodes that are not in the\n"
 	      "                          text are kept as opaque external operands\n"
 	      "\n"
-	      "Simulation:\n"
+	      "",
+	      f);
+	fputs("Simulation:\n"
 	      "      --simulate          run the graph's forward pass on seeded random inputs (float32)\n"
 	      "                          and print a summary of its outputs instead of the IR\n"
 	      "      --seed=S            seed of the simulated inputs (default 0)\n"
 	      "      --simulate-max-mb=N refuse to simulate when the tensors need more than N MB\n"
 	      "                          (default 2048)\n"
 	      "\n"
-	      "Pass manager:\n"
+	      "",
+	      f);
+	fputs("Pass manager:\n"
 	      "      --passes=LIST       run exactly these passes (comma separated); empty = parse and print\n"
 	      "      --stop-after=PASS   stop the pipeline after PASS\n"
 	      "      --print-after=PASS  print the IR to stderr after PASS\n"
@@ -196,6 +230,27 @@ static long parse_long(const char *opt, const char *s, long lo, long hi)
 		exit(2);
 	}
 	return v;
+}
+
+/* "X" or "X,Y": two positive numbers (the second defaults to the first) */
+static void parse_pair(const char *opt, const char *s, double *a, double *b)
+{
+	char *end;
+	errno = 0;
+	double x = strtod(s, &end), y = x;
+	if (!errno && *end == ',') {
+		const char *t = end + 1;
+		y = strtod(t, &end);
+		if (end == t)
+			y = -1;
+	}
+	if (errno || end == s || *end || !(x > 0) || !(y > 0) || x > 1e9 || y > 1e9) {
+		fprintf(stderr, "sappc: invalid value '%s' for %s (expected X or X,Y with positive numbers)\n", s, opt);
+		fprintf(stderr, "Try 'sappc --help' for more information.\n");
+		exit(2);
+	}
+	*a = x;
+	*b = y;
 }
 
 static void parse_pass_list(PassManagerOptions *pm, const char *list)
@@ -350,7 +405,9 @@ int main(int argc, char **argv)
 	Options o = {0};
 	PassManagerOptions pm = {0};
 	const char *out = "-", *dot = NULL, *svg = NULL;
-	int passes_given = 0, out_given = 0, simulate = 0;
+	int passes_given = 0, out_given = 0, simulate = 0, report_json = 0;
+	const char *report = NULL;
+	ReportConfig rc_cfg = {0, 0, 8, 100.0, 12.5, 2.0, 10.0, NULL};
 	SimOptions so = {0};
 	so.max_mb = 2048;
 	const char *all_ranks = NULL;
@@ -480,6 +537,26 @@ int main(int argc, char **argv)
 		case OPT_SIMULATE_MAX_MB:
 			so.max_mb = (double)parse_long("--simulate-max-mb", optarg, 1, 1L << 30);
 			break;
+		case OPT_REPORT:
+			report = optarg ? optarg : "-";
+			break;
+		case OPT_REPORT_FORMAT:
+			if (strcmp(optarg, "json") == 0)
+				report_json = 1;
+			else if (strcmp(optarg, "text") == 0)
+				report_json = 0;
+			else
+				bad_usage("invalid --report-format '%s' (expected text or json)", optarg);
+			break;
+		case OPT_BANDWIDTH:
+			parse_pair("--bandwidth", optarg, &rc_cfg.bw_intra, &rc_cfg.bw_inter);
+			break;
+		case OPT_LATENCY:
+			parse_pair("--latency", optarg, &rc_cfg.lat_intra, &rc_cfg.lat_inter);
+			break;
+		case OPT_DEVICES_PER_NODE:
+			rc_cfg.per_node = (int)parse_long("--devices-per-node", optarg, 1, 65536);
+			break;
 		case OPT_RANK:
 			o.rank = (int)parse_long("--rank", optarg, 0, 65535);
 			break;
@@ -591,7 +668,13 @@ int main(int argc, char **argv)
 		so.world_group = o.world_group;
 		rc = sim_run_and_print(m, &so, stdout);
 	}
-	if (rc == 0 && (!simulate || out_given)) {
+	if (rc == 0 && report) {
+		rc_cfg.world = o.device_num;
+		rc_cfg.rank = o.rank;
+		rc_cfg.world_group = o.world_group;
+		rc = report_run(m, strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, &o, &pm, &rc_cfg, report, report_json);
+	}
+	if (rc == 0 && ((!simulate && !(report && strcmp(report, "-") == 0)) || out_given)) {
 		OutFile of;
 		if (out_open(&of, out) != 0)
 			rc = 3;

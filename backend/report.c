@@ -426,3 +426,56 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 	json_decref(root);
 	return rc;
 }
+
+/* --report: the plan's report, next to the one of the pure data-parallel
+ * plan of the same graph (the input parsed again and run through the same
+ * pipeline with every strategy replaced by the default batch-parallel one),
+ * so a user sees what the search bought. */
+int report_run(const Module *m, const char *in, const char *buf, size_t len, const Options *o,
+	       const PassManagerOptions *pm, const ReportConfig *c, const char *path, int json)
+{
+	Report *r = xcalloc(1, sizeof *r), *dp = xcalloc(1, sizeof *dp);
+	report_collect(m, c, r);
+	/* the data-parallel reference */
+	Options od = *o;
+	od.semi_auto = 1;
+	od.data_parallel = 1;
+	od.explain = NULL;
+	od.strategy_out = NULL;
+	PassManagerOptions pd = *pm;
+	pd.print_after = NULL;
+	pd.print_after_all = 0;
+	pd.time_passes = 0;
+	pd.stop_after = NULL;
+	int have_dp = 0;
+	int errs = diag_errors();
+	diag_set_silent(1);
+	/* the buffer is the one the module was read from (two NULs at the end);
+	 * diagnostics keep quoting it */
+	Module *md = ir_parse(in, (char *)buf, len, o->fragment);
+	if (md && pm_run(md, &od, &pd) == 0 && diag_errors() == errs) {
+		report_collect(md, c, dp);
+		have_dp = 1;
+	}
+	diag_set_silent(0);
+	diag_restore(errs);
+	if (!have_dp)
+		diag_warning("no data-parallel comparison: the data-parallel plan of this graph cannot be lowered");
+	int rc = 0;
+	OutFile of;
+	if (out_open(&of, path) != 0) {
+		rc = 3;
+	} else {
+		if (json)
+			report_print_json(of.f, m, c, r, have_dp ? dp : NULL);
+		else
+			report_print_text(of.f, m, c, r, have_dp ? dp : NULL);
+		if (out_commit(&of) != 0)
+			rc = 3;
+	}
+	if (md)
+		ir_module_free(md);
+	free(r);
+	free(dp);
+	return rc;
+}

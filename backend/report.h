@@ -37,5 +37,8 @@ void report_cost(const ReportConfig *c, int op, int group, int64_t bytes, int in
 void report_collect(const Module *m, const ReportConfig *c, Report *r);
 void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp);
 int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp);
+/* the report of m and of the data-parallel plan of the same input, to path ("-" = stdout) */
+int report_run(const Module *m, const char *in, const char *buf, size_t len, const Options *o,
+	       const PassManagerOptions *pm, const ReportConfig *c, const char *path, int json);
 
 #endif

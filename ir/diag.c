@@ -19,6 +19,11 @@
 static Source cur;
 static int nerrors, quiet, silent;
 
+void diag_restore(int n)
+{
+	nerrors = n;
+}
+
 void diag_set_silent(int s)
 {
 	silent = s;

@@ -381,6 +381,7 @@ int diag_too_many(void); /* the 20-error limit was reached */
 void diag_reset(void);
 void diag_set_quiet(int q);
 void diag_set_silent(int s); /* print nothing at all (fuzzing) */
+void diag_restore(int n);     /* forget errors of a silent side run: the count goes back to n */
 NORETURN void die(const char *fmt, ...) PRINTF(1, 2); /* internal bug */
 
 /* --------------------------------------------------------- frontend/build.c */
@@ -427,6 +428,7 @@ typedef struct Options {
 	int enable_parallel_optimizer;
 	int optimizer_weight_shard_size;
 	int semi_auto;
+	int data_parallel;  /* semi_auto ignoring every given strategy: the pure data-parallel plan */
 	int enable_alltoall;
 	const char *explain;
 	const char *strategy_out;

@@ -311,6 +311,8 @@ static int semi_auto(Sapp *S)
 			if (!out)
 				out = ir_attr_get(&X->n->pattrs, "out_strategy");
 		}
+		if (S->o->data_parallel) /* the reference plan of --report */
+			in = out = NULL;
 		if (in) {
 			if (!read_user(S, X, in, 0, "in_strategy"))
 				bad = 1;
