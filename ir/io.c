@@ -73,6 +73,22 @@ int out_open(OutFile *o, const char *path)
 		o->f = stdout;
 		return 0;
 	}
+	/* a device, a pipe or a socket (-o /dev/null, -o /dev/stdout) is written
+	 * in place: renaming a temporary over it would replace the device */
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		if (S_ISDIR(st.st_mode)) {
+			diag_error("cannot write '%s': it is a directory", path);
+			return -1;
+		}
+		o->f = fopen(path, "w");
+		if (!o->f) {
+			diag_error("cannot open '%s': %s", path, strerror(errno));
+			return -1;
+		}
+		o->path = xstrdup(path);
+		return 0;
+	}
 	o->path = xstrdup(path);
 	size_t n = strlen(path);
 	o->tmp = xmalloc(n + 16);
@@ -114,6 +130,13 @@ int out_commit(OutFile *o)
 	if (fclose(o->f) != 0)
 		rc = -1;
 	o->f = NULL;
+	if (!o->tmp) { /* written in place */
+		if (rc != 0)
+			diag_error("cannot write '%s': %s", o->path, strerror(errno));
+		free(o->path);
+		o->path = NULL;
+		return rc;
+	}
 	if (rc == 0 && rename(o->tmp, o->path) != 0)
 		rc = -1;
 	if (rc != 0) {
@@ -130,7 +153,8 @@ void out_abort(OutFile *o)
 {
 	if (o->f && o->f != stdout) {
 		fclose(o->f);
-		unlink(o->tmp);
+		if (o->tmp)
+			unlink(o->tmp);
 	}
 	o->f = NULL;
 	free(o->tmp);

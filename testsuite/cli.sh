@@ -211,5 +211,16 @@ else
 fi
 check "--svg: no temporary file left" no_temp_left "$tmp/o"
 
+# -o onto a device or a pipe writes through it: the temporary-and-rename
+# used for regular files must never replace the device itself
+run "$sappc" --passes= -o /dev/null "$tmp/good.ir"
+check "-o /dev/null: exit 0" test "$rc" = 0
+check "-o /dev/null: /dev/null is still a character device" test -c /dev/null
+mkfifo "$tmp/fifo"
+cat "$tmp/fifo" >"$tmp/fromfifo" &
+reader=$!
+run "$sappc" --passes= -o "$tmp/fifo" "$tmp/good.ir"
+wait "$reader"
+check "-o FIFO: exit 0, the IR went through the pipe" eval 'test "$rc" = 0 && test -p "$tmp/fifo" && test -s "$tmp/fromfifo"'
 echo "1..$n"
 [ "$fails" = 0 ]
