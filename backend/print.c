@@ -13,6 +13,59 @@
 
 static const Graph *cur_graph;
 
+/* The printer writes a lot of small pieces (a lowered rank graph can be
+ * hundreds of MB): they go through one buffer instead of one locked stdio
+ * call each.  Every public entry point flushes before returning. */
+static struct {
+	FILE *f;
+	size_t n;
+	char buf[1 << 16];
+} sink;
+
+static void w_flush(void)
+{
+	if (sink.n && sink.f)
+		fwrite(sink.buf, 1, sink.n, sink.f);
+	sink.n = 0;
+}
+
+static void w_write(FILE *f, const void *p, size_t n)
+{
+	if (f != sink.f) {
+		w_flush();
+		sink.f = f;
+	}
+	if (n > sizeof sink.buf - sink.n) {
+		w_flush();
+		if (n > sizeof sink.buf) {
+			fwrite(p, 1, n, f);
+			return;
+		}
+	}
+	memcpy(sink.buf + sink.n, p, n);
+	sink.n += n;
+}
+
+static void w_puts(const char *s, FILE *f)
+{
+	w_write(f, s, strlen(s));
+}
+
+static void w_putc(int c, FILE *f)
+{
+	if (f == sink.f && sink.n < sizeof sink.buf)
+		sink.buf[sink.n++] = (char)c;
+	else {
+		char ch = (char)c;
+		w_write(f, &ch, 1);
+	}
+}
+
+/* everything below prints through the buffer */
+#define fputs(s, f) w_puts((s), (f))
+#define fputc(c, f) w_putc((c), (f))
+#define fwrite(p, sz, n, f) w_write((f), (p), (size_t)(sz) * (size_t)(n))
+
 static void put_i64(FILE *f, int64_t v)
 {
 	char buf[24];
@@ -43,6 +96,8 @@ static void print_param_ref(FILE *f, const Node *p)
 	fputc('_', f);
 	put_sym(f, p->name);
 }
+
+static void ir_print_value_impl(FILE *f, const Value *v);
 
 static void print_node_ref(FILE *f, const Node *n)
 {
@@ -83,11 +138,11 @@ static void print_elems(FILE *f, const Value *v)
 			put_sym(f, v->u.elems[i].key);
 			fputc('=', f);
 		}
-		ir_print_value(f, &v->u.elems[i]);
+		ir_print_value_impl(f, &v->u.elems[i]);
 	}
 }
 
-void ir_print_value(FILE *f, const Value *v)
+static void ir_print_value_impl(FILE *f, const Value *v)
 {
 	switch (v->kind) {
 	case V_INT:
@@ -138,9 +193,9 @@ void ir_print_value(FILE *f, const Value *v)
 		for (uint32_t i = 0; i + 1 < v->n; i += 2) {
 			if (i)
 				fputs(", ", f);
-			ir_print_value(f, &v->u.elems[i]);
+			ir_print_value_impl(f, &v->u.elems[i]);
 			fputs(": ", f);
-			ir_print_value(f, &v->u.elems[i + 1]);
+			ir_print_value_impl(f, &v->u.elems[i + 1]);
 		}
 		fputc('}', f);
 		break;
@@ -196,7 +251,7 @@ static void print_shape(FILE *f, const Shape *s)
 	}
 }
 
-void ir_print_abs(FILE *f, const Abs *a)
+static void ir_print_abs_impl(FILE *f, const Abs *a)
 {
 	fputc('<', f);
 	if (a->tstr)
@@ -227,7 +282,7 @@ static void print_attrs(FILE *f, const AttrList *l)
 			fputs(", ", f);
 		put_sym(f, l->a[i].key);
 		fputs(": ", f);
-		ir_print_value(f, &l->a[i].val);
+		ir_print_value_impl(f, &l->a[i].val);
 	}
 }
 
@@ -291,12 +346,12 @@ static void print_args(FILE *f, const Node *n)
 	for (uint32_t i = 0; i < n->nargs; i++) {
 		if (i)
 			fputs(", ", f);
-		ir_print_value(f, &n->args[i]);
+		ir_print_value_impl(f, &n->args[i]);
 	}
 	fputc(')', f);
 }
 
-void ir_print_node(FILE *f, const Node *n)
+static void ir_print_node_impl(FILE *f, const Node *n)
 {
 	if (n->cycle_mark) {
 		fputc('\n', f);
@@ -310,7 +365,7 @@ void ir_print_node(FILE *f, const Node *n)
 		fputc('\n', f);
 		if (n->has_type_line) {
 			fputs("      : (", f);
-			ir_print_abs(f, &n->out);
+			ir_print_abs_impl(f, &n->out);
 			fputs(")\n", f);
 		}
 	} else {
@@ -327,10 +382,10 @@ void ir_print_node(FILE *f, const Node *n)
 			break;
 		case CK_CALL:
 			fputs("call ", f);
-			ir_print_value(f, &n->callee);
+			ir_print_value_impl(f, &n->callee);
 			break;
 		default:
-			ir_print_value(f, &n->callee);
+			ir_print_value_impl(f, &n->callee);
 			if (n->funcunion)
 				put_sym(f, n->funcunion);
 			break;
@@ -343,10 +398,10 @@ void ir_print_node(FILE *f, const Node *n)
 			for (uint32_t i = 0; i < n->nin_types; i++) {
 				if (i)
 					fputs(", ", f);
-				ir_print_abs(f, &n->in_types[i]);
+				ir_print_abs_impl(f, &n->in_types[i]);
 			}
 			fputs(") -> (", f);
-			ir_print_abs(f, &n->out);
+			ir_print_abs_impl(f, &n->out);
 			fputs(")\n", f);
 		}
 	}
@@ -364,14 +419,14 @@ static void print_param_line(FILE *f, const Node *p)
 {
 	print_param_ref(f, p);
 	fputs(": ", f);
-	ir_print_abs(f, &p->out);
+	ir_print_abs_impl(f, &p->out);
 	for (uint32_t i = 0; i < p->nargs; i++) {
 		const Value *v = &p->args[i];
 		if (v->kind == V_LIST || v->kind == V_TUPLE)
 			fputs(" : ", f);
 		else
 			fputs("  :  ", f);
-		ir_print_value(f, v);
+		ir_print_value_impl(f, v);
 	}
 	fputc('\n', f);
 }
@@ -419,7 +474,7 @@ static void print_graph(FILE *f, const Module *m, const Graph *g)
 		for (uint32_t i = 0; i < g->params.n; i++) {
 			if (i)
 				fputs(", ", f);
-			ir_print_abs(f, &g->params.a[i]->out);
+			ir_print_abs_impl(f, &g->params.a[i]->out);
 		}
 		fputs(")\n", f);
 	}
@@ -441,7 +496,7 @@ static void print_graph(FILE *f, const Module *m, const Graph *g)
 	fputs(") {\n", f);
 	for (uint32_t i = 0; i < g->nodes.n; i++)
 		if (!g->nodes.a[i]->dead)
-			ir_print_node(f, g->nodes.a[i]);
+			ir_print_node_impl(f, g->nodes.a[i]);
 	fputs("}\n", f);
 	if (g->has_order) {
 		fputs("# Order:\n", f);
@@ -450,7 +505,7 @@ static void print_graph(FILE *f, const Module *m, const Graph *g)
 	(void)m;
 }
 
-void ir_print_module(FILE *f, const Module *m)
+static void ir_print_module_impl(FILE *f, const Module *m)
 {
 	const Graph *entry = NULL;
 	for (uint32_t i = 0; i < m->graphs.n; i++)
@@ -500,4 +555,28 @@ void ir_print_module(FILE *f, const Module *m)
 		print_lines(f, "", m->trail, m->ntrail);
 	}
 	cur_graph = NULL;
+}
+
+void ir_print_value(FILE *f, const Value *v)
+{
+	ir_print_value_impl(f, v);
+	w_flush();
+}
+
+void ir_print_abs(FILE *f, const Abs *a)
+{
+	ir_print_abs_impl(f, a);
+	w_flush();
+}
+
+void ir_print_node(FILE *f, const Node *n)
+{
+	ir_print_node_impl(f, n);
+	w_flush();
+}
+
+void ir_print_module(FILE *f, const Module *m)
+{
+	ir_print_module_impl(f, m);
+	w_flush();
 }
