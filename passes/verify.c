@@ -164,6 +164,46 @@ static void check_params(const Graph *g)
 	free(set);
 }
 
+/* Empty tensors and element counts beyond 64 bits are refused: no strategy
+ * or layout arithmetic is meaningful on them.  (-1 and -2, dynamic shapes,
+ * are left alone here.) */
+static int check_abs_size(const Abs *a, Loc loc, const char *what)
+{
+	if (a->shape.kind != SK_DIMS)
+		return 0;
+	uint64_t p = 1;
+	int dynamic = 0;
+	for (int i = 0; i < a->shape.rank; i++) {
+		int64_t d = a->shape.dims[i];
+		if (d == 0) {
+			diag_error_at(loc, "%s: dimension %d is 0 (empty tensors are not supported)", what, i);
+			return 1;
+		}
+		if (d < 0) {
+			dynamic = 1;
+			continue;
+		}
+		if (p > UINT64_MAX / (uint64_t)d || p * (uint64_t)d > (uint64_t)INT64_MAX) {
+			diag_error_at(loc, "%s: the element count of the shape overflows 64 bits", what);
+			return 1;
+		}
+		p *= (uint64_t)d;
+	}
+	(void)dynamic;
+	return 0;
+}
+
+/* one error per node: the first shape of its type line that is refused */
+static int check_sizes(const Node *n)
+{
+	char what[160];
+	label(n, what, sizeof what);
+	for (uint32_t i = 0; i < n->nin_types; i++)
+		if (check_abs_size(&n->in_types[i], n->loc, what))
+			return 1;
+	return check_abs_size(&n->out, n->loc, what);
+}
+
 int pass_verify(Module *m, const Options *o)
 {
 	(void)o;
@@ -194,8 +234,14 @@ int pass_verify(Module *m, const Options *o)
 		}
 		vec_free(&seen);
 		check_params(g);
+		for (uint32_t i = 0; i < g->params.n; i++)
+			check_sizes(g->params.a[i]);
 		for (uint32_t i = 0; i < g->nodes.n && !diag_too_many(); i++) {
 			Node *n = g->nodes.a[i];
+			if (check_sizes(n)) {
+				bad_out[n->id] = 1;
+				continue;
+			}
 			for (uint32_t k = 0; k < n->nargs; k++)
 				check_ref(n, &n->args[k], i + 1);
 			if (n->callee_kind == CK_NODE)
