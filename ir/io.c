@@ -1,6 +1,10 @@
 /* io.c - whole-file input and atomic output.  Output goes to a temporary
  * file beside the target and is renamed over it only on success, so a
- * failed run never leaves partial output and never clobbers anything. */
+ * failed run never leaves partial output and never clobbers anything.
+ * Only regular files (or new paths) are replaced that way: a device or a
+ * pipe (/dev/null, /dev/stdout, a FIFO) is written in place, since renaming
+ * a temporary over /dev/null would turn it into a regular file for the
+ * whole system. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +77,16 @@ int out_open(OutFile *o, const char *path)
 		o->f = stdout;
 		return 0;
 	}
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+		o->f = fopen(path, "w");
+		if (!o->f) {
+			diag_error("cannot open '%s': %s", path, strerror(errno));
+			return -1;
+		}
+		o->path = xstrdup(path); /* tmp stays NULL: written in place */
+		return 0;
+	}
 	o->path = xstrdup(path);
 	size_t n = strlen(path);
 	o->tmp = xmalloc(n + 16);
@@ -114,11 +128,12 @@ int out_commit(OutFile *o)
 	if (fclose(o->f) != 0)
 		rc = -1;
 	o->f = NULL;
-	if (rc == 0 && rename(o->tmp, o->path) != 0)
+	if (rc == 0 && o->tmp && rename(o->tmp, o->path) != 0)
 		rc = -1;
 	if (rc != 0) {
 		diag_error("cannot write '%s': %s", o->path, strerror(errno));
-		unlink(o->tmp);
+		if (o->tmp)
+			unlink(o->tmp);
 	}
 	free(o->tmp);
 	free(o->path);
@@ -130,7 +145,8 @@ void out_abort(OutFile *o)
 {
 	if (o->f && o->f != stdout) {
 		fclose(o->f);
-		unlink(o->tmp);
+		if (o->tmp)
+			unlink(o->tmp);
 	}
 	o->f = NULL;
 	free(o->tmp);
