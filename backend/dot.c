@@ -6,7 +6,9 @@
  * group's ranks, redistribution operators (StridedSlice, Split, Concat,
  * Reshape inserted by the lowering) yellow parallelograms, pipeline
  * Send/Receive blue house shapes, weights and graph inputs ellipses.  Edges
- * carry the shape they transport (the local shape after the lowering).
+ * carry the shape they transport (the local shape after the lowering) and,
+ * once the `layouts` pass has run, the producer's layout: device matrix D and
+ * tensor map M as MindSpore prints them (lower_layout_text()).
  * Operators are grouped in one cluster per pipeline stage when stages are
  * known, otherwise one cluster per subgraph.
  *
@@ -501,11 +503,17 @@ void *dot_build(const Module *m, const Options *o)
 				char ename[48];
 				snprintf(ename, sizeof ename, "e%u_%u", n->id, k);
 				Agedge_t *e = agedge(g, a, b, ename, 1);
-				char shp[256];
-				const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
-				shape_text(shp, sizeof shp, ab);
-				if (!pm && !n->mark)
-					set(e, "label", shp);
+				if (!pm && !n->mark) {
+					char shp[256], lay[160], lab[420];
+					const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
+					shape_text(shp, sizeof shp, ab);
+					if (lower_layout_text(p, lay, sizeof lay)) {
+						snprintf(lab, sizeof lab, "%s\n%s", shp, lay);
+						set(e, "label", lab);
+					} else {
+						set(e, "label", shp);
+					}
+				}
 			}
 		}
 	}

@@ -475,10 +475,11 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
 /* where the sapp pass got a node's strategy: "pinned", "searched",
  * "propagated", "default"; NULL when the node has none */
 const char *sapp_strategy_source(const Node *n);
-/* ----------------------------------------------------------------- rhmap.c */
-/* Reorder attributes into MindSpore's robin_hood HashMap print order
- * (ir-format.md §1.9). */
-void rh_order_attrs(Attr *a, uint32_t n);
+/* ----------------------------------------------------- passes/lower/ */
+/* n's output layout after the `layouts` pass as "D=[4,2] M=[1,-1]" (device
+ * matrix, tensor map; " opt=K" for optimizer-sharded weights) in buf; NULL
+ * when n has no single tensor output layout */
+const char *lower_layout_text(const Node *n, char *buf, size_t len);
 
 /* ---------------------------------------------------------------- io.c */
 int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */
