@@ -604,10 +604,16 @@ int main(int argc, char **argv)
 				rc = 3;
 		}
 	}
-	if (rc == 0 && dot && gv_write_dot(m, &o, dot) != 0)
+	Module *pic = m;
+	if (rc == 0 && (dot || svg) && o.view_plan &&
+	    !(pic = pm_plan_module(m, strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, &o, &pm)))
+		rc = 1;
+	if (rc == 0 && dot && gv_write_dot(pic, &o, dot) != 0)
 		rc = 3;
-	if (rc == 0 && svg && gv_render_svg(m, &o, svg) != 0)
+	if (rc == 0 && svg && gv_render_svg(pic, &o, svg) != 0)
 		rc = 3;
+	if (pic && pic != m)
+		ir_module_free(pic);
 	ir_module_free(m);
 	free(buf);
 	free(stage_rules);

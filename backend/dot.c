@@ -103,6 +103,20 @@ static void group_text(char *buf, size_t n, const Node *c)
 	snprintf(buf, n, "%s", v ? sym_str(v->text) : "");
 }
 
+/* --view=plan: how an operator got its strategy shows in its outline:
+ * pinned by the user (--interfered) thick and dark red, propagated to an
+ * operator the search eliminated dashed, searched (and default or loaded
+ * from --strategy-in, which the label names) plain */
+static void source_style(Agnode_t *an, const char *how)
+{
+	if (how && strcmp(how, "pinned") == 0) {
+		set(an, "penwidth", "3");
+		set(an, "color", "#990000");
+	} else if (how && strcmp(how, "propagated") == 0) {
+		set(an, "style", "filled,dashed");
+	}
+}
+
 static void label_node(Agnode_t *an, const Node *n, const Options *o)
 {
 	char shp[256], lab[1024], extra[512] = "";
@@ -134,12 +148,7 @@ static void label_node(Agnode_t *an, const Node *n, const Options *o)
 				}
 			}
 			const char *how = sapp_strategy_source(n);
-			if (how && strcmp(how, "pinned") == 0) {
-				set(an, "penwidth", "3");
-				set(an, "color", "#990000");
-			} else if (how && strcmp(how, "propagated") == 0) {
-				set(an, "style", "filled,dashed");
-			}
+			source_style(an, how);
 			if (how && *extra) {
 				size_t l = strlen(extra);
 				snprintf(extra + l, sizeof extra - l, "\n%s", how);
@@ -350,7 +359,7 @@ static const char *stage_cluster_label(int s, char *buf, size_t n)
 	return buf;
 }
 
-static void add_legend(Agraph_t *g)
+static void add_legend(Agraph_t *g, const Options *o)
 {
 	Agraph_t *lg = agsubg(g, (char *)"cluster_legend", 1);
 	set(lg, "label", "legend");
@@ -370,6 +379,22 @@ static void add_legend(Agraph_t *g)
 			Agedge_t *e = agedge(lg, prev, ln, en, 1);
 			set(e, "style", "invis");
 		}
+		prev = ln;
+	}
+	static const char *const how[] = {"searched", "propagated", "pinned"};
+	static const char *const what[] = {"strategy searched", "strategy propagated\n(eliminated operator)",
+					   "strategy pinned\n(user, --interfered)"};
+	for (int k = 0; o && o->view_plan && k < 3; k++) {
+		char name[32];
+		snprintf(name, sizeof name, "legend_%d", K_COUNT + k);
+		Agnode_t *ln = agnode(lg, name, 1);
+		set(ln, "label", what[k]);
+		set(ln, "shape", "box");
+		set(ln, "style", "filled");
+		set(ln, "fillcolor", kind_style[K_COMPUTE].fill);
+		source_style(ln, how[k]);
+		snprintf(name, sizeof name, "legend_e%d", K_COUNT + k);
+		set(agedge(lg, prev, ln, name, 1), "style", "invis");
 		prev = ln;
 	}
 }
@@ -432,13 +457,15 @@ void *dot_build(const Module *m, const Options *o)
 			if (staged) {
 				int s = n->stage < 0 ? -1 : n->stage;
 				uint32_t slot = (uint32_t)(s + 1);
-				while (stage_cl.n <= slot) {
+				while (stage_cl.n <= slot)
+					vec_push(&stage_cl, NULL);
+				if (!stage_cl.a[slot]) { /* only stages this graph has */
 					char sn[64], sl[64];
-					snprintf(sn, sizeof sn, "cluster_%u_stage%d", gi, (int)stage_cl.n - 1);
+					snprintf(sn, sizeof sn, "cluster_%u_stage%d", gi, s);
 					Agraph_t *c = agsubg(sg, sn, 1);
-					set(c, "label", stage_cluster_label((int)stage_cl.n - 1, sl, sizeof sl));
+					set(c, "label", stage_cluster_label(s, sl, sizeof sl));
 					set(c, "style", "rounded");
-					vec_push(&stage_cl, c);
+					stage_cl.a[slot] = c;
 				}
 				home = stage_cl.a[slot];
 			}
@@ -519,7 +546,7 @@ void *dot_build(const Module *m, const Options *o)
 	}
 	ir_clear_marks((Module *)m);
 	free(groups);
-	add_legend(g);
+	add_legend(g, o);
 	if (total > maxn) {
 		char lab[256];
 		snprintf(lab, sizeof lab, "%d operators, collapsed by scope into %d groups (--max-nodes=%d)", total,

@@ -466,6 +466,10 @@ typedef struct PassManagerOptions {
 } PassManagerOptions;
 
 int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
+/* --view=plan: the global graph after the sapp pass (m itself when nothing
+ * after sapp ran, else the input re-parsed and run up to sapp); NULL on error */
+Module *pm_plan_module(Module *m, const char *filename, const char *buf, size_t len, const Options *o,
+		       const PassManagerOptions *pm);
 
 #define PASS(name, fn, dflt, help) int fn(Module *m, const Options *o);
 #include "../passes/passes.def"
@@ -480,6 +484,9 @@ const char *sapp_strategy_source(const Node *n);
  * matrix, tensor map; " opt=K" for optimizer-sharded weights) in buf; NULL
  * when n has no single tensor output layout */
 const char *lower_layout_text(const Node *n, char *buf, size_t len);
+/* Node.stage of the entry graph's operators as the pipeline pass assigns
+ * them, without cutting the graph (pipeline.c); 0 ok, 1 reported */
+int lower_assign_stages(Module *m, const Options *o);
 
 /* ---------------------------------------------------------------- io.c */
 int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */
