@@ -45,6 +45,7 @@ enum {
 	OPT_PARALLEL_MODE,
 	OPT_EXPLAIN,
 	OPT_STRATEGY_OUT,
+	OPT_STRATEGY_IN,
 	OPT_RANK,
 	OPT_ALL_RANKS,
 	OPT_STAGE,
@@ -86,6 +87,7 @@ static const struct option longopts[] = {
 	{"parallel-mode", required_argument, NULL, OPT_PARALLEL_MODE},
 	{"explain", required_argument, NULL, OPT_EXPLAIN},
 	{"strategy-out", required_argument, NULL, OPT_STRATEGY_OUT},
+	{"strategy-in", required_argument, NULL, OPT_STRATEGY_IN},
 	{"rank", required_argument, NULL, OPT_RANK},
 	{"all-ranks", required_argument, NULL, OPT_ALL_RANKS},
 	{"stage", required_argument, NULL, OPT_STAGE},
@@ -134,8 +136,10 @@ static void usage(FILE *f)
 	      "                          attributes to every operator with a layout\n"
 	      "      --virtual-ops       keep _MirrorOperator and _VirtualDiv nodes (the step_parallel_end\n"
 	      "                          view; validate IR shows only their traces)\n"
-	      "\n"
-	      "Strategy search (sapp pass):\n"
+	      "\n",
+	      f);
+	/* in two pieces: C99 promises string literals of 4095 bytes only */
+	fputs("Strategy search (sapp pass):\n"
 	      "      --mem-coef=X        weight of replicating a MatMul weight (default 0.1);\n"
 	      "                          larger favours model parallelism and saves memory\n"
 	      "      --fully-use-devices never choose to replicate a MatMul when a cut is valid\n"
@@ -145,6 +149,9 @@ static void usage(FILE *f)
 	      "      --explain=NAME      explain the choices for one operator on stderr\n"
 	      "                          (instance name, full name or %k)\n"
 	      "      --strategy-out=FILE write the chosen strategies as JSON\n"
+	      "      --strategy-in=FILE  apply the strategies of FILE (written by --strategy-out)\n"
+	      "                          instead of searching; entries are matched by full name\n"
+	      "                          and checked against the graph's shapes\n"
 	      "\n"
 	      "Input:\n"
 	      "      --fragment          read a dump excerpt: references to nodes that are not in the\n"
@@ -470,6 +477,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_STRATEGY_OUT:
 			o.strategy_out = optarg;
+			break;
+		case OPT_STRATEGY_IN:
+			o.strategy_in = optarg;
 			break;
 		case OPT_SIMULATE:
 			simulate = 1;

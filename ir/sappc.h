@@ -367,6 +367,7 @@ typedef struct Source {
 } Source;
 
 void diag_set_source(const Source *src); /* src->buf must outlive the errors about it (NULL: none) */
+Source diag_source(void);                /* the current one, to restore after reporting about another file */
 void diag_error_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
 void diag_warning_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
 void diag_error(const char *fmt, ...) PRINTF(1, 2);   /* no location: "sappc: error: " */
@@ -430,6 +431,7 @@ typedef struct Options {
 	int enable_alltoall;
 	const char *explain;
 	const char *strategy_out;
+	const char *strategy_in; /* --strategy-in: apply this plan instead of searching */
 	const char *world_group;
 	int view_plan;      /* --view=plan: draw the global graph with strategies */
 	int max_nodes;      /* --max-nodes: collapse by scope above this many operators */

@@ -544,7 +544,6 @@ Abs lower_abs_tuple_tensors(Module *m, const Abs *elem, int n)
 	return a;
 }
 
-
 /* ------------------------------------------------------------ inputs */
 
 /* in_strategy of a node: from its strategy suffix, else from the
