@@ -17,8 +17,9 @@
  * deepest level that yields at most max_nodes groups); each group is one box
  * with its operator count and the communication it contains, and edges
  * between groups are merged.  --focus=SCOPE keeps the operators under SCOPE
- * expanded.  Names are "n<id>" / "g<k>", so the DOT text is deterministic.
- * Layout and rendering live in render.c.
+ * expanded; they do not count against max_nodes, which sizes the rest.
+ * Names are "n<id>" / "g<k>", so the DOT text is deterministic.  Layout and
+ * rendering live in render.c.
  */
 #include <graphviz/cgraph.h>
 #include <stdlib.h>
@@ -187,10 +188,47 @@ static size_t prefix_at(const char *s, size_t len, int depth)
 
 #define PARAM_SHOWN 0xffffffffu
 
+/* communication a collapsed box counts, by kind */
+enum { C_ALLREDUCE, C_ALLGATHER, C_REDUCESCATTER, C_ALLTOALL, C_P2P, C_OTHER, NCOMM };
+static const char *const comm_name[NCOMM] = {"AllReduce", "AllGather", "ReduceScatter", "AlltoAll", "Send/Receive",
+					      "other"};
+
+static int comm_kind(const Node *n)
+{
+	switch (n->op) {
+	case OP_AllReduce:
+		return C_ALLREDUCE;
+	case OP_AllGather:
+		return C_ALLGATHER;
+	case OP_ReduceScatter:
+		return C_REDUCESCATTER;
+	case OP_AlltoAll:
+		return C_ALLTOALL;
+	case OP_Send:
+	case OP_Receive:
+		return C_P2P;
+	default:
+		return C_OTHER;
+	}
+}
+
+/* label of a run of merged scopes a .. b without the directories b shares
+ * with a: "Net/layers/1-Layer\n... to .../3-Layer" */
+static void run_label(char *buf, size_t n, const char *a, const char *b)
+{
+	size_t cut = 0, i = 0;
+	for (; a[i] && a[i] == b[i]; i++)
+		if (b[i] == '/')
+			cut = i + 1;
+	if (!a[i] && b[i] == '/') /* b lies under a */
+		cut = i + 1;
+	snprintf(buf, n, "%s\n... to %s%s", a, cut ? ".../" : "", b + cut);
+}
+
 typedef struct {
 	Sym key;
 	uint32_t count, comm;
-	uint32_t ncomm_kind[4];
+	uint32_t ncomm_kind[NCOMM];
 	int first;
 } Group;
 
@@ -221,10 +259,8 @@ static int collapse(const Module *m, const Options *o, Group **out)
 				if (hidden(n) || n->kind != NK_CNODE)
 					continue;
 				const char *s = ir_node_fullname(n);
-				if (focus && strncmp(s, focus, flen) == 0) {
-					distinct++;
-					continue;
-				}
+				if (focus && strncmp(s, focus, flen) == 0)
+					continue; /* drawn as they are, outside the budget */
 				size_t l = prefix_at(s, scope_len(n), depth);
 				Sym k = intern(s, l);
 				uint32_t j = (k * 2654435761u) & (cap - 1);
@@ -309,8 +345,7 @@ static int collapse(const Module *m, const Options *o, Group **out)
 			Kind kd = kind_of(n);
 			if (kd == K_COMM || kd == K_P2P || (kd == K_REDIST && ir_opinfo(n)->family == FAM_COMM)) {
 				g->comm++;
-				int ck = n->op == OP_AllReduce ? 0 : n->op == OP_AllGather ? 1 : n->op == OP_ReduceScatter ? 2 : 3;
-				g->ncomm_kind[ck]++;
+				g->ncomm_kind[comm_kind(n)]++;
 			}
 			n->mark = (uint32_t)idx[j] + 1;
 		}
@@ -328,11 +363,11 @@ static int collapse(const Module *m, const Options *o, Group **out)
 			}
 			d->count += g->count;
 			d->comm += g->comm;
-			for (int k = 0; k < 4; k++)
+			for (int k = 0; k < NCOMM; k++)
 				d->ncomm_kind[k] += g->ncomm_kind[k];
 			if (i % c == c - 1 || i == groups.n - 1) {
 				char lab[1024];
-				snprintf(lab, sizeof lab, "%s\n... %s", sym_str(d->key), sym_str(g->key));
+				run_label(lab, sizeof lab, sym_str(d->key), sym_str(g->key));
 				d->key = intern_cstr(lab);
 			}
 		}
@@ -461,7 +496,10 @@ void *dot_build(const Module *m, const Options *o)
 					vec_push(&stage_cl, NULL);
 				if (!stage_cl.a[slot]) { /* only stages this graph has */
 					char sn[64], sl[64];
-					snprintf(sn, sizeof sn, "cluster_%u_stage%d", gi, s);
+					if (s < 0)
+						snprintf(sn, sizeof sn, "cluster_%u_nostage", gi);
+					else
+						snprintf(sn, sizeof sn, "cluster_%u_stage%d", gi, s);
 					Agraph_t *c = agsubg(sg, sn, 1);
 					set(c, "label", stage_cluster_label(s, sl, sizeof sl));
 					set(c, "style", "rounded");
@@ -476,12 +514,20 @@ void *dot_build(const Module *m, const Options *o)
 				if (!agnode(g, name, 0)) {
 					char lab2[1024];
 					const char *k = sym_str(grp->key);
-					int len = snprintf(lab2, sizeof lab2, "%s\n%u operators", *k ? k : "(no scope)", grp->count);
-					if (grp->comm)
-						snprintf(lab2 + len, sizeof lab2 - (size_t)len,
-							 "\n%u communication: %u AllReduce, %u AllGather, %u ReduceScatter, %u other",
-							 grp->comm, grp->ncomm_kind[0], grp->ncomm_kind[1], grp->ncomm_kind[2],
-							 grp->ncomm_kind[3]);
+					size_t len = (size_t)snprintf(lab2, sizeof lab2, "%s\n%u operator%s",
+								      *k ? k : "(no scope)", grp->count,
+								      grp->count == 1 ? "" : "s");
+					/* "3 communication: 2 AllReduce, 1 AllGather": the kinds present */
+					if (grp->comm && len < sizeof lab2)
+						len += (size_t)snprintf(lab2 + len, sizeof lab2 - len, "\n%u communication:",
+									grp->comm);
+					for (int c = 0, first = 1; grp->comm && c < NCOMM && len < sizeof lab2; c++)
+						if (grp->ncomm_kind[c]) {
+							len += (size_t)snprintf(lab2 + len, sizeof lab2 - len, "%s %u %s",
+										first ? "" : ",", grp->ncomm_kind[c],
+										comm_name[c]);
+							first = 0;
+						}
 					Agnode_t *an = agnode(home, name, 1);
 					set(an, "shape", "box3d");
 					set(an, "style", "filled");
