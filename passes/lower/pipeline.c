@@ -318,6 +318,7 @@ int pass_pipeline(Module *m, const Options *o)
 					n->out = r->out;
 				}
 			}
+			n->stage = me; /* every rank returns from its own stage */
 			vec_push(&out, n);
 			continue;
 		}
