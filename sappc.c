@@ -51,6 +51,7 @@ enum {
 	OPT_PARALLEL_MODE,
 	OPT_EXPLAIN,
 	OPT_STRATEGY_OUT,
+	OPT_STRATEGY_IN,
 	OPT_RANK,
 	OPT_ALL_RANKS,
 	OPT_STAGE,
@@ -97,6 +98,7 @@ static const struct option longopts[] = {
 	{"parallel-mode", required_argument, NULL, OPT_PARALLEL_MODE},
 	{"explain", required_argument, NULL, OPT_EXPLAIN},
 	{"strategy-out", required_argument, NULL, OPT_STRATEGY_OUT},
+	{"strategy-in", required_argument, NULL, OPT_STRATEGY_IN},
 	{"rank", required_argument, NULL, OPT_RANK},
 	{"all-ranks", required_argument, NULL, OPT_ALL_RANKS},
 	{"stage", required_argument, NULL, OPT_STAGE},
@@ -160,6 +162,9 @@ static void usage(FILE *f)
 	      "      --explain=NAME      explain the choices for one operator on stderr\n"
 	      "                          (instance name, full name or %k)\n"
 	      "      --strategy-out=FILE write the chosen strategies as JSON\n"
+	      "      --strategy-in=FILE  apply the strategies of FILE (written by --strategy-out)\n"
+	      "                          instead of searching; entries are matched by full name\n"
+	      "                          and checked against the graph's shapes\n"
 	      "\n"
 	      "",
 	      f);
@@ -528,6 +533,9 @@ int main(int argc, char **argv)
 		case OPT_STRATEGY_OUT:
 			o.strategy_out = optarg;
 			break;
+		case OPT_STRATEGY_IN:
+			o.strategy_in = optarg;
+			break;
 		case OPT_SIMULATE:
 			simulate = 1;
 			break;
@@ -687,10 +695,16 @@ int main(int argc, char **argv)
 				rc = 3;
 		}
 	}
-	if (rc == 0 && dot && gv_write_dot(m, &o, dot) != 0)
+	Module *pic = m;
+	if (rc == 0 && (dot || svg) && o.view_plan &&
+	    !(pic = pm_plan_module(m, strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, &o, &pm)))
+		rc = 1;
+	if (rc == 0 && dot && gv_write_dot(pic, &o, dot) != 0)
 		rc = 3;
-	if (rc == 0 && svg && gv_render_svg(m, &o, svg) != 0)
+	if (rc == 0 && svg && gv_render_svg(pic, &o, svg) != 0)
 		rc = 3;
+	if (pic && pic != m)
+		ir_module_free(pic);
 	ir_module_free(m);
 	free(buf);
 	free(stage_rules);

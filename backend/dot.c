@@ -6,7 +6,9 @@
  * group's ranks, redistribution operators (StridedSlice, Split, Concat,
  * Reshape inserted by the lowering) yellow parallelograms, pipeline
  * Send/Receive blue house shapes, weights and graph inputs ellipses.  Edges
- * carry the shape they transport (the local shape after the lowering).
+ * carry the shape they transport (the local shape after the lowering) and,
+ * once the `layouts` pass has run, the producer's layout: device matrix D and
+ * tensor map M as MindSpore prints them (lower_layout_text()).
  * Operators are grouped in one cluster per pipeline stage when stages are
  * known, otherwise one cluster per subgraph.
  *
@@ -15,8 +17,9 @@
  * deepest level that yields at most max_nodes groups); each group is one box
  * with its operator count and the communication it contains, and edges
  * between groups are merged.  --focus=SCOPE keeps the operators under SCOPE
- * expanded.  Names are "n<id>" / "g<k>", so the DOT text is deterministic.
- * Layout and rendering live in render.c.
+ * expanded; they do not count against max_nodes, which sizes the rest.
+ * Names are "n<id>" / "g<k>", so the DOT text is deterministic.  Layout and
+ * rendering live in render.c.
  */
 #include <graphviz/cgraph.h>
 #include <stdlib.h>
@@ -101,6 +104,20 @@ static void group_text(char *buf, size_t n, const Node *c)
 	snprintf(buf, n, "%s", v ? sym_str(v->text) : "");
 }
 
+/* --view=plan: how an operator got its strategy shows in its outline:
+ * pinned by the user (--interfered) thick and dark red, propagated to an
+ * operator the search eliminated dashed, searched (and default or loaded
+ * from --strategy-in, which the label names) plain */
+static void source_style(Agnode_t *an, const char *how)
+{
+	if (how && strcmp(how, "pinned") == 0) {
+		set(an, "penwidth", "3");
+		set(an, "color", "#990000");
+	} else if (how && strcmp(how, "propagated") == 0) {
+		set(an, "style", "filled,dashed");
+	}
+}
+
 static void label_node(Agnode_t *an, const Node *n, const Options *o)
 {
 	char shp[256], lab[1024], extra[512] = "";
@@ -132,12 +149,7 @@ static void label_node(Agnode_t *an, const Node *n, const Options *o)
 				}
 			}
 			const char *how = sapp_strategy_source(n);
-			if (how && strcmp(how, "pinned") == 0) {
-				set(an, "penwidth", "3");
-				set(an, "color", "#990000");
-			} else if (how && strcmp(how, "propagated") == 0) {
-				set(an, "style", "filled,dashed");
-			}
+			source_style(an, how);
 			if (how && *extra) {
 				size_t l = strlen(extra);
 				snprintf(extra + l, sizeof extra - l, "\n%s", how);
@@ -176,10 +188,47 @@ static size_t prefix_at(const char *s, size_t len, int depth)
 
 #define PARAM_SHOWN 0xffffffffu
 
+/* communication a collapsed box counts, by kind */
+enum { C_ALLREDUCE, C_ALLGATHER, C_REDUCESCATTER, C_ALLTOALL, C_P2P, C_OTHER, NCOMM };
+static const char *const comm_name[NCOMM] = {"AllReduce", "AllGather", "ReduceScatter", "AlltoAll", "Send/Receive",
+					      "other"};
+
+static int comm_kind(const Node *n)
+{
+	switch (n->op) {
+	case OP_AllReduce:
+		return C_ALLREDUCE;
+	case OP_AllGather:
+		return C_ALLGATHER;
+	case OP_ReduceScatter:
+		return C_REDUCESCATTER;
+	case OP_AlltoAll:
+		return C_ALLTOALL;
+	case OP_Send:
+	case OP_Receive:
+		return C_P2P;
+	default:
+		return C_OTHER;
+	}
+}
+
+/* label of a run of merged scopes a .. b without the directories b shares
+ * with a: "Net/layers/1-Layer\n... to .../3-Layer" */
+static void run_label(char *buf, size_t n, const char *a, const char *b)
+{
+	size_t cut = 0, i = 0;
+	for (; a[i] && a[i] == b[i]; i++)
+		if (b[i] == '/')
+			cut = i + 1;
+	if (!a[i] && b[i] == '/') /* b lies under a */
+		cut = i + 1;
+	snprintf(buf, n, "%s\n... to %s%s", a, cut ? ".../" : "", b + cut);
+}
+
 typedef struct {
 	Sym key;
 	uint32_t count, comm;
-	uint32_t ncomm_kind[4];
+	uint32_t ncomm_kind[NCOMM];
 	int first;
 } Group;
 
@@ -192,53 +241,98 @@ static int count_ops(const Module *m)
 	return c;
 }
 
-/* assign every visible node a group (mark = group index + 1) or 0 when shown alone */
+/* Sym -> value map (open addressing): scopes are compared as interned ids */
+typedef struct {
+	Sym *key;
+	uint32_t *val;
+	uint32_t cap, used;
+} SymMap;
+
+static uint32_t *symmap_slot(SymMap *t, Sym k, int *fresh)
+{
+	if ((t->used + 1) * 2 > t->cap) {
+		SymMap g = {xcalloc(t->cap ? t->cap * 2 : 1024, sizeof(Sym)), NULL, t->cap ? t->cap * 2 : 1024, 0};
+		g.val = xcalloc(g.cap, sizeof *g.val);
+		for (uint32_t i = 0; i < t->cap; i++)
+			if (t->key[i]) {
+				int f;
+				*symmap_slot(&g, t->key[i], &f) = t->val[i];
+			}
+		free(t->key);
+		free(t->val);
+		*t = g;
+	}
+	uint32_t j = (k * 2654435761u) & (t->cap - 1);
+	while (t->key[j] && t->key[j] != k)
+		j = (j + 1) & (t->cap - 1);
+	*fresh = !t->key[j];
+	if (*fresh) {
+		t->key[j] = k;
+		t->used++;
+	}
+	return &t->val[j];
+}
+
+/* the value of k, or 0 when k is not in the map */
+static uint32_t symmap_get(const SymMap *t, Sym k)
+{
+	if (!t->cap)
+		return 0;
+	uint32_t j = (k * 2654435761u) & (t->cap - 1);
+	while (t->key[j] && t->key[j] != k)
+		j = (j + 1) & (t->cap - 1);
+	return t->key[j] ? t->val[j] : 0;
+}
+
+static void symmap_free(SymMap *t)
+{
+	free(t->key);
+	free(t->val);
+}
+
+/* Assign every visible node a group (mark = group index + 1) or 0 when
+ * shown alone.  A node's group is its scope directory cut at one depth:
+ * the deepest whose number of distinct prefixes fits max_nodes.  Each
+ * node's directory is interned once, and the depth search and the prefix
+ * of each directory work on the distinct directories only (a 150 000
+ * operator graph has some 20 000), never on every node at every depth. */
 static int collapse(const Module *m, const Options *o, Group **out)
 {
 	int maxn = o && o->max_nodes > 0 ? o->max_nodes : 1500;
 	const char *focus = o ? o->focus : NULL;
 	size_t flen = focus ? strlen(focus) : 0;
 	Vec(Group) groups = {0};
+	/* the directory of every node that may be collapsed, by node id */
+	Sym *dir = xcalloc(m->next_id + 1, sizeof *dir);
+	Vec(Sym) dirs = {0};
+	SymMap seen = {0};
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
+			const Node *n = m->graphs.a[gi]->nodes.a[i];
+			if (n->kind != NK_CNODE || hidden(n))
+				continue;
+			const char *s = ir_node_fullname(n);
+			if (focus && strncmp(s, focus, flen) == 0)
+				continue; /* drawn as they are, outside the budget */
+			int fresh;
+			dir[n->id] = intern(s, scope_len(n));
+			symmap_slot(&seen, dir[n->id], &fresh);
+			if (fresh)
+				vec_push(&dirs, dir[n->id]);
+		}
+	symmap_free(&seen);
 	/* deepest depth whose number of distinct scope prefixes fits */
 	int depth = 12;
 	for (; depth >= 1; depth--) {
-		uint32_t cap = 1024, used = 0, distinct = 0;
-		Sym *set = xcalloc(cap, sizeof *set);
-		for (uint32_t gi = 0; gi < m->graphs.n; gi++)
-			for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
-				const Node *n = m->graphs.a[gi]->nodes.a[i];
-				if (hidden(n) || n->kind != NK_CNODE)
-					continue;
-				const char *s = ir_node_fullname(n);
-				if (focus && strncmp(s, focus, flen) == 0) {
-					distinct++;
-					continue;
-				}
-				size_t l = prefix_at(s, scope_len(n), depth);
-				Sym k = intern(s, l);
-				uint32_t j = (k * 2654435761u) & (cap - 1);
-				while (set[j] && set[j] != k)
-					j = (j + 1) & (cap - 1);
-				if (!set[j]) {
-					set[j] = k;
-					distinct++;
-					if (++used * 2 > cap) {
-						uint32_t ncap = cap * 2;
-						Sym *ns = xcalloc(ncap, sizeof *ns);
-						for (uint32_t q = 0; q < cap; q++)
-							if (set[q]) {
-								uint32_t z = (set[q] * 2654435761u) & (ncap - 1);
-								while (ns[z])
-									z = (z + 1) & (ncap - 1);
-								ns[z] = set[q];
-							}
-						free(set);
-						set = ns;
-						cap = ncap;
-					}
-				}
-			}
-		free(set);
+		SymMap pre = {0};
+		uint32_t distinct = 0;
+		for (uint32_t i = 0; i < dirs.n && (int)distinct <= maxn; i++) {
+			int fresh;
+			const char *d = sym_str(dirs.a[i]);
+			symmap_slot(&pre, intern(d, prefix_at(d, sym_len(dirs.a[i]), depth)), &fresh);
+			distinct += (uint32_t)fresh;
+		}
+		symmap_free(&pre);
 		if ((int)distinct <= maxn)
 			break;
 	}
@@ -249,62 +343,40 @@ static int collapse(const Module *m, const Options *o, Group **out)
 	int chunking = depth < 12;
 	if (chunking)
 		depth++;
-	/* assign groups in node order */
-	uint32_t cap = 1024;
-	int32_t *idx = xmalloc(cap * sizeof *idx);
-	Sym *keys = xcalloc(cap, sizeof *keys);
+	/* directory -> its prefix at that depth, then groups in node order */
+	SymMap key_of = {0}, group_of = {0};
+	for (uint32_t i = 0; i < dirs.n; i++) {
+		int fresh;
+		const char *d = sym_str(dirs.a[i]);
+		*symmap_slot(&key_of, dirs.a[i], &fresh) = intern(d, prefix_at(d, sym_len(dirs.a[i]), depth));
+	}
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++)
 		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
 			Node *n = m->graphs.a[gi]->nodes.a[i];
 			n->mark = 0;
-			if (hidden(n) || n->kind != NK_CNODE)
+			if (n->kind != NK_CNODE || !dir[n->id])
 				continue;
-			const char *s = ir_node_fullname(n);
-			if (focus && strncmp(s, focus, flen) == 0)
-				continue;
-			Sym k = intern(s, prefix_at(s, scope_len(n), depth));
-			uint32_t j = (k * 2654435761u) & (cap - 1);
-			while (keys[j] && keys[j] != k)
-				j = (j + 1) & (cap - 1);
-			if (!keys[j]) {
-				keys[j] = k;
-				idx[j] = (int32_t)groups.n;
+			int fresh;
+			Sym k = *symmap_slot(&key_of, dir[n->id], &fresh);
+			uint32_t *gx = symmap_slot(&group_of, k, &fresh);
+			if (fresh) {
+				*gx = groups.n;
 				Group g = {k, 0, 0, {0}, (int)n->id};
 				vec_push(&groups, g);
-				if (groups.n * 2 > cap) {
-					uint32_t ncap = cap * 2;
-					int32_t *ni = xmalloc(ncap * sizeof *ni);
-					Sym *nk = xcalloc(ncap, sizeof *nk);
-					for (uint32_t q = 0; q < cap; q++)
-						if (keys[q]) {
-							uint32_t z = (keys[q] * 2654435761u) & (ncap - 1);
-							while (nk[z])
-								z = (z + 1) & (ncap - 1);
-							nk[z] = keys[q];
-							ni[z] = idx[q];
-						}
-					free(idx);
-					free(keys);
-					idx = ni;
-					keys = nk;
-					cap = ncap;
-					j = (k * 2654435761u) & (cap - 1);
-					while (keys[j] != k)
-						j = (j + 1) & (cap - 1);
-				}
 			}
-			Group *g = &groups.a[idx[j]];
+			Group *g = &groups.a[*gx];
 			g->count++;
 			Kind kd = kind_of(n);
 			if (kd == K_COMM || kd == K_P2P || (kd == K_REDIST && ir_opinfo(n)->family == FAM_COMM)) {
 				g->comm++;
-				int ck = n->op == OP_AllReduce ? 0 : n->op == OP_AllGather ? 1 : n->op == OP_ReduceScatter ? 2 : 3;
-				g->ncomm_kind[ck]++;
+				g->ncomm_kind[comm_kind(n)]++;
 			}
-			n->mark = (uint32_t)idx[j] + 1;
+			n->mark = *gx + 1;
 		}
-	free(idx);
-	free(keys);
+	symmap_free(&key_of);
+	symmap_free(&group_of);
+	vec_free(&dirs);
+	free(dir);
 	if (chunking && (int)groups.n > maxn) {
 		uint32_t c = (groups.n + (uint32_t)maxn - 1) / (uint32_t)maxn;
 		uint32_t nn = (groups.n + c - 1) / c;
@@ -317,11 +389,11 @@ static int collapse(const Module *m, const Options *o, Group **out)
 			}
 			d->count += g->count;
 			d->comm += g->comm;
-			for (int k = 0; k < 4; k++)
+			for (int k = 0; k < NCOMM; k++)
 				d->ncomm_kind[k] += g->ncomm_kind[k];
 			if (i % c == c - 1 || i == groups.n - 1) {
 				char lab[1024];
-				snprintf(lab, sizeof lab, "%s\n... %s", sym_str(d->key), sym_str(g->key));
+				run_label(lab, sizeof lab, sym_str(d->key), sym_str(g->key));
 				d->key = intern_cstr(lab);
 			}
 		}
@@ -339,6 +411,43 @@ static int collapse(const Module *m, const Options *o, Group **out)
 	return (int)groups.n;
 }
 
+/* a set of 64-bit keys (open addressing; 0 marks an empty slot) */
+typedef struct {
+	uint64_t *a;
+	uint32_t cap, used;
+} U64Set;
+
+static uint32_t u64_home(uint64_t k, uint32_t cap)
+{
+	return (uint32_t)(k * 0x9e3779b97f4a7c15u >> 40) & (cap - 1);
+}
+
+/* 1 the first time key is added, 0 after that */
+static int u64set_add(U64Set *t, uint64_t key)
+{
+	key++;
+	if ((t->used + 1) * 2 > t->cap) {
+		U64Set g = {xcalloc(t->cap ? t->cap * 2 : 1024, sizeof(uint64_t)), t->cap ? t->cap * 2 : 1024, t->used};
+		for (uint32_t i = 0; i < t->cap; i++)
+			if (t->a[i]) {
+				uint32_t j = u64_home(t->a[i], g.cap);
+				while (g.a[j])
+					j = (j + 1) & (g.cap - 1);
+				g.a[j] = t->a[i];
+			}
+		free(t->a);
+		*t = g;
+	}
+	uint32_t j = u64_home(key, t->cap);
+	while (t->a[j] && t->a[j] != key)
+		j = (j + 1) & (t->cap - 1);
+	if (t->a[j])
+		return 0;
+	t->a[j] = key;
+	t->used++;
+	return 1;
+}
+
 static const char *stage_cluster_label(int s, char *buf, size_t n)
 {
 	if (s < 0)
@@ -348,7 +457,7 @@ static const char *stage_cluster_label(int s, char *buf, size_t n)
 	return buf;
 }
 
-static void add_legend(Agraph_t *g)
+static void add_legend(Agraph_t *g, const Options *o)
 {
 	Agraph_t *lg = agsubg(g, (char *)"cluster_legend", 1);
 	set(lg, "label", "legend");
@@ -370,11 +479,116 @@ static void add_legend(Agraph_t *g)
 		}
 		prev = ln;
 	}
+	static const char *const how[] = {"searched", "propagated", "pinned"};
+	static const char *const what[] = {"strategy searched", "strategy propagated\n(eliminated operator)",
+					   "strategy pinned\n(user, --interfered)"};
+	for (int k = 0; o && o->view_plan && k < 3; k++) {
+		char name[32];
+		snprintf(name, sizeof name, "legend_%d", K_COUNT + k);
+		Agnode_t *ln = agnode(lg, name, 1);
+		set(ln, "label", what[k]);
+		set(ln, "shape", "box");
+		set(ln, "style", "filled");
+		set(ln, "fillcolor", kind_style[K_COMPUTE].fill);
+		source_style(ln, how[k]);
+		snprintf(name, sizeof name, "legend_e%d", K_COUNT + k);
+		set(agedge(lg, prev, ln, name, 1), "style", "invis");
+		prev = ln;
+	}
 }
+
+/* Object ids in creation order.  cgraph's default discipline makes the id of
+ * a named object its string's address, and subgraphs are kept (and written
+ * by agwrite) in id order, so the order of the clusters in the DOT followed
+ * the heap and changed with unrelated allocations.  Here a name gets the next
+ * even id the first time it is seen (odd ids are anonymous objects), so
+ * clusters come out in the order they were made; names are interned. */
+typedef struct {
+	SymMap ids;      /* name -> id */
+	Vec(Sym) names;  /* id / 2 - 1 -> name */
+	IDTYPE anon;     /* next odd id */
+} SeqIds;
+
+static void *seq_open(Agraph_t *g, Agdisc_t *d)
+{
+	(void)g;
+	(void)d;
+	SeqIds *t = xcalloc(1, sizeof *t);
+	t->anon = 1;
+	return t;
+}
+
+static long seq_map(void *state, int objtype, char *str, IDTYPE *id, int createflag)
+{
+	(void)objtype;
+	SeqIds *t = state;
+	if (!str) {
+		if (!createflag)
+			return 0;
+		*id = t->anon;
+		t->anon += 2;
+		return 1;
+	}
+	Sym name = intern_cstr(str);
+	if (!createflag) {
+		*id = symmap_get(&t->ids, name);
+		return *id != 0;
+	}
+	int fresh;
+	uint32_t *v = symmap_slot(&t->ids, name, &fresh);
+	if (fresh) {
+		vec_push(&t->names, name);
+		*v = 2 * t->names.n;
+	}
+	*id = *v;
+	return 1;
+}
+
+static long seq_alloc(void *state, int objtype, IDTYPE id)
+{
+	(void)state;
+	(void)objtype;
+	(void)id;
+	return 0;
+}
+
+static void seq_free(void *state, int objtype, IDTYPE id)
+{
+	(void)state;
+	(void)objtype;
+	(void)id;
+}
+
+static char *seq_print(void *state, int objtype, IDTYPE id)
+{
+	(void)objtype;
+	SeqIds *t = state;
+	return id % 2 == 0 && id / 2 - 1 < t->names.n ? (char *)sym_str(t->names.a[id / 2 - 1]) : NULL;
+}
+
+static void seq_close(void *state)
+{
+	SeqIds *t = state;
+	symmap_free(&t->ids);
+	vec_free(&t->names);
+	free(t);
+}
+
+static void seq_register(void *state, int objtype, void *obj)
+{
+	(void)state;
+	(void)objtype;
+	(void)obj;
+}
+
+static Agiddisc_t seq_iddisc = {seq_open, seq_map, seq_alloc, seq_free, seq_print, seq_close, seq_register};
 
 void *dot_build(const Module *m, const Options *o)
 {
-	Agraph_t *g = agopen((char *)"sappc", Agdirected, NULL);
+	static Agdisc_t disc;
+	disc = AgDefaultDisc;
+	disc.id = &seq_iddisc;
+	Agraph_t *g = agopen((char *)"sappc", Agdirected, &disc);
 	set(g, "rankdir", "TB");
 	agattr(g, AGNODE, (char *)"fontname", (char *)"Helvetica");
 	agattr(g, AGEDGE, (char *)"fontname", (char *)"Helvetica");
@@ -405,6 +619,10 @@ void *dot_build(const Module *m, const Options *o)
 				staged = 1;
 				break;
 			}
+	/* the cgraph node of node id i, of group k at next_id + k: edges are
+	 * added by pointer, not by looking names up (150 000 edges) */
+	uint32_t gbase = m->next_id;
+	Agnode_t **drawn = xcalloc((size_t)gbase + (uint32_t)ngroups + 1, sizeof *drawn);
 	/* clusters: per stage, else per subgraph */
 	Vec(Agraph_t *) stage_cl = {0};
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
@@ -420,7 +638,8 @@ void *dot_build(const Module *m, const Options *o)
 				continue;
 			char name[32];
 			snprintf(name, sizeof name, "n%u", p->id);
-			label_node(agnode(sg, name, 1), p, o);
+			drawn[p->id] = agnode(sg, name, 1);
+			label_node(drawn[p->id], p, o);
 		}
 		for (uint32_t i = 0; i < gr->nodes.n; i++) {
 			const Node *n = gr->nodes.a[i];
@@ -430,13 +649,18 @@ void *dot_build(const Module *m, const Options *o)
 			if (staged) {
 				int s = n->stage < 0 ? -1 : n->stage;
 				uint32_t slot = (uint32_t)(s + 1);
-				while (stage_cl.n <= slot) {
+				while (stage_cl.n <= slot)
+					vec_push(&stage_cl, NULL);
+				if (!stage_cl.a[slot]) { /* only stages this graph has */
 					char sn[64], sl[64];
-					snprintf(sn, sizeof sn, "cluster_%u_stage%d", gi, (int)stage_cl.n - 1);
+					if (s < 0)
+						snprintf(sn, sizeof sn, "cluster_%u_nostage", gi);
+					else
+						snprintf(sn, sizeof sn, "cluster_%u_stage%d", gi, s);
 					Agraph_t *c = agsubg(sg, sn, 1);
-					set(c, "label", stage_cluster_label((int)stage_cl.n - 1, sl, sizeof sl));
+					set(c, "label", stage_cluster_label(s, sl, sizeof sl));
 					set(c, "style", "rounded");
-					vec_push(&stage_cl, c);
+					stage_cl.a[slot] = c;
 				}
 				home = stage_cl.a[slot];
 			}
@@ -444,16 +668,24 @@ void *dot_build(const Module *m, const Options *o)
 				Group *grp = &groups[n->mark - 1];
 				char name[32];
 				snprintf(name, sizeof name, "g%u", n->mark - 1);
-				if (!agnode(g, name, 0)) {
+				if (!drawn[gbase + n->mark - 1]) {
 					char lab2[1024];
 					const char *k = sym_str(grp->key);
-					int len = snprintf(lab2, sizeof lab2, "%s\n%u operators", *k ? k : "(no scope)", grp->count);
-					if (grp->comm)
-						snprintf(lab2 + len, sizeof lab2 - (size_t)len,
-							 "\n%u communication: %u AllReduce, %u AllGather, %u ReduceScatter, %u other",
-							 grp->comm, grp->ncomm_kind[0], grp->ncomm_kind[1], grp->ncomm_kind[2],
-							 grp->ncomm_kind[3]);
-					Agnode_t *an = agnode(home, name, 1);
+					size_t len = (size_t)snprintf(lab2, sizeof lab2, "%s\n%u operator%s",
+								      *k ? k : "(no scope)", grp->count,
+								      grp->count == 1 ? "" : "s");
+					/* "3 communication: 2 AllReduce, 1 AllGather": the kinds present */
+					if (grp->comm && len < sizeof lab2)
+						len += (size_t)snprintf(lab2 + len, sizeof lab2 - len, "\n%u communication:",
+									grp->comm);
+					for (int c = 0, first = 1; grp->comm && c < NCOMM && len < sizeof lab2; c++)
+						if (grp->ncomm_kind[c]) {
+							len += (size_t)snprintf(lab2 + len, sizeof lab2 - len, "%s %u %s",
+										first ? "" : ",", grp->ncomm_kind[c],
+										comm_name[c]);
+							first = 0;
+						}
+					Agnode_t *an = drawn[gbase + n->mark - 1] = agnode(home, name, 1);
 					set(an, "shape", "box3d");
 					set(an, "style", "filled");
 					set(an, "fillcolor", grp->comm ? "#f4cccc" : "#ffffff");
@@ -463,12 +695,15 @@ void *dot_build(const Module *m, const Options *o)
 			}
 			char name[32];
 			snprintf(name, sizeof name, "n%u", n->id);
-			label_node(agnode(home, name, 1), n, o);
+			drawn[n->id] = agnode(home, name, 1);
+			label_node(drawn[n->id], n, o);
 		}
 		stage_cl.n = 0;
 	}
 	vec_free(&stage_cl);
-	/* data edges, consumer order; collapsed groups merge their edges */
+	/* data edges, consumer order; collapsed groups merge their edges (one
+	 * per pair of boxes, remembered in `merged`: key = from << 32 | to) */
+	U64Set merged = {0};
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		const Graph *gr = m->graphs.a[gi];
 		for (uint32_t i = 0; i < gr->nodes.n; i++) {
@@ -481,37 +716,37 @@ void *dot_build(const Module *m, const Options *o)
 				const Node *p = n->args[k].u.node;
 				if (hidden(p) || (ngroups && p->kind == NK_PARAM && p->mark != PARAM_SHOWN))
 					continue;
-				char an[32], bn[32];
-				if (p->mark && p->mark != PARAM_SHOWN)
-					snprintf(an, sizeof an, "g%u", p->mark - 1);
-				else
-					snprintf(an, sizeof an, "n%u", p->id);
-				if (n->mark)
-					snprintf(bn, sizeof bn, "g%u", n->mark - 1);
-				else
-					snprintf(bn, sizeof bn, "n%u", n->id);
 				uint32_t pm = p->mark == PARAM_SHOWN ? 0 : p->mark;
 				if (pm && pm == n->mark)
 					continue; /* inside one group */
-				Agnode_t *a = agnode(g, an, 0), *b = agnode(g, bn, 0);
+				uint32_t ai = pm ? gbase + pm - 1 : p->id, bi = n->mark ? gbase + n->mark - 1 : n->id;
+				Agnode_t *a = drawn[ai], *b = drawn[bi];
 				if (!a || !b)
 					continue;
-				if ((pm || n->mark) && agedge(g, a, b, NULL, 0))
+				if ((pm || n->mark) && !u64set_add(&merged, (uint64_t)ai << 32 | bi))
 					continue; /* merged */
 				char ename[48];
 				snprintf(ename, sizeof ename, "e%u_%u", n->id, k);
 				Agedge_t *e = agedge(g, a, b, ename, 1);
-				char shp[256];
-				const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
-				shape_text(shp, sizeof shp, ab);
-				if (!pm && !n->mark)
-					set(e, "label", shp);
+				if (!pm && !n->mark) {
+					char shp[256], lay[160], lab[420];
+					const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
+					shape_text(shp, sizeof shp, ab);
+					if (lower_layout_text(p, lay, sizeof lay)) {
+						snprintf(lab, sizeof lab, "%s\n%s", shp, lay);
+						set(e, "label", lab);
+					} else {
+						set(e, "label", shp);
+					}
+				}
 			}
 		}
 	}
+	free(merged.a);
+	free(drawn);
 	ir_clear_marks((Module *)m);
 	free(groups);
-	add_legend(g);
+	add_legend(g, o);
 	if (total > maxn) {
 		char lab[256];
 		snprintf(lab, sizeof lab, "%d operators, collapsed by scope into %d groups (--max-nodes=%d)", total,

@@ -39,6 +39,11 @@ void diag_set_source(const Source *src)
 		memset(&cur, 0, sizeof cur);
 }
 
+Source diag_source(void)
+{
+	return cur;
+}
+
 void diag_set_hold(char *const *pos, const char *ch)
 {
 	hold_pos = pos;

@@ -367,6 +367,7 @@ typedef struct Source {
 } Source;
 
 void diag_set_source(const Source *src); /* src->buf must outlive the errors about it (NULL: none) */
+Source diag_source(void);                /* the current one, to restore after reporting about another file */
 void diag_error_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
 void diag_warning_at(Loc loc, const char *fmt, ...) PRINTF(2, 3);
 void diag_error(const char *fmt, ...) PRINTF(1, 2);   /* no location: "sappc: error: " */
@@ -432,6 +433,7 @@ typedef struct Options {
 	int enable_alltoall;
 	const char *explain;
 	const char *strategy_out;
+	const char *strategy_in; /* --strategy-in: apply this plan instead of searching */
 	const char *world_group;
 	int view_plan;      /* --view=plan: draw the global graph with strategies */
 	int max_nodes;      /* --max-nodes: collapse by scope above this many operators */
@@ -468,6 +470,10 @@ typedef struct PassManagerOptions {
 } PassManagerOptions;
 
 int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
+/* --view=plan: the global graph after the sapp pass (m itself when nothing
+ * after sapp ran, else the input re-parsed and run up to sapp); NULL on error */
+Module *pm_plan_module(Module *m, const char *filename, const char *buf, size_t len, const Options *o,
+		       const PassManagerOptions *pm);
 
 #define PASS(name, fn, dflt, help) int fn(Module *m, const Options *o);
 #include "../passes/passes.def"
@@ -477,10 +483,14 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
 /* where the sapp pass got a node's strategy: "pinned", "searched",
  * "propagated", "default"; NULL when the node has none */
 const char *sapp_strategy_source(const Node *n);
-/* ----------------------------------------------------------------- rhmap.c */
-/* Reorder attributes into MindSpore's robin_hood HashMap print order
- * (ir-format.md §1.9). */
-void rh_order_attrs(Attr *a, uint32_t n);
+/* ----------------------------------------------------- passes/lower/ */
+/* n's output layout after the `layouts` pass as "D=[4,2] M=[1,-1]" (device
+ * matrix, tensor map; " opt=K" for optimizer-sharded weights) in buf; NULL
+ * when n has no single tensor output layout */
+const char *lower_layout_text(const Node *n, char *buf, size_t len);
+/* Node.stage of the entry graph's operators as the pipeline pass assigns
+ * them, without cutting the graph (pipeline.c); 0 ok, 1 reported */
+int lower_assign_stages(Module *m, const Options *o);
 
 /* ---------------------------------------------------------------- io.c */
 int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */

@@ -155,7 +155,9 @@ int tlay_equal(const TLay *a, const TLay *b)
 	return layout_equal(&x, &y);
 }
 
-const char *tlay_format(const TLay *t, char *buf, size_t len)
+/* "D=[4,2] M=[1,-1]": device matrix and tensor map, the part of a layout
+ * that the local shape does not already say */
+static size_t tlay_dm(const TLay *t, char *buf, size_t len)
 {
 	size_t k = (size_t)snprintf(buf, len, "D=[");
 	for (int i = 0; i < t->ndev && k < len; i++)
@@ -165,11 +167,33 @@ const char *tlay_format(const TLay *t, char *buf, size_t len)
 	for (int i = 0; i < t->rank && k < len; i++)
 		k += (size_t)snprintf(buf + k, len - k, i ? ",%d" : "%d", t->map[i]);
 	if (k < len)
-		k += (size_t)snprintf(buf + k, len - k, "] S=(");
+		k += (size_t)snprintf(buf + k, len - k, "]");
+	return k;
+}
+
+const char *tlay_format(const TLay *t, char *buf, size_t len)
+{
+	size_t k = tlay_dm(t, buf, len);
+	if (k < len)
+		k += (size_t)snprintf(buf + k, len - k, " S=(");
 	for (int i = 0; i < t->rank && k < len; i++)
 		k += (size_t)snprintf(buf + k, len - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
 	if (k < len)
 		snprintf(buf + k, len - k, ")");
+	return buf;
+}
+
+/* For pictures (backend/dot.c): the layout of n's single tensor output, or
+ * NULL when there is none (not lowered, a tuple, not a tensor).  A weight
+ * the optimizer stores sharded says so: " opt=K" (dim 0 cut K more ways). */
+const char *lower_layout_text(const Node *n, char *buf, size_t len)
+{
+	const NodeLayout *l = n->lay;
+	if (!l || l->nout != 1 || !l->out[0].ndev || len == 0)
+		return NULL;
+	size_t k = tlay_dm(&l->out[0], buf, len);
+	if (l->opt_rep > 1 && k < len)
+		snprintf(buf + k, len - k, " opt=%d", (int)l->opt_rep);
 	return buf;
 }
 
@@ -519,7 +543,6 @@ Abs lower_abs_tuple_tensors(Module *m, const Abs *elem, int n)
 		a.shape.sub[i] = elem->shape;
 	return a;
 }
-
 
 /* ------------------------------------------------------------ inputs */
 

@@ -150,27 +150,13 @@ static void p2p_attrs(LowerCtx *c, Node *n, const char *peer_key, int64_t peer, 
 	lower_order_attrs(&n->pattrs);
 }
 
-int pass_pipeline(Module *m, const Options *o)
+/* The stage of every operator of g (st[i] for g->nodes.a[i]; see the pass
+ * comment for the rules).  Leaves node i's mark at i + 1.  1 when a stage is
+ * out of range (reported). */
+static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 {
-	if (o->device_num <= 1)
-		return 0; /* stand-alone: nothing to lower */
-	LowerCtx c;
-	if (lower_ctx_init(&c, m, o) < 0)
-		return 1;
-	Graph *g = ir_entry(m);
-	int S = c.stages, bad = 0;
-	if (S <= 1 || !g) {
-		lower_ctx_free(&c);
-		return 0;
-	}
-	if (S > MAX_STAGES) {
-		diag_error("at most %d pipeline stages are supported", MAX_STAGES);
-		lower_ctx_free(&c);
-		return 1;
-	}
 	uint32_t nn = g->nodes.n;
-	int32_t *st = xmalloc((nn + 1) * sizeof *st);
-	uint64_t *umask = xcalloc(nn + 1, sizeof *umask);
+	int bad = 0;
 	for (uint32_t i = 0; i < nn; i++)
 		g->nodes.a[i]->mark = i + 1;
 	for (uint32_t i = 0; i < nn; i++) {
@@ -186,7 +172,7 @@ int pass_pipeline(Module *m, const Options *o)
 		st[i] = n->kind == NK_RETURN ? S - 1 : s;
 	}
 	if (bad)
-		goto done;
+		return 1;
 	/* unassigned: the smallest stage of the users (users come later, so a
 	 * reverse sweep sees them first), then the largest of the operands */
 	uint8_t *fixed = xcalloc(nn + 1, 1);
@@ -217,6 +203,53 @@ int pass_pipeline(Module *m, const Options *o)
 				s = st[p->mark - 1];
 		}
 		st[i] = s;
+	}
+	return 0;
+}
+
+/* Node.stage of every operator of the entry graph, as the pipeline pass
+ * assigns it but without cutting the graph: the global picture of
+ * --view=plan clusters operators by stage.  0 ok, 1 reported. */
+int lower_assign_stages(Module *m, const Options *o)
+{
+	Graph *g = ir_entry(m);
+	int S = o->pipeline_stages;
+	if (!g || S <= 1 || S > MAX_STAGES)
+		return 0;
+	int32_t *st = xmalloc((g->nodes.n + 1) * sizeof *st);
+	int bad = assign_stages(o, g, S, st);
+	if (!bad)
+		for (uint32_t i = 0; i < g->nodes.n; i++)
+			g->nodes.a[i]->stage = st[i];
+	free(st);
+	ir_clear_marks(m);
+	return bad;
+}
+
+int pass_pipeline(Module *m, const Options *o)
+{
+	if (o->device_num <= 1)
+		return 0; /* stand-alone: nothing to lower */
+	LowerCtx c;
+	if (lower_ctx_init(&c, m, o) < 0)
+		return 1;
+	Graph *g = ir_entry(m);
+	int S = c.stages, bad = 0;
+	if (S <= 1 || !g) {
+		lower_ctx_free(&c);
+		return 0;
+	}
+	if (S > MAX_STAGES) {
+		diag_error("at most %d pipeline stages are supported", MAX_STAGES);
+		lower_ctx_free(&c);
+		return 1;
+	}
+	uint32_t nn = g->nodes.n;
+	int32_t *st = xmalloc((nn + 1) * sizeof *st);
+	uint64_t *umask = xcalloc(nn + 1, sizeof *umask);
+	if (assign_stages(o, g, S, st)) {
+		bad = 1;
+		goto done;
 	}
 	for (uint32_t i = 0; i < nn; i++)
 		g->nodes.a[i]->stage = st[i];
@@ -285,6 +318,7 @@ int pass_pipeline(Module *m, const Options *o)
 					n->out = r->out;
 				}
 			}
+			n->stage = me; /* every rank returns from its own stage */
 			vec_push(&out, n);
 			continue;
 		}

@@ -14,6 +14,7 @@
  *   cost.c       cost model and redistribution penalty           §2
  *   partition.c  levels, visiting order, pipeline roll-back      §3, §3.6, §4.9
  *   propagate.c  strategies of eliminated operators, fix-ups     §4
+ *   plan.c       --strategy-out / --strategy-in files
  * Device counts: one level per prime factor of N, largest first (§3.2
  * generalised); a power of two gives MindSpore's log2(N) halvings exactly.
  * User strategies (primitive attribute in_strategy/out_strategy) are pinned
@@ -22,8 +23,11 @@
  * --parallel-mode=semi_auto: no search; an operator keeps the strategy it
  * arrives with (the dump's suffix, else its .shard() attribute) and the
  * others get MindSpore's default batch-parallel strategy.
+ *
+ * --strategy-in=FILE (either mode): no search and no user strategies; the
+ * saved plan is applied as it is (plan.c says how entries are matched and
+ * checked).
  */
-#include <jansson.h>
 #include <string.h>
 #include <time.h>
 
@@ -49,6 +53,37 @@ const char *sapp_op_label(const SappOp *X, char *buf, size_t n)
 
 /* ------------------------------------------------------------ user strategies */
 
+/* Is vals[0..k) a valid strategy for X's tensor input i (its output when
+ * out != 0)?  The rank must match, every count must divide its dimension,
+ * and the product must fit the devices of a stage.  If not, why says so:
+ * "entry 2 has rank 1, but input 2 has rank 2". */
+int sapp_check_stra(const Sapp *S, const SappOp *X, uint32_t i, const int64_t *vals, int k, int out, char *why,
+		    size_t n)
+{
+	int r = out ? X->orank : X->rank[i];
+	const int64_t *dims = out ? X->odims : X->dims[i];
+	if (k != r) {
+		snprintf(why, n, "entry %u has rank %d, but %s %u has rank %d", i + 1, k, out ? "output" : "input", i + 1,
+			 r);
+		return 0;
+	}
+	int64_t prod = 1;
+	for (int d = 0; d < k; d++) {
+		if (vals[d] < 1 || dims[d] % vals[d] != 0) {
+			snprintf(why, n, "entry %u cuts dimension %d (size %lld) into %lld parts, which does not divide it",
+				 i + 1, d, (long long)dims[d], (long long)vals[d]);
+			return 0;
+		}
+		prod *= vals[d];
+	}
+	if (prod > S->stage_devices) {
+		snprintf(why, n, "entry %u uses %lld devices, but there are only %lld%s", i + 1, (long long)prod,
+			 (long long)S->stage_devices, S->stages > 1 ? " per pipeline stage" : "");
+		return 0;
+	}
+	return 1;
+}
+
 /* Read a strategy value ((a, b), (c)) into X->s (or X->os when out != 0);
  * report what is wrong with it at the operator's line.  1 ok. */
 static int read_user(const Sapp *S, SappOp *X, const Value *v, int out, const char *what)
@@ -67,8 +102,6 @@ static int read_user(const Sapp *S, SappOp *X, const Value *v, int out, const ch
 	}
 	for (uint32_t i = 0; i < want; i++) {
 		const Value *e = &v->u.elems[i];
-		int r = out ? X->orank : X->rank[i];
-		const int64_t *dims = out ? X->odims : X->dims[i];
 		int64_t vals[MAX_RANK];
 		int k = value_int_list(e, vals, MAX_RANK);
 		if (e->kind == V_TUPLE && e->n == 0)
@@ -77,25 +110,9 @@ static int read_user(const Sapp *S, SappOp *X, const Value *v, int out, const ch
 			diag_error_at(n->loc, "%s (%%%d): %s entry %u is not a tuple of integers", op, n->local, what, i + 1);
 			return 0;
 		}
-		if (k != r) {
-			diag_error_at(n->loc, "%s (%%%d): %s entry %u has rank %d, but %s %u has rank %d", op, n->local, what,
-				      i + 1, k, out ? "output" : "input", i + 1, r);
-			return 0;
-		}
-		int64_t prod = 1;
-		for (int d = 0; d < k; d++) {
-			if (vals[d] < 1 || dims[d] % vals[d] != 0) {
-				diag_error_at(n->loc, "%s (%%%d): %s entry %u cuts dimension %d (size %lld) into %lld parts, "
-						      "which does not divide it",
-					      op, n->local, what, i + 1, d, (long long)dims[d], (long long)vals[d]);
-				return 0;
-			}
-			prod *= vals[d];
-		}
-		if (prod > S->stage_devices) {
-			diag_error_at(n->loc, "%s (%%%d): %s entry %u uses %lld devices, but there are only %lld%s", op,
-				      n->local, what, i + 1, (long long)prod, (long long)S->stage_devices,
-				      S->stages > 1 ? " per pipeline stage" : "");
+		char why[256];
+		if (!sapp_check_stra(S, X, i, vals, k, out, why, sizeof why)) {
+			diag_error_at(n->loc, "%s (%%%d): %s %s", op, n->local, what, why);
 			return 0;
 		}
 		int64_t *dst = out ? X->os : X->s + X->off[i];
@@ -227,64 +244,8 @@ static void write_node(Sapp *S, SappOp *X)
 		ir_attr_set(m, &n->strat, "out_strategy", stra_value(m->arena, X, 1));
 	n->has_strat = 1;
 	StratInfo *si = arena_alloc(m->arena, sizeof *si);
-	si->source = X->source;
+	si->source = X->loaded ? SRC_LOADED : X->source;
 	n->si = si;
-}
-
-static const char *const source_name[] = {"none", "pinned", "searched", "propagated", "default"};
-
-static json_t *json_stra(const SappOp *X, int out)
-{
-	json_t *a = json_array();
-	uint32_t n = out ? 1 : X->nin;
-	for (uint32_t i = 0; i < n; i++) {
-		json_t *t = json_array();
-		const int64_t *v = out ? X->os : X->s + X->off[i];
-		int r = out ? X->orank : X->rank[i];
-		for (int d = 0; d < r; d++)
-			json_array_append_new(t, json_integer((json_int_t)v[d]));
-		json_array_append_new(a, t);
-	}
-	return a;
-}
-
-static int write_json(const Sapp *S, const char *path)
-{
-	json_t *root = json_object();
-	json_object_set_new(root, "device_num", json_integer(S->devices));
-	json_object_set_new(root, "stages", json_integer(S->stages));
-	json_object_set_new(root, "parallel_mode", json_string(S->o->semi_auto ? "semi_auto" : "auto"));
-	json_t *ops = json_array();
-	for (uint32_t x = 0; x < S->nops; x++) {
-		const SappOp *X = &S->ops[x];
-		if (!X->n)
-			continue;
-		json_t *o = json_object();
-		char loc[32];
-		snprintf(loc, sizeof loc, "%%%d", X->n->local);
-		json_object_set_new(o, "node", json_string(loc));
-		json_object_set_new(o, "fullname", json_string(ir_node_fullname(X->n)));
-		json_object_set_new(o, "instance", json_string(X->n->instance ? sym_str(X->n->instance) : ""));
-		json_object_set_new(o, "operator", json_string(sym_str(X->n->prim)));
-		json_object_set_new(o, "in_strategy", json_stra(X, 0));
-		json_object_set_new(o, "out_strategy", X->has_os ? json_stra(X, 1) : json_null());
-		json_object_set_new(o, "source", json_string(source_name[X->source]));
-		json_array_append_new(ops, o);
-	}
-	json_object_set_new(root, "operators", ops);
-	OutFile of;
-	int rc = 0;
-	if (out_open(&of, path) != 0) {
-		rc = 3;
-	} else if (json_dumpf(root, of.f, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || fputc('\n', of.f) == EOF) {
-		out_abort(&of);
-		diag_error("cannot write '%s'", path);
-		rc = 3;
-	} else if (out_commit(&of) != 0) {
-		rc = 3;
-	}
-	json_decref(root);
-	return rc;
 }
 
 /* CPU time of the process: the phase figures do not depend on the load */
@@ -397,7 +358,11 @@ int pass_sapp(Module *m, const Options *o)
 		rc = 1;
 		goto done;
 	}
-	if (o->semi_auto) {
+	if (o->strategy_in) {
+		rc = sapp_load_plan(&S, o->strategy_in);
+		if (rc)
+			goto done;
+	} else if (o->semi_auto) {
 		if (semi_auto(&S)) {
 			rc = 1;
 			goto done;
@@ -434,9 +399,9 @@ int pass_sapp(Module *m, const Options *o)
 		if (S.ops[x].n && S.ops[x].has_s)
 			write_node(&S, &S.ops[x]);
 	if (o->strategy_out)
-		rc = write_json(&S, o->strategy_out);
+		rc = sapp_write_plan(&S, o->strategy_out);
 	t[5] = now();
-	if (o->time_passes && !o->semi_auto)
+	if (o->time_passes && !o->semi_auto && !o->strategy_in)
 		fprintf(stderr,
 			"sapp: %u operators (%u kept, %u eliminated), %d level(s): operator list %.4fs, rec graph %.4fs, "
 			"partition %.4fs, propagation %.4fs, output %.4fs (CPU)\n",
@@ -448,5 +413,5 @@ done:
 
 const char *sapp_strategy_source(const Node *n)
 {
-	return n && n->si ? source_name[n->si->source] : NULL;
+	return n && n->si ? sapp_source_name[n->si->source] : NULL;
 }

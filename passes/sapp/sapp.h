@@ -58,8 +58,10 @@ enum {
 };
 extern const char *const sapp_rectype_name[REC_COUNT_];
 
-/* where an operator's strategy came from (JSON "source", --explain) */
-enum { SRC_NONE, SRC_PINNED, SRC_SEARCHED, SRC_PROPAGATED, SRC_DEFAULT };
+/* where an operator's strategy came from (JSON "source", --explain);
+ * SRC_LOADED: from --strategy-in (the file's own source is kept in SappOp) */
+enum { SRC_NONE, SRC_PINNED, SRC_SEARCHED, SRC_PROPAGATED, SRC_DEFAULT, SRC_LOADED, SRC_COUNT_ };
+extern const char *const sapp_source_name[SRC_COUNT_];
 
 /* per-node data left on the IR (Node.si) for the printers */
 struct StratInfo {
@@ -145,6 +147,7 @@ typedef struct SappOp {
 	uint8_t ta, tb;
 	uint8_t orank;
 	uint8_t fdirty, bdirty; /* propagation: a neighbour changed since last look */
+	uint8_t loaded;   /* strategy read from --strategy-in */
 	uint32_t nin;     /* tensor inputs */
 	uint32_t *arg;    /* operand index of each tensor input */
 	uint8_t *rank;
@@ -232,5 +235,11 @@ int64_t sapp_product(const int64_t *v, int n);
 /* sapp.c */
 int sapp_explaining(const Sapp *S, uint32_t op);
 const char *sapp_op_label(const SappOp *X, char *buf, size_t n);
+int sapp_check_stra(const Sapp *S, const SappOp *X, uint32_t i, const int64_t *vals, int k, int out, char *why,
+		    size_t n);
+
+/* plan.c: strategy files (--strategy-out, --strategy-in); 0 ok, 1 bad input, 3 I/O */
+int sapp_write_plan(const Sapp *S, const char *path);
+int sapp_load_plan(Sapp *S, const char *path);
 
 #endif
