@@ -589,7 +589,7 @@ int main(int argc, char **argv)
 		rc = 1;
 	if (rc == 0 && simulate) {
 		so.world_group = o.world_group;
-		rc = sim_run_and_print(m, &so, stdout);
+		rc = sim_check_plan(m, buf, len, &o, &pm, &so, stdout);
 	}
 	if (rc == 0 && (!simulate || out_given)) {
 		OutFile of;
