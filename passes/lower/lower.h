@@ -114,6 +114,7 @@ void lower_clear_subst(Graph *g);
 /* ---- rules.c ---- */
 int lower_has_rule(const Node *n);
 int lower_infer_node(LowerCtx *c, Node *n); /* 1 done, 0 no rule, -1 reported */
+uint32_t lower_local_mean_dims(const Node *n); /* a data-parallel loss's local mean: odev dims */
 
 /* ---- verify (layouts.c) ---- */
 int lower_verify(Module *m);

@@ -647,6 +647,22 @@ int lower_has_rule(const Node *n)
 	return has_rule(n);
 }
 
+/* A sparse cross-entropy loss reduced to a scalar over a split batch is
+ * each rank's mean over its own samples, and no forward operator completes
+ * it: data parallelism leaves the forward loss local and averages the
+ * gradients instead (§3.6, mirrors and _VirtualDiv).  The device dimensions
+ * of n->lay->odev that split the batch, 0 when the output is the whole
+ * value. */
+uint32_t lower_local_mean_dims(const Node *n)
+{
+	const NodeLayout *l = n->lay;
+	if (!l || !(l->flags & LAY_OP) || op_table[n->op].family != FAM_SPARSELOSS || !l->nout ||
+	    l->out[0].rank != 0 || !l->nin || !l->in[0].ndev || l->in[0].rank < 1 || l->in[0].map[0] < 0)
+		return 0;
+	int d = l->in[0].ndev - 1 - l->in[0].map[0];
+	return d >= 0 && d < l->nodev && l->odev[d] > 1 ? 1u << d : 0;
+}
+
 static int run_rule(Rule *r, const Node *n, int *rowsplit)
 {
 	switch (op_table[n->op].family) {

@@ -38,7 +38,31 @@
 
 typedef struct Plan {
 	int per_stage; /* ranks in one pipeline stage */
+	Module **ranks;
+	int nranks;
 } Plan;
+
+static int64_t int_attr(const Node *n, const char *key)
+{
+	int64_t v;
+	const Value *a = ir_attr_get(&n->pattrs, key);
+	return a && value_get_int(a, &v) ? v : -1;
+}
+
+/* What a Receive of `rank` holds: the operand of the matching Send of the
+ * sending rank, which sits at the same position of its own stage. */
+static const Node *sent_value(const Plan *pl, const Node *recv, int rank)
+{
+	int64_t src = int_attr(recv, "src_rank"), tag = int_attr(recv, "sr_tag");
+	Graph *g = src >= 0 && src < pl->nranks ? ir_entry(pl->ranks[src]) : NULL;
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		const Node *s = g->nodes.a[i];
+		if (s->op == OP_Send && s->nargs && s->args[0].kind == V_NODE && int_attr(s, "dest_rank") == rank &&
+		    int_attr(s, "sr_tag") == tag)
+			return s->args[0].u.node;
+	}
+	return NULL;
+}
 
 /* the reduction that completes a partial value */
 static int combine_of(const NodeLayout *l)
@@ -59,6 +83,12 @@ static int lower_slice(void *ctx, const Node *local, const Node *global, int ran
 	(void)global;
 	if (local->kind == NK_CNODE && local->op == OP_Send)
 		return 2;
+	if (local->kind == NK_CNODE && local->op == OP_Receive) {
+		/* a partial value (a data-parallel loss) stays partial across stages */
+		const Node *p = sent_value(pl, local, rank);
+		if (p && p->lay && !(p->op == OP_Receive && p->kind == NK_CNODE))
+			return lower_slice(ctx, p, global, rank, out);
+	}
 	if (!l || !(l->flags & LAY_LOCAL) || !l->nout || !l->out[0].ndev)
 		return 0;
 	if ((l->flags & LAY_OP) && (l->flags & LAY_REPLACED) && op_table[local->op].family == FAM_GATHER)
@@ -84,8 +114,12 @@ static int lower_slice(void *ctx, const Node *local, const Node *global, int ran
 		out->shape[0] /= l->opt_rep;
 		out->offset[0] += (int64_t)(idx % l->opt_rep) * out->shape[0];
 	}
-	if ((l->flags & LAY_OP) && l->fwd != FC_NONE && l->nodev > 0) {
-		/* partial values over the device dimensions of fwd_mask; the
+	uint32_t mask = 0, dp = lower_local_mean_dims(local);
+	if ((l->flags & LAY_OP) &&
+	    (l->fwd == FC_ALLREDUCE || l->fwd == FC_ALLREDUCE_MEAN || l->fwd == FC_REDUCESCATTER))
+		mask = l->fwd_mask;
+	if ((mask || dp) && l->nodev > 0) {
+		/* partial values over the device dimensions of the mask; the
 		 * group is named by the position with those coordinates zeroed */
 		int64_t coord[LAYOUT_MAX_DIM + 2], p = pos, k = 1, key = 0;
 		for (int i = l->nodev - 1; i >= 0; i--) {
@@ -93,7 +127,7 @@ static int lower_slice(void *ctx, const Node *local, const Node *global, int ran
 			p /= l->odev[i];
 		}
 		for (int i = 0; i < l->nodev; i++) {
-			if (l->fwd_mask >> i & 1) {
+			if ((mask | dp) >> i & 1) {
 				k *= l->odev[i];
 				coord[i] = 0;
 			}
@@ -101,7 +135,7 @@ static int lower_slice(void *ctx, const Node *local, const Node *global, int ran
 		}
 		if (k > 1) {
 			out->replicated_sum = (int)k;
-			out->combine = combine_of(l);
+			out->combine = dp ? SIM_MEAN : combine_of(l);
 			out->group = key;
 		}
 	}
@@ -213,7 +247,7 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 		report_error(G, "single device: ");
 		goto out;
 	}
-	Plan plan = {n / (o->pipeline_stages > 1 ? o->pipeline_stages : 1)};
+	Plan plan = {n / (o->pipeline_stages > 1 ? o->pipeline_stages : 1), ranks, n};
 	SimOptions ro = *so;
 	ro.global = ref;
 	ro.slice = lower_slice;
