@@ -310,6 +310,129 @@ static int gather_rowsplit(LowerCtx *c, NodeVec *out, Node *n)
 	return 0;
 }
 
+static Node *unop(LowerCtx *c, int op, Node *like, Node *a, const Abs *outt, const TLay *t)
+{
+	Node *n = lower_new_op(c, op, like, 1);
+	n->args[0] = value_node(a);
+	n->in_types[0] = a->out;
+	n->out = *outt;
+	n->lay = pass_lay(c->m, t);
+	return n;
+}
+
+/* ReduceSum(a) over every dimension but the channel (1), not keeping them */
+static Node *channel_sum(LowerCtx *c, Node *like, Node *a, int rank, const Abs *outt, const TLay *t)
+{
+	Module *m = c->m;
+	int64_t ax[LAYOUT_MAX_DIM];
+	int k = 0;
+	for (int i = 0; i < rank; i++)
+		if (i != 1)
+			ax[k++] = i;
+	Node *n = lower_new_op(c, OP_ReduceSum, like, 2);
+	n->args[0] = value_node(a);
+	n->in_types[0] = a->out;
+	n->args[1] = lower_ints(m, ax, k);
+	n->in_types[1] = lower_abs_tuple_ints(m, k);
+	lower_attr_put(m, &n->pattrs, "keep_dims", value_bool(0));
+	n->has_pattrs = 1;
+	n->out = *outt;
+	n->lay = pass_lay(m, t);
+	return n;
+}
+
+/* A training BatchNorm whose batch (or another non-channel dimension) is
+ * split normalises with the whole batch's statistics, as the single
+ * device does: the per-channel sums of x and x*x are AllReduced over the
+ * split dimensions' group, mean = sum / count and variance = E[x*x] -
+ * mean*mean are fed to the operator as its mean and variance inputs, and
+ * the operator runs in inference mode (is_training false), which
+ * normalises with them and returns them as its batch statistics. */
+static uint32_t uid_of(const AttrList *l, const char *key)
+{
+	const Value *v = ir_attr_get(l, key);
+	return v && v->kind == V_STR ? (uint32_t)strtoul(sym_str(v->text), NULL, 10) : 0;
+}
+
+/* the comm pass numbered its forward ops and mirror traces from 1: go on
+ * after them */
+static void continue_uids(LowerCtx *c)
+{
+	Graph *g = ir_entry(c->m);
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		const Node *n = g->nodes.a[i];
+		uint32_t a = uid_of(&n->primal, "forward_comm_node_unique_id"), b = uid_of(&n->cattrs, "related_comm_node_id");
+		a = a > b ? a : b;
+		if (a >= c->next_uid)
+			c->next_uid = a + 1;
+	}
+}
+
+static int batch_stats(LowerCtx *c, NodeVec *out, Node *n)
+{
+	Module *m = c->m;
+	if (c->next_uid == 1)
+		continue_uids(c);
+	NodeLayout *l = n->lay;
+	const TLay *xt = &l->in[0];
+	if (n->nargs < 5 || n->args[0].kind != V_NODE || xt->rank < 2 || !l->in[3].ndev) {
+		diag_error_at(n->loc, "%s (%%%d): a split batch needs the five operands x, scale, offset, mean, variance",
+		              sym_str(n->prim), n->local);
+		return -1;
+	}
+	int64_t g[LOWER_MAX_GROUP / 16];
+	int ng = lower_group_mask(c, l->odev, l->nodev, l->fwd_mask, g);
+	int64_t count = 1, xl[LAYOUT_MAX_DIM], cl;
+	for (int i = 0; i < xt->rank; i++)
+		if (i != 1)
+			count *= xt->shape[i];
+	tlay_slice(xt, xl);
+	const TLay *ct = &l->in[3]; /* the channel vector's layout */
+	tlay_slice(ct, &cl);
+	Node *x = n->args[0].u.node;
+	Sym dt = x->out.dtype ? x->out.dtype : intern_cstr("Float32");
+	Abs xa = tensor_abs(m, dt, xl, xt->rank), ca = tensor_abs(m, dt, &cl, 1), sc = tensor_abs(m, dt, NULL, 0);
+	sc.has_value = 1;
+	Node *s1 = channel_sum(c, n, x, xt->rank, &ca, ct);
+	vec_push(out, s1);
+	Node *sq = unop(c, OP_Square, n, x, &xa, xt);
+	vec_push(out, sq);
+	Node *s2 = channel_sum(c, n, sq, xt->rank, &ca, ct);
+	vec_push(out, s2);
+	Node *a1 = lower_all_reduce(c, s1, n, g, ng, l->fwd_op, 0);
+	a1->lay = pass_lay(m, ct);
+	vec_push(out, a1);
+	Node *a2 = lower_all_reduce(c, s2, n, g, ng, l->fwd_op, 1);
+	a2->lay = pass_lay(m, ct);
+	vec_push(out, a2);
+	Node *mean = binop(c, OP_RealDiv, n, a1, scalar(m, dt, count), &sc, &ca);
+	mean->lay = pass_lay(m, ct);
+	vec_push(out, mean);
+	Node *ex2 = binop(c, OP_RealDiv, n, a2, scalar(m, dt, count), &sc, &ca);
+	ex2->lay = pass_lay(m, ct);
+	vec_push(out, ex2);
+	Node *m2 = lower_new_op(c, OP_Mul, n, 2);
+	m2->args[0] = m2->args[1] = value_node(mean);
+	m2->in_types[0] = m2->in_types[1] = ca;
+	m2->out = ca;
+	m2->lay = pass_lay(m, ct);
+	vec_push(out, m2);
+	Node *var = lower_new_op(c, OP_Sub, n, 2);
+	var->args[0] = value_node(ex2);
+	var->args[1] = value_node(m2);
+	var->in_types[0] = var->in_types[1] = ca;
+	var->out = ca;
+	var->lay = pass_lay(m, ct);
+	vec_push(out, var);
+	n->args[3] = value_node(mean);
+	n->args[4] = value_node(var);
+	if (n->nargs > 5 && n->args[5].kind == V_BOOL)
+		n->args[5] = value_bool(0);
+	else
+		ir_attr_set(m, &n->pattrs, "is_training", value_bool(0));
+	return 0;
+}
+
 /* MatMul with out_strategy: ReduceScatter(sum) of the partial products
  * over the k group, splitting the rows (§3.1); named like a forward op */
 static void reduce_scatter(LowerCtx *c, NodeVec *out, Node *n)
@@ -521,6 +644,8 @@ int pass_redistribute(Module *m, const Options *o)
 					bad = 1;
 				continue;
 			}
+			if (l->fwd == FC_BATCHSTATS && batch_stats(&c, &out, n) < 0)
+				bad = 1;
 		}
 		vec_push(&out, n);
 		if (l && (l->flags & LAY_OP) && l->fwd == FC_REDUCESCATTER && l->fwd_out)

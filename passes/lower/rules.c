@@ -436,10 +436,13 @@ static int r_pool(Rule *r, const Node *n)
 	return r_identity(r, n);
 }
 
-/* per-channel operand maps follow the channel (dim 1) of the input */
+/* per-channel operand maps follow the channel (dim 1) of the input.  In
+ * training the statistics are the whole batch's: with the batch (or any
+ * non-channel dimension) split, the per-channel sums are AllReduced over
+ * those device dimensions before the operator (MindSpore's BatchNormInfo
+ * forward all-reduce group; built by redistribute.c). */
 static int r_batchnorm(Rule *r, const Node *n)
 {
-	(void)n;
 	if (r->nt < 1 || r->rk[0] < 2)
 		return FAIL("expects an input of rank >= 2");
 	dev_from(r, 0);
@@ -455,6 +458,13 @@ static int r_batchnorm(Rule *r, const Node *n)
 		else if (r->ork[o] == 1)
 			r->omap[o][0] = (int8_t)(r->rk[0] - 2);
 	}
+	if (flag(n, 5, "is_training", NULL))
+		for (int i = 0; i < r->rk[0]; i++)
+			if (i != 1 && r->s[0][i] > 1) {
+				r->fwd = FC_BATCHSTATS;
+				r->fwd_op = "sum";
+				r->fwd_mask |= 1u << i;
+			}
 	return 0;
 }
 
