@@ -48,14 +48,47 @@ static Abs tensor_abs(Module *m, Sym dtype, const int64_t *d, int r)
 	return lower_abs_like(m, &like, d, r);
 }
 
+/* Test only: SAPPC_TEST_BREAK_REDIST=1 makes every redistribution wrong
+ * in a way that keeps every shape right - each StridedSlice takes the next
+ * block (cyclically) and each AllGather lists its group backwards - so that
+ * the tests can show that sappc --simulate catches a wrong plan. */
+static int break_redist(void)
+{
+	const char *e = getenv("SAPPC_TEST_BREAK_REDIST");
+	return e && strcmp(e, "1") == 0;
+}
+
+static void break_op(RedistOp *o)
+{
+	if (o->kind == RD_STRIDEDSLICE) {
+		for (int d = 0; d < o->rank_in; d++) {
+			int64_t blk = o->end[d] - o->begin[d];
+			if (o->strides[d] == 1 && blk > 0 && blk < o->in_shape[d]) {
+				o->begin[d] = (o->begin[d] + blk) % o->in_shape[d];
+				o->end[d] = o->begin[d] + blk;
+			}
+		}
+	} else if (o->kind == RD_ALLGATHER) {
+		for (int i = 0, j = o->ngroup - 1; i < j; i++, j--) {
+			int64_t t = o->group[i];
+			o->group[i] = o->group[j];
+			o->group[j] = t;
+		}
+	}
+}
+
 /* Build the nodes of one plan after src; returns the last node. */
-static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistPlan *p, Node *src, Node *origin, Node *like)
+static Node *build_plan(LowerCtx *c, NodeVec *out, RedistPlan *p, Node *src, Node *origin, Node *like)
 {
 	Module *m = c->m;
 	Sym dt = src->out.dtype ? src->out.dtype : intern_cstr("Float32");
 	Node *cur = src;
+	int broken = break_redist();
 	for (int i = 0; i < p->nops; i++) {
-		const RedistOp *o = &p->ops[i];
+		RedistOp bo = p->ops[i];
+		if (broken)
+			break_op(&bo);
+		const RedistOp *o = &bo;
 		Node *n;
 		switch (o->kind) {
 		case RD_STRIDEDSLICE: {
