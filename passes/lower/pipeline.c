@@ -283,9 +283,10 @@ int pass_pipeline(Module *m, const Options *o)
 					if (out.a[k]->kind == NK_CNODE)
 						r = out.a[k];
 				if (!r) {
-					diag_error("pipeline stage %d has no operators (use fewer --pipeline-stages, or "
-					           "--stage rules or stage attributes that give it some)",
-					           me);
+					diag_error(
+					    "pipeline stage %d has no operators (use fewer --pipeline-stages, or "
+					    "--stage rules or stage attributes that give it some)",
+					    me);
 					bad = 1;
 					break;
 				}

@@ -394,7 +394,8 @@ static void continue_uids(LowerCtx *c)
 	Graph *g = ir_entry(c->m);
 	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
 		const Node *n = g->nodes.a[i];
-		uint32_t a = uid_of(&n->primal, "forward_comm_node_unique_id"), b = uid_of(&n->cattrs, "related_comm_node_id");
+		uint32_t a = uid_of(&n->primal, "forward_comm_node_unique_id"),
+		         b = uid_of(&n->cattrs, "related_comm_node_id");
 		a = a > b ? a : b;
 		if (a >= c->next_uid)
 			c->next_uid = a + 1;
@@ -409,7 +410,8 @@ static int batch_stats(LowerCtx *c, NodeVec *out, Node *n)
 	NodeLayout *l = n->lay;
 	const TLay *xt = &l->in[0];
 	if (n->nargs < 5 || n->args[0].kind != V_NODE || xt->rank < 2 || !l->in[3].ndev) {
-		diag_error_at(n->loc, "%s (%%%d): a split batch needs the five operands x, scale, offset, mean, variance",
+		diag_error_at(n->loc,
+		              "%s (%%%d): a split batch needs the five operands x, scale, offset, mean, variance",
 		              sym_str(n->prim), n->local);
 		return -1;
 	}
