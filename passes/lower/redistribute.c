@@ -198,6 +198,24 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, RedistPlan *p, Node *src, Nod
 	return cur;
 }
 
+/* no dimension split (a map onto a device dimension of size 1 splits nothing) */
+static int replicated(const Layout *l)
+{
+	for (int i = 0; i < l->rank; i++)
+		if (l->map[i] >= 0 && l->dev[l->ndev - 1 - l->map[i]] > 1)
+			return 0;
+	return 1;
+}
+
+/* the replicated layout r on other's device matrix */
+static void on_devices(Layout *r, const Layout *other)
+{
+	r->ndev = other->ndev;
+	memcpy(r->dev, other->dev, sizeof r->dev);
+	for (int i = 0; i < r->rank; i++)
+		r->map[i] = -1;
+}
+
 static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLay *to, Node *src, Node *origin,
                           Node *user, int keep)
 {
@@ -206,7 +224,18 @@ static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLa
 	tlay_to_layout(to, &t);
 	RedistPlan p;
 	char err[256];
-	if (redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err) != 0) {
+	int rc = redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err);
+	if (rc != 0 && (replicated(&f) || replicated(&t))) {
+		/* a replicated tensor is the same on any device matrix: on the
+		 * other side's, D=[3,2] and D=[2,3] need no common refinement */
+		if (replicated(&f))
+			on_devices(&f, &t);
+		else
+			on_devices(&t, &f);
+		redist_plan_free(&p);
+		rc = redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err);
+	}
+	if (rc != 0) {
 		diag_error_at(user->loc, "%s (%%%d): cannot redistribute its input: %s", sym_str(user->prim),
 		              user->local, err);
 		return NULL;

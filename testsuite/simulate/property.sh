@@ -39,6 +39,9 @@ run_case() {
 	if "$sappc" -q -n "$N" --parallel-mode=semi_auto --seed="$seed" "$@" --simulate "$tmp/in.ir" \
 		>"$tmp/out" 2>"$tmp/err" && grep -q '^simulate: ok$' "$tmp/out"; then
 		ok "$label: N=$N seed=$seed $*"
+	elif grep -q 'the device matrices have no common refinement' "$tmp/err"; then
+		# D=[3,2] against D=[2,3] with a split: MindSpore's planner refuses it too
+		ok "$label: N=$N seed=$seed $* # SKIP the lowering refuses the plan (no common refinement)"
 	else
 		grep -E '^simulate: (first|output)' "$tmp/out" >>"$tmp/err" 2>/dev/null
 		cp "$tmp/in.ir" "$tmp/failed-$n.ir"
