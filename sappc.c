@@ -188,11 +188,14 @@ static void usage(FILE *f)
 	      "",
 	      f);
 	fputs("Simulation:\n"
-	      "      --simulate          run the graph's forward pass on seeded random inputs (float32)\n"
-	      "                          and print a summary of its outputs instead of the IR\n"
+	      "      --simulate          check the plan by numbers: run the single-device graph and\n"
+	      "                          every rank's lowered graph (collectives across ranks) on\n"
+	      "                          seeded random inputs in float32, compare each rank with its\n"
+	      "                          slice, and print a report instead of the IR (exit 1 on a\n"
+	      "                          mismatch)\n"
 	      "      --seed=S            seed of the simulated inputs (default 0)\n"
-	      "      --simulate-max-mb=N refuse to simulate when the tensors need more than N MB\n"
-	      "                          (default 2048)\n"
+	      "      --simulate-max-mb=N refuse to simulate when the tensors of the single device and\n"
+	      "                          of all ranks need more than N MB (default 2048)\n"
 	      "\n"
 	      "",
 	      f);
@@ -674,7 +677,7 @@ int main(int argc, char **argv)
 		rc = 1;
 	if (rc == 0 && simulate) {
 		so.world_group = o.world_group;
-		rc = sim_run_and_print(m, &so, stdout);
+		rc = sim_check_plan(m, buf, len, &o, &pm, &so, stdout);
 	}
 	if (rc == 0 && report) {
 		rc_cfg.world = o.device_num;

@@ -6,13 +6,17 @@
 # Every folder of testsuite/ that holds *.ir (or *.bin / *.gen.sh) inputs is a
 # group.  For an input NAME:
 #   - flags come from a first line "# args: ..." (or NAME.args for binary inputs);
+#     a second line "# env: NAME=VALUE ..." sets environment variables for the
+#     run (test-only switches such as SAPPC_TEST_BREAK_REDIST);
 #   - NAME.out  is the expected stdout (the printed IR, or what the flags print);
 #   - NAME.err  is the expected stderr (paths are relative to testsuite/);
 #   - NAME.dot  is the expected DOT (run adds --dot); NAME.json the expected
 #     --strategy-out file (run adds --strategy-out);
 #   - NAME.code holds the expected exit status (default: 1 if NAME.err exists
 #     and NAME.out does not, else 0);
-#   - NAME.gen.sh writes the input on stdout (large or generated inputs).
+#   - NAME.gen.sh writes the input on stdout (large or generated inputs);
+#   - NAME.input names an input kept elsewhere (its first line: a path from
+#     the top directory, e.g. ir-samples/cnn.ir), run with NAME.args.
 # Besides the groups: every ir-samples/*.ir must re-print byte for byte and
 # run twice to identical bytes; every testsuite/excerpts/*.ir document must
 # reach a fixed point (print, re-parse, print again: same bytes).
@@ -58,12 +62,13 @@ compare() {
 }
 
 run_case() { # dir name input
-	local dir=$1 name=$2 input=$3 args=""
+	local dir=$1 name=$2 input=$3 args="" envs=""
 	local base="$top/testsuite/$dir/$name"
 	if [ -f "$base.args" ]; then
 		args=$(cat "$base.args")
 	elif [ "${input##*.}" = ir ]; then
 		args=$(sed -n '1s/^# args: *//p' "$input")
+		envs=$(sed -n '2s/^# env: *//p' "$input")
 	fi
 	local extra=()
 	[ -f "$base.dot" ] && extra+=(--dot "$tmp/out.dot")
@@ -75,8 +80,11 @@ run_case() { # dir name input
 		expcode=1
 	fi
 	rm -f "$tmp/out.dot" "$tmp/out.json"
+	# inputs are named relative to testsuite/ (so are the paths in NAME.err)
+	local rel=${input#"$top/testsuite/"}
+	case $input in "$top"/testsuite/*) ;; "$top"/*) rel="../${input#"$top/"}" ;; esac
 	# shellcheck disable=SC2086
-	(cd "$top/testsuite" && "$sappc" $args "${extra[@]}" "${input#"$top/testsuite/"}") >"$tmp/stdout" 2>"$tmp/stderr"
+	(cd "$top/testsuite" && env $envs "$sappc" $args "${extra[@]}" "$rel") >"$tmp/stdout" 2>"$tmp/stderr"
 	local code=$?
 	local bad=""
 	if [ "$code" != "$expcode" ] && [ "$update" = 0 ]; then
@@ -98,7 +106,7 @@ run_case() { # dir name input
 	if [ -z "$bad" ] && [ "$code" = 0 ] && [ "$update" = 0 ]; then
 		# determinism: the same run again gives the same bytes
 		# shellcheck disable=SC2086
-		(cd "$top/testsuite" && "$sappc" $args "${input#"$top/testsuite/"}") >"$tmp/stdout2" 2>/dev/null
+		(cd "$top/testsuite" && env $envs "$sappc" $args "$rel") >"$tmp/stdout2" 2>/dev/null
 		cmp -s "$tmp/stdout" "$tmp/stdout2" || { bad="output not deterministic"; diff "$tmp/stdout" "$tmp/stdout2" >"$tmp/diff"; }
 	fi
 	# a crash is never acceptable, whatever the expectation says
@@ -112,6 +120,11 @@ run_group() { # dir (relative to testsuite)
 		[ -f "$f" ] || continue
 		name=$(basename "$f"); name=${name%.*}
 		run_case "$d" "$name" "$f"
+	done
+	for f in "$top/testsuite/$d"/*.input; do
+		[ -f "$f" ] || continue
+		name=$(basename "$f" .input)
+		run_case "$d" "$name" "$top/$(head -1 "$f")"
 	done
 	for f in "$top/testsuite/$d"/*.gen.sh; do
 		[ -f "$f" ] || continue

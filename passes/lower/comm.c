@@ -53,7 +53,9 @@ static NodeLayout *pass_lay(Module *m, const TLay *t, Node *origin)
 	return l;
 }
 
-static Node *all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, int ng, Sym op, int index)
+/* AllReduce(op) of src over g after origin's forward list (index = its
+ * place in the list); its layout is origin's output layout */
+Node *lower_all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, int ng, Sym op, int index)
 {
 	Module *m = c->m;
 	Node *a = lower_new_op(c, OP_AllReduce, origin, 1);
@@ -289,13 +291,14 @@ int pass_comm(Module *m, const Options *o)
 		lower_subst_args(n);
 		vec_push(&out, n);
 		NodeLayout *l = n->lay;
-		if (!l || !(l->flags & LAY_OP) || l->fwd == FC_NONE || l->fwd == FC_REDUCESCATTER || n->dead ||
-		    !l->nout)
-			continue; /* a ReduceScatter changes the local shape: redistribute inserts it */
+		if (!l || !(l->flags & LAY_OP) || l->fwd == FC_NONE || l->fwd == FC_REDUCESCATTER ||
+		    l->fwd == FC_BATCHSTATS || n->dead || !l->nout)
+			continue; /* a ReduceScatter changes the local shape, batch statistics come before
+			           * the operator: redistribute inserts both */
 		int ng = lower_group_mask(&c, l->odev, l->nodev, l->fwd_mask, grp);
 		if (ng <= 1)
 			continue;
-		Node *last = all_reduce(&c, n, n, grp, ng, l->fwd_op, 0);
+		Node *last = lower_all_reduce(&c, n, n, grp, ng, l->fwd_op, 0);
 		vec_push(&out, last);
 		if (l->fwd == FC_ALLREDUCE_MEAN) {
 			last = real_div(&c, last, n, ng, 1);

@@ -391,11 +391,27 @@ static int check_local(const Node *n)
 	return 0;
 }
 
+static int splits_nothing(const TLay *t)
+{
+	for (int i = 0; i < t->rank; i++)
+		if (t->map[i] >= 0 && t->dev[t->ndev - 1 - t->map[i]] > 1)
+			return 0;
+	return 1;
+}
+
 /* Layouts that differ only in how replication is spelled (D=[6] against
- * D=[2,3], both unsplit) move nothing: the planner gives an empty list. */
+ * D=[2,3], or D=[3,2] against D=[2,3], both unsplit) move nothing. */
 int lower_same_slices(Module *m, const TLay *a, const TLay *b)
 {
 	(void)m;
+	/* replicated on any device matrix: the whole tensor everywhere */
+	if (a->rank == b->rank && splits_nothing(a) && splits_nothing(b)) {
+		int same = 1;
+		for (int i = 0; i < a->rank; i++)
+			same &= a->shape[i] == b->shape[i];
+		if (same)
+			return 1;
+	}
 	int64_t dl[LOWER_MAX_GROUP / 16];
 	int64_t n = 1;
 	for (int i = 0; i < a->ndev; i++)

@@ -29,8 +29,10 @@ enum {
 	LAY_REPLACED = 8, /* the node was replaced (Reshape, row-split Gather) */
 };
 
-/* forward communication after an operator (§3.1) */
-typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER } FwdKind;
+/* forward communication after an operator (§3.1); FC_BATCHSTATS: a
+ * training BatchNorm over a split batch normalises with statistics summed
+ * over fwd_mask before it (redistribute.c) */
+typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER, FC_BATCHSTATS } FwdKind;
 
 struct NodeLayout {
 	uint16_t nin; /* = node nargs; in[i].ndev == 0 for non-tensor operands */
@@ -108,12 +110,14 @@ int lower_is_weight(const Node *p);
 int lower_param_shard(const LowerCtx *c, const Node *p, int64_t *optg, int *nopt, int64_t *mirror, int *nmirror);
 
 /* ---- comm.c ---- */
+Node *lower_all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, int ng, Sym op, int index);
 void lower_subst_args(Node *n);
 void lower_clear_subst(Graph *g);
 
 /* ---- rules.c ---- */
 int lower_has_rule(const Node *n);
 int lower_infer_node(LowerCtx *c, Node *n); /* 1 done, 0 no rule, -1 reported */
+uint32_t lower_local_mean_dims(const Node *n); /* a data-parallel loss's local mean: odev dims */
 
 /* ---- verify (layouts.c) ---- */
 int lower_verify(Module *m);

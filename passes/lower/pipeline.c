@@ -280,9 +280,11 @@ int pass_pipeline(Module *m, const Options *o)
 				n->args[k].u.node = g->nodes.a[load_weight(q)->mark - 1];
 		}
 	}
+	/* the last stage returns the graph's value: it receives it when an
+	 * earlier stage computes it */
 	for (uint32_t i = 0; i < nn; i++) {
 		Node *n = g->nodes.a[i];
-		if (n->kind == NK_RETURN || dropped[i])
+		if (dropped[i])
 			continue;
 		for (uint32_t k = 0; k < n->nargs; k++) {
 			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
@@ -305,24 +307,30 @@ int pass_pipeline(Module *m, const Options *o)
 	int me = c.stage;
 	for (uint32_t i = 0; i < nn && !bad; i++) {
 		Node *n = g->nodes.a[i];
-		if (n->kind == NK_RETURN) {
-			if (me != S - 1 && n->nargs >= 1) {
+		if (n->kind == NK_RETURN && me != S - 1) {
+			if (n->nargs >= 1) {
 				/* a non-last stage returns what it sends on (or its last
 				 * operator when it sends nothing) */
 				Node *r = last_send;
 				for (uint32_t k = out.n; !r && k-- > 0;)
 					if (out.a[k]->kind == NK_CNODE)
 						r = out.a[k];
-				if (r) {
-					n->args[0] = value_node(r);
-					n->out = r->out;
+				if (!r) {
+					diag_error(
+					    "pipeline stage %d has no operators (use fewer --pipeline-stages, or "
+					    "--stage rules or stage attributes that give it some)",
+					    me);
+					bad = 1;
+					break;
 				}
+				n->args[0] = value_node(r);
+				n->out = r->out;
 			}
 			n->stage = me; /* every rank returns from its own stage */
 			vec_push(&out, n);
 			continue;
 		}
-		if (st[i] != me || dropped[i]) {
+		if (n->kind != NK_RETURN && (st[i] != me || dropped[i])) {
 			n->dead = 1;
 			continue;
 		}
@@ -342,7 +350,7 @@ int pass_pipeline(Module *m, const Options *o)
 			if (!p->lay || !p->lay->nout || !p->lay->out[0].ndev) {
 				diag_error_at(
 				    n->loc, "%s (%%%d): the stage boundary crosses a value that is not a tensor (%%%d)",
-				    sym_str(n->prim), n->local, p->local);
+				    n->kind == NK_RETURN ? "Return" : sym_str(n->prim), n->local, p->local);
 				bad = 1;
 				break;
 			}
@@ -372,7 +380,7 @@ int pass_pipeline(Module *m, const Options *o)
 			n->args[k] = value_node(recv[j]);
 		}
 		vec_push(&out, n);
-		for (int b = me + 1; b < S; b++) {
+		for (int b = me + 1; b < S && n->kind != NK_RETURN; b++) {
 			if (tags[(size_t)tagbase[i] + b] < 0)
 				continue;
 			if (!n->lay || !n->lay->nout || !n->lay->out[0].ndev) {

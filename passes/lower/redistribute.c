@@ -48,14 +48,47 @@ static Abs tensor_abs(Module *m, Sym dtype, const int64_t *d, int r)
 	return lower_abs_like(m, &like, d, r);
 }
 
+/* Test only: SAPPC_TEST_BREAK_REDIST=1 makes every redistribution wrong
+ * in a way that keeps every shape right - each StridedSlice takes the next
+ * block (cyclically) and each AllGather lists its group backwards - so that
+ * the tests can show that sappc --simulate catches a wrong plan. */
+static int break_redist(void)
+{
+	const char *e = getenv("SAPPC_TEST_BREAK_REDIST");
+	return e && strcmp(e, "1") == 0;
+}
+
+static void break_op(RedistOp *o)
+{
+	if (o->kind == RD_STRIDEDSLICE) {
+		for (int d = 0; d < o->rank_in; d++) {
+			int64_t blk = o->end[d] - o->begin[d];
+			if (o->strides[d] == 1 && blk > 0 && blk < o->in_shape[d]) {
+				o->begin[d] = (o->begin[d] + blk) % o->in_shape[d];
+				o->end[d] = o->begin[d] + blk;
+			}
+		}
+	} else if (o->kind == RD_ALLGATHER) {
+		for (int i = 0, j = o->ngroup - 1; i < j; i++, j--) {
+			int64_t t = o->group[i];
+			o->group[i] = o->group[j];
+			o->group[j] = t;
+		}
+	}
+}
+
 /* Build the nodes of one plan after src; returns the last node. */
-static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistPlan *p, Node *src, Node *origin, Node *like)
+static Node *build_plan(LowerCtx *c, NodeVec *out, RedistPlan *p, Node *src, Node *origin, Node *like)
 {
 	Module *m = c->m;
 	Sym dt = src->out.dtype ? src->out.dtype : intern_cstr("Float32");
 	Node *cur = src;
+	int broken = break_redist();
 	for (int i = 0; i < p->nops; i++) {
-		const RedistOp *o = &p->ops[i];
+		RedistOp bo = p->ops[i];
+		if (broken)
+			break_op(&bo);
+		const RedistOp *o = &bo;
 		Node *n;
 		switch (o->kind) {
 		case RD_STRIDEDSLICE: {
@@ -165,6 +198,24 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistPlan *p, Node *sr
 	return cur;
 }
 
+/* no dimension split (a map onto a device dimension of size 1 splits nothing) */
+static int replicated(const Layout *l)
+{
+	for (int i = 0; i < l->rank; i++)
+		if (l->map[i] >= 0 && l->dev[l->ndev - 1 - l->map[i]] > 1)
+			return 0;
+	return 1;
+}
+
+/* the replicated layout r on other's device matrix */
+static void on_devices(Layout *r, const Layout *other)
+{
+	r->ndev = other->ndev;
+	memcpy(r->dev, other->dev, sizeof r->dev);
+	for (int i = 0; i < r->rank; i++)
+		r->map[i] = -1;
+}
+
 static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLay *to, Node *src, Node *origin,
                           Node *user, int keep)
 {
@@ -173,7 +224,18 @@ static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLa
 	tlay_to_layout(to, &t);
 	RedistPlan p;
 	char err[256];
-	if (redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err) != 0) {
+	int rc = redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err);
+	if (rc != 0 && (replicated(&f) || replicated(&t))) {
+		/* a replicated tensor is the same on any device matrix: on the
+		 * other side's, D=[3,2] and D=[2,3] need no common refinement */
+		if (replicated(&f))
+			on_devices(&f, &t);
+		else
+			on_devices(&t, &f);
+		redist_plan_free(&p);
+		rc = redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err);
+	}
+	if (rc != 0) {
 		diag_error_at(user->loc, "%s (%%%d): cannot redistribute its input: %s", sym_str(user->prim),
 		              user->local, err);
 		return NULL;
@@ -307,6 +369,131 @@ static int gather_rowsplit(LowerCtx *c, NodeVec *out, Node *n)
 	mul->lay = pass_lay(m, &l->out[0]);
 	mul->lay->origin = n;
 	l->subst = mul;
+	return 0;
+}
+
+static Node *unop(LowerCtx *c, int op, Node *like, Node *a, const Abs *outt, const TLay *t)
+{
+	Node *n = lower_new_op(c, op, like, 1);
+	n->args[0] = value_node(a);
+	n->in_types[0] = a->out;
+	n->out = *outt;
+	n->lay = pass_lay(c->m, t);
+	return n;
+}
+
+/* ReduceSum(a) over every dimension but the channel (1), not keeping them */
+static Node *channel_sum(LowerCtx *c, Node *like, Node *a, int rank, const Abs *outt, const TLay *t)
+{
+	Module *m = c->m;
+	int64_t ax[LAYOUT_MAX_DIM];
+	int k = 0;
+	for (int i = 0; i < rank; i++)
+		if (i != 1)
+			ax[k++] = i;
+	Node *n = lower_new_op(c, OP_ReduceSum, like, 2);
+	n->args[0] = value_node(a);
+	n->in_types[0] = a->out;
+	n->args[1] = lower_ints(m, ax, k);
+	n->in_types[1] = lower_abs_tuple_ints(m, k);
+	lower_attr_put(m, &n->pattrs, "keep_dims", value_bool(0));
+	n->has_pattrs = 1;
+	n->out = *outt;
+	n->lay = pass_lay(m, t);
+	return n;
+}
+
+/* A training BatchNorm whose batch (or another non-channel dimension) is
+ * split normalises with the whole batch's statistics, as the single
+ * device does: the per-channel sums of x and x*x are AllReduced over the
+ * split dimensions' group, mean = sum / count and variance = E[x*x] -
+ * mean*mean are fed to the operator as its mean and variance inputs, and
+ * the operator runs in inference mode (is_training false), which
+ * normalises with them and returns them as its batch statistics. */
+static uint32_t uid_of(const AttrList *l, const char *key)
+{
+	const Value *v = ir_attr_get(l, key);
+	return v && v->kind == V_STR ? (uint32_t)strtoul(sym_str(v->text), NULL, 10) : 0;
+}
+
+/* the comm pass numbered its forward ops and mirror traces from 1: go on
+ * after them */
+static void continue_uids(LowerCtx *c)
+{
+	Graph *g = ir_entry(c->m);
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		const Node *n = g->nodes.a[i];
+		uint32_t a = uid_of(&n->primal, "forward_comm_node_unique_id"),
+		         b = uid_of(&n->cattrs, "related_comm_node_id");
+		a = a > b ? a : b;
+		if (a >= c->next_uid)
+			c->next_uid = a + 1;
+	}
+}
+
+static int batch_stats(LowerCtx *c, NodeVec *out, Node *n)
+{
+	Module *m = c->m;
+	if (c->next_uid == 1)
+		continue_uids(c);
+	NodeLayout *l = n->lay;
+	const TLay *xt = &l->in[0];
+	if (n->nargs < 5 || n->args[0].kind != V_NODE || xt->rank < 2 || !l->in[3].ndev) {
+		diag_error_at(n->loc,
+		              "%s (%%%d): a split batch needs the five operands x, scale, offset, mean, variance",
+		              sym_str(n->prim), n->local);
+		return -1;
+	}
+	int64_t g[LOWER_MAX_GROUP / 16];
+	int ng = lower_group_mask(c, l->odev, l->nodev, l->fwd_mask, g);
+	int64_t count = 1, xl[LAYOUT_MAX_DIM], cl;
+	for (int i = 0; i < xt->rank; i++)
+		if (i != 1)
+			count *= xt->shape[i];
+	tlay_slice(xt, xl);
+	const TLay *ct = &l->in[3]; /* the channel vector's layout */
+	tlay_slice(ct, &cl);
+	Node *x = n->args[0].u.node;
+	Sym dt = x->out.dtype ? x->out.dtype : intern_cstr("Float32");
+	Abs xa = tensor_abs(m, dt, xl, xt->rank), ca = tensor_abs(m, dt, &cl, 1), sc = tensor_abs(m, dt, NULL, 0);
+	sc.has_value = 1;
+	Node *s1 = channel_sum(c, n, x, xt->rank, &ca, ct);
+	vec_push(out, s1);
+	Node *sq = unop(c, OP_Square, n, x, &xa, xt);
+	vec_push(out, sq);
+	Node *s2 = channel_sum(c, n, sq, xt->rank, &ca, ct);
+	vec_push(out, s2);
+	Node *a1 = lower_all_reduce(c, s1, n, g, ng, l->fwd_op, 0);
+	a1->lay = pass_lay(m, ct);
+	vec_push(out, a1);
+	Node *a2 = lower_all_reduce(c, s2, n, g, ng, l->fwd_op, 1);
+	a2->lay = pass_lay(m, ct);
+	vec_push(out, a2);
+	Node *mean = binop(c, OP_RealDiv, n, a1, scalar(m, dt, count), &sc, &ca);
+	mean->lay = pass_lay(m, ct);
+	vec_push(out, mean);
+	Node *ex2 = binop(c, OP_RealDiv, n, a2, scalar(m, dt, count), &sc, &ca);
+	ex2->lay = pass_lay(m, ct);
+	vec_push(out, ex2);
+	Node *m2 = lower_new_op(c, OP_Mul, n, 2);
+	m2->args[0] = m2->args[1] = value_node(mean);
+	m2->in_types[0] = m2->in_types[1] = ca;
+	m2->out = ca;
+	m2->lay = pass_lay(m, ct);
+	vec_push(out, m2);
+	Node *var = lower_new_op(c, OP_Sub, n, 2);
+	var->args[0] = value_node(ex2);
+	var->args[1] = value_node(m2);
+	var->in_types[0] = var->in_types[1] = ca;
+	var->out = ca;
+	var->lay = pass_lay(m, ct);
+	vec_push(out, var);
+	n->args[3] = value_node(mean);
+	n->args[4] = value_node(var);
+	if (n->nargs > 5 && n->args[5].kind == V_BOOL)
+		n->args[5] = value_bool(0);
+	else
+		ir_attr_set(m, &n->pattrs, "is_training", value_bool(0));
 	return 0;
 }
 
@@ -521,6 +708,8 @@ int pass_redistribute(Module *m, const Options *o)
 					bad = 1;
 				continue;
 			}
+			if (l->fwd == FC_BATCHSTATS && batch_stats(&c, &out, n) < 0)
+				bad = 1;
 		}
 		vec_push(&out, n);
 		if (l && (l->flags & LAY_OP) && l->fwd == FC_REDUCESCATTER && l->fwd_out)

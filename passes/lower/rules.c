@@ -436,10 +436,13 @@ static int r_pool(Rule *r, const Node *n)
 	return r_identity(r, n);
 }
 
-/* per-channel operand maps follow the channel (dim 1) of the input */
+/* per-channel operand maps follow the channel (dim 1) of the input.  In
+ * training the statistics are the whole batch's: with the batch (or any
+ * non-channel dimension) split, the per-channel sums are AllReduced over
+ * those device dimensions before the operator (MindSpore's BatchNormInfo
+ * forward all-reduce group; built by redistribute.c). */
 static int r_batchnorm(Rule *r, const Node *n)
 {
-	(void)n;
 	if (r->nt < 1 || r->rk[0] < 2)
 		return FAIL("expects an input of rank >= 2");
 	dev_from(r, 0);
@@ -455,6 +458,13 @@ static int r_batchnorm(Rule *r, const Node *n)
 		else if (r->ork[o] == 1)
 			r->omap[o][0] = (int8_t)(r->rk[0] - 2);
 	}
+	if (flag(n, 5, "is_training", NULL))
+		for (int i = 0; i < r->rk[0]; i++)
+			if (i != 1 && r->s[0][i] > 1) {
+				r->fwd = FC_BATCHSTATS;
+				r->fwd_op = "sum";
+				r->fwd_mask |= 1u << i;
+			}
 	return 0;
 }
 
@@ -645,6 +655,22 @@ static int has_rule(const Node *n)
 int lower_has_rule(const Node *n)
 {
 	return has_rule(n);
+}
+
+/* A sparse cross-entropy loss reduced to a scalar over a split batch is
+ * each rank's mean over its own samples, and no forward operator completes
+ * it: data parallelism leaves the forward loss local and averages the
+ * gradients instead (§3.6, mirrors and _VirtualDiv).  The device dimensions
+ * of n->lay->odev that split the batch, 0 when the output is the whole
+ * value. */
+uint32_t lower_local_mean_dims(const Node *n)
+{
+	const NodeLayout *l = n->lay;
+	if (!l || !(l->flags & LAY_OP) || op_table[n->op].family != FAM_SPARSELOSS || !l->nout ||
+	    l->out[0].rank != 0 || !l->nin || !l->in[0].ndev || l->in[0].rank < 1 || l->in[0].map[0] < 0)
+		return 0;
+	int d = l->in[0].ndev - 1 - l->in[0].map[0];
+	return d >= 0 && d < l->nodev && l->odev[d] > 1 ? 1u << d : 0;
 }
 
 static int run_rule(Rule *r, const Node *n, int *rowsplit)

@@ -76,7 +76,7 @@ typedef struct Pair {
 	Node *ln;
 	const SimTensor *lt;
 	SimSlice sl;
-	int rc; /* 1 compare, 0 skip, -1 hook error */
+	int rc; /* 1 compare, 0 skip (no layout), 2 excluded by the hook, -1 hook error */
 	int done;
 } Pair;
 
@@ -85,7 +85,7 @@ static int get_slice(SimSliceFn fn, void *ctx, Pair *p, const Node *gn, const Si
 	memset(&p->sl, 0, sizeof p->sl);
 	int rc = fn ? fn(ctx, p->ln, gn, rank, &p->sl) : 0;
 	if (rc != 0)
-		return rc < 0 ? -1 : 1;
+		return rc < 0 ? -1 : rc == 2 ? 2 : 1;
 	if (!sim_same_shape(p->lt, gt->ndim, gt->shape))
 		return 0;
 	p->sl.rank = gt->ndim;
@@ -122,8 +122,10 @@ static int check_slice(const SimSlice *sl, const SimTensor *gt, const SimTensor 
 	return 0;
 }
 
-/* element-wise check of got (shape sl->shape) against gt's block */
-static int compare_block(const SimTensor *gt, const SimSlice *sl, const float *got, double rtol, SimMismatch *mm)
+/* element-wise check of got (shape sl->shape) against gt's block; the
+ * largest relative error goes to *worst_out */
+static int compare_block(const SimTensor *gt, const SimSlice *sl, const float *got, double rtol, SimMismatch *mm,
+                         double *worst_out)
 {
 	int64_t gst[MAX_RANK], idx[MAX_RANK] = {0}, numel;
 	int nd = sl->rank;
@@ -162,12 +164,14 @@ static int compare_block(const SimTensor *gt, const SimSlice *sl, const float *g
 	sim_unflatten(wi, nd, sl->shape, mm->index);
 	for (int d = 0; d < nd; d++)
 		mm->gindex[d] = sl->offset[d] + mm->index[d];
+	*worst_out = worst > 0 ? worst : 0;
 	return nbad > 0;
 }
 
 static int same_block(const SimSlice *a, const SimSlice *b)
 {
-	if (a->rank != b->rank || a->replicated_sum != b->replicated_sum)
+	if (a->rank != b->rank || a->replicated_sum != b->replicated_sum || a->combine != b->combine ||
+	    a->group != b->group)
 		return 0;
 	for (int i = 0; i < a->rank; i++)
 		if (a->offset[i] != b->offset[i] || a->shape[i] != b->shape[i])
@@ -175,19 +179,32 @@ static int same_block(const SimSlice *a, const SimSlice *b)
 	return 1;
 }
 
-static void record(SimReport *rep, const SimMismatch *mm)
+/* The outcome of one (node, rank) check, handed to the caller's tally. */
+typedef struct Tally {
+	int compared, mismatched;
+	double max_err;
+	SimMismatch first;
+} Tally;
+
+static void record(Tally *t, const SimMismatch *mm)
 {
-	if (!rep->mismatched++)
-		rep->first = *mm;
+	if (!t->mismatched++)
+		t->first = *mm;
 }
 
-/* the ranks holding partial sums of p[r]'s block: add them, then compare */
-static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const SimTensor *gt, double rtol,
-                            SimReport *rep)
+static void note_err(Tally *t, double err)
+{
+	if (err > t->max_err)
+		t->max_err = err;
+}
+
+/* the ranks holding partial values of p[r]'s block: combine them, then compare */
+static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const SimTensor *gt, double rtol, Tally *t)
 {
 	SimMismatch mm;
 	set_where(&mm, gn, p[r].ln, r);
 	int64_t numel = p[r].lt->numel, found = 0;
+	int how = p[r].sl.combine;
 	double *acc = xcalloc((size_t)(numel ? numel : 1), sizeof *acc);
 	for (int q = r; q < nranks; q++) {
 		/* a member whose tensor is not the block's shape is left to
@@ -196,24 +213,158 @@ static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const Si
 		    !sim_same_shape(p[q].lt, p[r].sl.rank, p[r].sl.shape))
 			continue;
 		p[q].done = 1;
+		for (int64_t i = 0; i < numel; i++) {
+			double x = p[q].lt->data[i];
+			if (!found)
+				acc[i] = x;
+			else if (how == SIM_MAX)
+				acc[i] = x > acc[i] ? x : acc[i];
+			else if (how == SIM_MIN)
+				acc[i] = x < acc[i] ? x : acc[i];
+			else if (how == SIM_PROD)
+				acc[i] *= x;
+			else
+				acc[i] += x;
+		}
 		found++;
-		for (int64_t i = 0; i < numel; i++)
-			acc[i] += p[q].lt->data[i];
 	}
-	rep->compared++;
+	t->compared++;
 	if (found != p[r].sl.replicated_sum) {
-		snprintf(mm.why, sizeof mm.why, "%lld ranks hold partial sums of this block, the layout says %d",
+		snprintf(mm.why, sizeof mm.why, "%lld ranks hold partial values of this block, the layout says %d",
 		         (long long)found, p[r].sl.replicated_sum);
-		record(rep, &mm);
+		record(t, &mm);
 	} else {
 		float *sum = xmalloc((size_t)(numel ? numel : 1) * sizeof *sum);
 		for (int64_t i = 0; i < numel; i++)
-			sum[i] = (float)acc[i];
-		if (compare_block(gt, &p[r].sl, sum, rtol, &mm))
-			record(rep, &mm);
+			sum[i] = (float)(how == SIM_MEAN ? acc[i] / (double)found : acc[i]);
+		double err;
+		if (compare_block(gt, &p[r].sl, sum, rtol, &mm, &err))
+			record(t, &mm);
+		note_err(t, err);
 		free(sum);
 	}
 	free(acc);
+}
+
+/* Check one single-device node against the ranks' counterparts p[0..nr)
+ * (ln, lt filled; ln NULL where a rank has none).  Returns -1 on a hook
+ * error; per-rank outcomes (1 compared and agrees, 0 not compared, -1
+ * disagrees) go to ok[] when given. */
+static int check_node(SimSliceFn slice, void *ctx, Pair *p, int nr, const Node *gn, const SimTensor *gt, double rtol,
+                      SimReport *rep, Tally *t, int *ok)
+{
+	for (int r = 0; r < nr; r++) {
+		p[r].done = 0;
+		p[r].rc = p[r].lt ? get_slice(slice, ctx, &p[r], gn, gt, r) : 0;
+		if (p[r].ln && p[r].lt && p[r].rc == 0)
+			rep->skipped++;
+		if (p[r].ln && p[r].lt && p[r].rc == 2)
+			rep->excluded++;
+		if (ok)
+			ok[r] = 0;
+	}
+	for (int r = 0; r < nr; r++) {
+		SimMismatch mm;
+		if (p[r].done || p[r].rc == 0 || p[r].rc == 2)
+			continue;
+		set_where(&mm, gn, p[r].ln, r);
+		int before = t->mismatched;
+		if (p[r].rc < 0) {
+			snprintf(mm.why, sizeof mm.why, "the layout hook failed");
+			record(t, &mm);
+			return -1;
+		} else if (check_slice(&p[r].sl, gt, p[r].lt, &mm)) {
+			t->compared++;
+			record(t, &mm);
+		} else if (p[r].sl.replicated_sum > 0) {
+			compare_partial(p, nr, r, gn, gt, rtol, t);
+			if (ok) /* every member of the partial group shares the verdict */
+				for (int q = r + 1; q < nr; q++)
+					if (p[q].done && same_block(&p[r].sl, &p[q].sl) && !ok[q])
+						ok[q] = t->mismatched > before ? -1 : 1;
+		} else {
+			double err;
+			t->compared++;
+			if (compare_block(gt, &p[r].sl, p[r].lt->data, rtol, &mm, &err))
+				record(t, &mm);
+			note_err(t, err);
+		}
+		if (ok)
+			ok[r] = t->mismatched > before ? -1 : 1;
+	}
+	return 0;
+}
+
+/* the returned nodes: a returned MakeTuple's operands, else the operand */
+static int returned(const Graph *g, const SimValue *v, const Node **out, int max)
+{
+	const Node *ret = g->nodes.n ? g->nodes.a[g->nodes.n - 1] : NULL;
+	if (!v || !ret || ret->kind != NK_RETURN || !ret->nargs || ret->args[0].kind != V_NODE)
+		return 0;
+	const Node *n = ret->args[0].u.node;
+	if (v->kind == SV_TUPLE && n->op == OP_MakeTuple && n->nargs == v->n) {
+		int k = 0;
+		for (uint32_t i = 0; i < n->nargs && k < max; i++)
+			out[k++] = n->args[i].kind == V_NODE ? n->args[i].u.node : NULL;
+		return k;
+	}
+	out[0] = n;
+	return 1;
+}
+
+static const SimTensor *element(const SimValue *v, int i, int n)
+{
+	if (!v)
+		return NULL;
+	if (n == 1 && v->kind == SV_TENSOR)
+		return v->t;
+	if (v->kind == SV_TUPLE && (uint32_t)i < v->n && v->elems[i] && v->elems[i]->kind == SV_TENSOR)
+		return v->elems[i]->t;
+	return NULL;
+}
+
+/* the outputs: each rank's Return value against the single device's */
+static int compare_outputs(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, double rtol, Pair *p,
+                           SimReport *rep)
+{
+	int nr = R->nranks;
+	const Node *gout[SIM_MAX_OUTPUTS], *lout[SIM_MAX_OUTPUTS];
+	const SimValue *gv = G->rs[0].result;
+	int ng = returned(G->rs[0].g, gv, gout, SIM_MAX_OUTPUTS), err = 0;
+	int *ok = xcalloc((size_t)nr, sizeof *ok);
+	rep->noutputs = ng;
+	for (int i = 0; i < ng && !err; i++) {
+		SimOutput *o = &rep->outputs[i];
+		const SimTensor *gt = element(gv, i, ng);
+		o->global = gout[i];
+		if (!gt || !gout[i])
+			continue;
+		for (int r = 0; r < nr; r++) {
+			p[r] = (Pair){0};
+			const SimValue *lv = R->rs[r].result;
+			int nl = returned(R->rs[r].g, lv, lout, SIM_MAX_OUTPUTS);
+			if (nl != ng || !lout[i])
+				continue;
+			p[r].ln = (Node *)lout[i];
+			p[r].lt = element(lv, i, nl);
+		}
+		Tally t = {0};
+		int sk = rep->skipped, ex = rep->excluded;
+		if (check_node(slice, ctx, p, nr, gout[i], gt, rtol, rep, &t, ok) < 0)
+			err = 1;
+		rep->skipped = sk; /* those counts are about operators */
+		rep->excluded = ex;
+		for (int r = 0; r < nr; r++) {
+			o->ranks += ok[r] != 0;
+			o->agree += ok[r] > 0;
+		}
+		o->max_err = t.max_err;
+		if (t.mismatched && !rep->outputs_bad)
+			rep->first_output = t.first;
+		rep->outputs_bad += t.mismatched;
+	}
+	free(ok);
+	return err ? -1 : 0;
 }
 
 int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, double rtol, SimReport *rep)
@@ -232,6 +383,7 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 	for (int r = 0; r < nr; r++)
 		rk[r] = index_graph(R->rs[r].g, &nk[r]);
 	Pair *p = xcalloc((size_t)nr, sizeof *p);
+	Tally t = {0};
 	for (uint32_t i = 0; i < gg->nodes.n && !err; i++) {
 		Node *gn = gg->nodes.a[i];
 		uint64_t key = node_key(gn);
@@ -242,31 +394,16 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 			p[r] = (Pair){0};
 			p[r].ln = lookup(rk[r], nk[r], key, occ[i]);
 			p[r].lt = p[r].ln ? sim_tensor(R, r, p[r].ln) : NULL;
-			p[r].rc = p[r].lt ? get_slice(slice, ctx, &p[r], gn, gt, r) : 0;
-			if (p[r].ln && p[r].lt && p[r].rc == 0)
-				rep->skipped++;
 		}
-		for (int r = 0; r < nr && !err; r++) {
-			SimMismatch mm;
-			if (p[r].done || p[r].rc == 0)
-				continue;
-			set_where(&mm, gn, p[r].ln, r);
-			if (p[r].rc < 0) {
-				snprintf(mm.why, sizeof mm.why, "the layout hook failed");
-				record(rep, &mm);
-				err = 1;
-			} else if (check_slice(&p[r].sl, gt, p[r].lt, &mm)) {
-				rep->compared++;
-				record(rep, &mm);
-			} else if (p[r].sl.replicated_sum > 0) {
-				compare_partial(p, nr, r, gn, gt, rtol, rep);
-			} else {
-				rep->compared++;
-				if (compare_block(gt, &p[r].sl, p[r].lt->data, rtol, &mm))
-					record(rep, &mm);
-			}
-		}
+		if (check_node(slice, ctx, p, nr, gn, gt, rtol, rep, &t, NULL) < 0)
+			err = 1;
 	}
+	rep->compared = t.compared;
+	rep->mismatched = t.mismatched;
+	rep->max_err = t.max_err;
+	rep->first = t.first;
+	if (!err && compare_outputs(G, R, slice, ctx, rtol, p, rep) < 0)
+		err = 1;
 	for (int r = 0; r < nr; r++)
 		free(rk[r]);
 	free(rk);
@@ -274,7 +411,7 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 	free(gk);
 	free(occ);
 	free(p);
-	return err ? -1 : rep->mismatched ? 1 : 0;
+	return err ? -1 : rep->mismatched || rep->outputs_bad ? 1 : 0;
 }
 
 static void print_node(FILE *f, const Node *n)
@@ -285,15 +422,8 @@ static void print_node(FILE *f, const Node *n)
 		fprintf(f, " [%s]", full);
 }
 
-void sim_print_report(FILE *f, const SimReport *rep)
+static void print_mismatch(FILE *f, const SimMismatch *m)
 {
-	if (!rep->mismatched) {
-		fprintf(f, "simulate: %d operator values compared, all within tolerance (%d skipped: no layout)\n",
-		        rep->compared, rep->skipped);
-		return;
-	}
-	const SimMismatch *m = &rep->first;
-	fprintf(f, "simulate: first divergence at ");
 	print_node(f, m->global);
 	fprintf(f, " on rank %d", m->rank);
 	if (m->local && m->local->local != m->global->local)
@@ -307,6 +437,38 @@ void sim_print_report(FILE *f, const SimReport *rep)
 		fprintf(f, ": element %s (global %s) expected %.9g, got %.9g; %lld of %lld elements differ\n", li, gi,
 		        m->expected, m->got, (long long)m->nbad, (long long)m->numel);
 	}
-	fprintf(f, "simulate: %d of %d operator values differ (%d skipped: no layout)\n", rep->mismatched,
-	        rep->compared, rep->skipped);
+}
+
+void sim_print_report(FILE *f, const SimReport *rep)
+{
+	char extra[64] = "";
+	if (rep->excluded)
+		snprintf(extra, sizeof extra, ", %d not slices", rep->excluded);
+	if (!rep->mismatched) {
+		fprintf(f,
+		        "simulate: %d operator values compared, all within tolerance, max relative error %.3g (%d "
+		        "skipped: no layout%s)\n",
+		        rep->compared, rep->max_err, rep->skipped, extra);
+	} else {
+		fprintf(f, "simulate: first divergence at ");
+		print_mismatch(f, &rep->first);
+		fprintf(f, "simulate: %d of %d operator values differ (%d skipped: no layout%s)\n", rep->mismatched,
+		        rep->compared, rep->skipped, extra);
+	}
+	for (int i = 0; i < rep->noutputs && i < SIM_MAX_OUTPUTS; i++) {
+		const SimOutput *o = &rep->outputs[i];
+		if (!o->global)
+			continue;
+		fprintf(f, "simulate: output");
+		if (rep->noutputs > 1)
+			fprintf(f, " %d", i);
+		fprintf(f, " (");
+		print_node(f, o->global);
+		fprintf(f, "): %d of %d returning ranks agree, max relative error %.3g\n", o->agree, o->ranks,
+		        o->max_err);
+	}
+	if (rep->outputs_bad) {
+		fprintf(f, "simulate: first output divergence at ");
+		print_mismatch(f, &rep->first_output);
+	}
 }

@@ -1,6 +1,6 @@
 /* report.c - what --simulate prints: one line for the run, one per output
  * (shape and a scalar's value, else sum, mean, extremes and the first
- * elements), or the run's first error as a located diagnostic. */
+ * elements). */
 #include <math.h>
 
 #include "simint.h"
@@ -57,19 +57,4 @@ void sim_print_summary(FILE *f, const SimRun *r, uint64_t seed)
 			snprintf(label, sizeof label, "output");
 		print_value(f, label, r->rs[k].result);
 	}
-}
-
-int sim_run_and_print(Module *m, const SimOptions *o, FILE *out)
-{
-	SimRun *r = sim_run(m, o);
-	Loc loc;
-	const char *msg = sim_error_detail(r, &loc);
-	if (msg && loc.line)
-		diag_error_at(loc, "simulate: %s", msg);
-	else if (msg)
-		diag_error("simulate: %s", msg);
-	else
-		sim_print_summary(out, r, o->seed);
-	sim_free(r);
-	return msg ? 1 : 0;
 }

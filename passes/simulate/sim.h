@@ -42,25 +42,36 @@ struct SimValue {
 	uint32_t n;
 };
 
+/* How the partial values of a block combine into the global one: the
+ * reduction of the AllReduce (or ReduceScatter) that completes them. */
+typedef enum { SIM_SUM, SIM_MEAN, SIM_MAX, SIM_MIN, SIM_PROD } SimCombine;
+
 /* Where one rank's tensor sits in the global (single-device) tensor.
  * `rank` is the number of tensor dimensions described (the tensor rank, not
  * the device rank); offset/shape give the block.  replicated_sum = 0: the
  * rank holds exactly global[offset : offset+shape]; k > 0: the rank holds one
- * of k partial sums of that block (e.g. a MatMul output before its
- * AllReduce) - the k ranks reporting the same node, offset, shape and k are
- * added before the comparison. */
+ * of k partial values of that block (e.g. a MatMul output before its
+ * AllReduce) - the k ranks reporting the same node, block, k and `group`
+ * are combined with `combine` (SimCombine; 0 = sum) before the comparison.
+ * `group` tells apart the replicas of a partial block: ranks that hold the
+ * same partial sums (a repeated device dimension) report different groups. */
 typedef struct SimSlice {
 	int rank;
 	int64_t offset[MAX_RANK];
 	int64_t shape[MAX_RANK];
 	int replicated_sum;
+	int combine;   /* SimCombine, for replicated_sum > 0 */
+	int64_t group; /* for replicated_sum > 0 */
 } SimSlice;
 
 /* The layout hook, filled by the lowering (from Node.lay) or by a test.
  * local: a node (CNode or parameter) of device_rank's module; global: its
  * counterpart in the single-device module.  Return 1 after filling *out,
  * 0 when no layout is known (the tensor is then taken whole if its shape
- * equals the global one, else skipped), -1 for a layout error. */
+ * equals the global one, else skipped), 2 when the rank's value is not a
+ * slice of the global one and must not be compared (a masked lookup that
+ * only its AllReduce completes, a pipeline stage's Send), -1 for a layout
+ * error. */
 typedef int (*SimSliceFn)(void *ctx, const Node *local, const Node *global, int device_rank, SimSlice *out);
 
 typedef enum {
@@ -113,8 +124,6 @@ int64_t sim_estimate_bytes(Module **ranks, int nranks);
 /* ------------------------------------------------------------- report.c */
 /* --simulate's report on one run: its size and a line per output. */
 void sim_print_summary(FILE *f, const SimRun *r, uint64_t seed);
-/* --simulate: run m, print the summary to out or the error through diag; 0 ok, 1 error */
-int sim_run_and_print(Module *m, const SimOptions *o, FILE *out);
 
 /* ------------------------------------------------------------ compare.c */
 typedef struct SimMismatch {
@@ -128,18 +137,46 @@ typedef struct SimMismatch {
 	char why[512];       /* a structural mismatch (shape, slice); "" for a numeric one */
 } SimMismatch;
 
+/* One output of the program (an element of a returned tuple, or the
+ * returned value): how many ranks return it and how many agree. */
+typedef struct SimOutput {
+	const Node *global; /* the single-device node whose value it is */
+	int ranks;          /* ranks that return it (a pipeline stage that sends on returns none) */
+	int agree;          /* of those, ranks whose value agrees within tolerance */
+	double max_err;     /* largest relative error among them */
+} SimOutput;
+
+#define SIM_MAX_OUTPUTS 16
+
 typedef struct SimReport {
 	int compared;      /* (operator, rank) pairs checked */
 	int skipped;       /* present in both, but no slice known and shapes differ */
+	int excluded;      /* present in both, but the hook says the rank's value is not a slice */
 	int mismatched;    /* pairs beyond tolerance or structurally wrong */
+	double max_err;    /* largest relative error over the pairs compared */
 	SimMismatch first; /* the first mismatch in the single-device graph's order, lowest rank */
+	int noutputs;      /* outputs (at most SIM_MAX_OUTPUTS are described) */
+	SimOutput outputs[SIM_MAX_OUTPUTS];
+	int outputs_bad;          /* (output, rank) pairs that disagree */
+	SimMismatch first_output; /* the first of them */
 } SimReport;
 
 /* Compare every rank's operators with the single-device run: |got - expected|
- * <= rtol * max(1, |expected|) element-wise (rtol <= 0: 1e-4).  Returns 0 when
- * everything compared agrees, 1 on a mismatch (rep->first), -1 on an error
- * of the hook. */
+ * <= rtol * max(1, |expected|) element-wise (rtol <= 0: 1e-4).  Then compare
+ * each rank's result (the value of its Return) with the single device's,
+ * output by output, through the hook applied to the nodes both return.
+ * Returns 0 when everything compared agrees, 1 on a mismatch (rep->first,
+ * rep->first_output), -1 on an error of the hook. */
 int sim_compare(const SimRun *global, const SimRun *ranks, SimSliceFn slice, void *ctx, double rtol, SimReport *rep);
 void sim_print_report(FILE *f, const SimReport *rep);
+
+/* ------------------------------------------------------------- driver.c */
+/* sappc --simulate: m is the input after the pipeline as rank o->rank; buf
+ * the input it was read from, re-read for the single-device reference and
+ * for every other rank of o->device_num.  Runs them all, compares, prints
+ * the report to out and the first divergence through diag.  0 when every
+ * rank agrees with the single device, 1 otherwise. */
+int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, const PassManagerOptions *pm,
+                   const SimOptions *so, FILE *out);
 
 #endif

@@ -651,6 +651,9 @@ typedef struct Scn {
 	char split, after;
 	int corrupt_rank;  /* claim the wrong block for this rank's MatMul */
 	int corrupt_shape; /* claim a wrong shape instead */
+	int split_groups;  /* the k-split MatMul: each rank claims its own partial group */
+	int combine;       /* the k-split MatMul: how its partial values combine */
+	int exclude;       /* the MatMul is not a slice (hook answers 2) */
 } Scn;
 
 static int fill(SimSlice *s, int64_t o0, int64_t o1, int64_t s0, int64_t s1, int psum)
@@ -679,8 +682,12 @@ static int hook(void *ctx, const Node *local, const Node *global, int rank, SimS
 		return k ? fill(out, 3 * rank, 0, 3, 8, 0) : 0;
 	if (strcmp(key, "Default/MatMul-op0") == 0) {
 		int64_t r = rank == sc->corrupt_rank ? 0 : rank;
+		if (sc->exclude)
+			return 2;
 		if (rank == sc->corrupt_shape)
 			return fill(out, 0, 0, 4, 8, 0);
+		out->combine = sc->combine;
+		out->group = sc->split_groups ? rank : 0;
 		return k ? fill(out, 0, 0, 4, 8, 2) : fill(out, 2 * r, 0, 2, 8, 0);
 	}
 	if (strcmp(key, "Default/ReLU-op0") == 0) {
@@ -756,7 +763,7 @@ static void test_allreduce(void **state)
 {
 	(void)state;
 	Two t;
-	two_run(&t, (Scn){'K', 'R', -1, -1}, "(4, 3)", "(3, 8)", "(4, 8)", comm_allreduce, "(4, 8)");
+	two_run(&t, (Scn){'K', 'R', -1, -1, 0, SIM_SUM, 0}, "(4, 3)", "(3, 8)", "(4, 8)", comm_allreduce, "(4, 8)");
 	const SimTensor *gx = sim_tensor(t.g, 0, ir_entry(t.gm)->params.a[0]);
 	const SimTensor *gy = sim_tensor(t.g, 0, node(t.gm, 1));
 	for (int r = 0; r < 2; r++) { /* inputs are the global values' blocks; the AllReduce restores the product */
@@ -772,7 +779,7 @@ static void test_allgather(void **state)
 {
 	(void)state;
 	Two t;
-	two_run(&t, (Scn){'B', 'R', -1, -1}, "(2, 6)", "(6, 8)", "(2, 8)", comm_allgather, "(4, 8)");
+	two_run(&t, (Scn){'B', 'R', -1, -1, 0, SIM_SUM, 0}, "(2, 6)", "(6, 8)", "(2, 8)", comm_allgather, "(4, 8)");
 	const SimTensor *gy = sim_tensor(t.g, 0, node(t.gm, 1));
 	for (int r = 0; r < 2; r++) {
 		expect_block(sim_tensor(t.r, r, node(t.rm[r], 1)), gy, 2 * r, 0);
@@ -786,7 +793,7 @@ static void test_reducescatter(void **state)
 {
 	(void)state;
 	Two t;
-	two_run(&t, (Scn){'K', 'S', -1, -1}, "(4, 3)", "(3, 8)", "(4, 8)", comm_reducescatter, "(2, 8)");
+	two_run(&t, (Scn){'K', 'S', -1, -1, 0, SIM_SUM, 0}, "(4, 3)", "(3, 8)", "(4, 8)", comm_reducescatter, "(2, 8)");
 	const SimTensor *gy = sim_tensor(t.g, 0, node(t.gm, 1));
 	for (int r = 0; r < 2; r++)
 		expect_block(sim_tensor(t.r, r, node(t.rm[r], 2)), gy, 2 * r, 0);
@@ -798,7 +805,7 @@ static void test_alltoall(void **state)
 {
 	(void)state;
 	Two t;
-	two_run(&t, (Scn){'B', 'C', -1, -1}, "(2, 6)", "(6, 8)", "(2, 8)", comm_alltoall, "(4, 4)");
+	two_run(&t, (Scn){'B', 'C', -1, -1, 0, SIM_SUM, 0}, "(2, 6)", "(6, 8)", "(2, 8)", comm_alltoall, "(4, 4)");
 	const SimTensor *gy = sim_tensor(t.g, 0, node(t.gm, 1));
 	for (int r = 0; r < 2; r++) /* rows split in, columns split out */
 		expect_block(sim_tensor(t.r, r, node(t.rm[r], 2)), gy, 0, 4 * r);
@@ -813,7 +820,7 @@ static void test_wrong_slice_caught(void **state)
 {
 	(void)state;
 	Two t;
-	two_run(&t, (Scn){'B', 'R', 1, -1}, "(2, 6)", "(6, 8)", "(2, 8)", comm_allgather, "(4, 8)");
+	two_run(&t, (Scn){'B', 'R', 1, -1, 0, SIM_SUM, 0}, "(2, 6)", "(6, 8)", "(2, 8)", comm_allgather, "(4, 8)");
 	SimReport rep;
 	assert_int_equal(sim_compare(t.g, t.r, hook, &t.sc, 0, &rep), 1);
 	assert_int_equal(rep.mismatched, 1);
@@ -850,12 +857,53 @@ static void test_wrong_program_caught(void **state)
 {
 	(void)state;
 	Two t;
-	two_run(&t, (Scn){'K', 'R', -1, -1}, "(4, 3)", "(3, 8)", "(4, 8)", comm_none, "(4, 8)");
+	two_run(&t, (Scn){'K', 'R', -1, -1, 0, SIM_SUM, 0}, "(4, 3)", "(3, 8)", "(4, 8)", comm_none, "(4, 8)");
 	SimReport rep;
 	assert_int_equal(sim_compare(t.g, t.r, hook, &t.sc, 0, &rep), 1);
 	assert_ptr_equal(rep.first.global, node(t.gm, 2));
 	assert_int_equal(rep.first.rank, 0);
 	assert_int_equal(rep.mismatched, 2);
+	two_free(&t);
+}
+
+/* The partial values of a block are combined per group and with the
+ * layout's reduction; a value the hook excludes is not compared; the
+ * returned values are compared per output and rank. */
+static void test_partial_groups_outputs(void **state)
+{
+	(void)state;
+	Two t;
+	two_run(&t, (Scn){'K', 'R', -1, -1, 0, SIM_SUM, 0}, "(4, 3)", "(3, 8)", "(4, 8)", comm_allreduce, "(4, 8)");
+	SimReport rep;
+	assert_int_equal(sim_compare(t.g, t.r, hook, &t.sc, 0, &rep), 0);
+	assert_int_equal(rep.noutputs, 1);
+	assert_ptr_equal(rep.outputs[0].global, node(t.gm, 2));
+	assert_int_equal(rep.outputs[0].ranks, 2);
+	assert_int_equal(rep.outputs[0].agree, 2);
+	assert_int_equal(rep.outputs_bad, 0);
+	assert_true(rep.max_err < 1e-6);
+
+	/* two groups of one: neither holds the whole partial sum */
+	t.sc.split_groups = 1;
+	assert_int_equal(sim_compare(t.g, t.r, hook, &t.sc, 0, &rep), 1);
+	assert_ptr_equal(rep.first.global, node(t.gm, 1));
+	assert_string_equal(rep.first.why, "1 ranks hold partial values of this block, the layout says 2");
+	assert_int_equal(rep.mismatched, 2);
+
+	/* averaging partial sums is not summing them */
+	t.sc.split_groups = 0;
+	t.sc.combine = SIM_MEAN;
+	assert_int_equal(sim_compare(t.g, t.r, hook, &t.sc, 0, &rep), 1);
+	assert_ptr_equal(rep.first.global, node(t.gm, 1));
+	assert_string_equal(rep.first.why, "");
+	assert_int_equal(rep.mismatched, 1);
+
+	/* excluded: the MatMul is skipped on both ranks, the rest agrees */
+	t.sc.combine = SIM_SUM;
+	t.sc.exclude = 1;
+	assert_int_equal(sim_compare(t.g, t.r, hook, &t.sc, 0, &rep), 0);
+	assert_int_equal(rep.excluded, 2);
+	assert_int_equal(rep.compared, 4);
 	two_free(&t);
 }
 
@@ -1061,6 +1109,7 @@ int main(void)
 		cmocka_unit_test(test_wrong_slice_caught),
 		cmocka_unit_test(test_wrong_program_caught),
 		cmocka_unit_test(test_send_receive),
+		cmocka_unit_test(test_partial_groups_outputs),
 		cmocka_unit_test(test_deadlock_and_mismatch),
 		cmocka_unit_test(test_reduce_ops),
 	};

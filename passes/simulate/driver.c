@@ -1,0 +1,300 @@
+/* driver.c - sappc --simulate: prove a parallel plan correct by running it.
+ *
+ * The plan is correct when every rank computes its slice of what the
+ * single device computes.  So the input is read once more for the
+ * single-device reference (through `verify` only, when the pipeline has it:
+ * the global graph as written) and once per rank r of N (the pipeline as
+ * given, with rank r, exactly as --all-ranks lowers it).  The reference runs
+ * alone on seeded random inputs; the N rank graphs run together, their
+ * collectives and Send/Receive executed across ranks, each parameter being
+ * the rank's block of the reference's parameter (sim_run_ranks).  Then
+ * sim_compare checks every operator present in both graphs, and each rank's
+ * returned value, against the matching block of the reference.
+ *
+ * The blocks come from the lowering's layouts (Node.lay, passes/lower/
+ * lower.h), read by lower_slice() below:
+ *   - a node's output layout names the block of its rank's position in the
+ *     stage's device matrix (layout_slice_offset); with pipeline stages a
+ *     rank's position is its index in its stage, and its graph holds only
+ *     that stage's operators (the others have no partner and are skipped);
+ *   - an operator followed by a forward AllReduce or ReduceScatter holds
+ *     partial values: the ranks of one reduction group (the device
+ *     dimensions of fwd_mask) are combined with the reduction before the
+ *     comparison, each group separately;
+ *   - with optimizer sharding a weight and its Load hold only their chunk
+ *     of dimension 0 among the weight's replicas, in replica-group order
+ *     (the order the restoring AllGather concatenates in);
+ *   - a Gather with a row-split table, whose local lookup only its
+ *     AllReduce completes, and a Send (what a non-last stage returns) are
+ *     not slices of anything and are left out.
+ *
+ * Memory: the tensors of the reference and of all ranks live at once; the
+ * run is refused when their estimate exceeds --simulate-max-mb.
+ */
+#include <string.h>
+
+#include "simint.h"
+#include "../lower/lower.h"
+
+typedef struct Plan {
+	int per_stage; /* ranks in one pipeline stage */
+	Module **ranks;
+	int nranks;
+} Plan;
+
+static int64_t int_attr(const Node *n, const char *key)
+{
+	int64_t v;
+	const Value *a = ir_attr_get(&n->pattrs, key);
+	return a && value_get_int(a, &v) ? v : -1;
+}
+
+/* What a Receive of `rank` holds: the operand of the matching Send of the
+ * sending rank, which sits at the same position of its own stage. */
+static const Node *sent_value(const Plan *pl, const Node *recv, int rank)
+{
+	int64_t src = int_attr(recv, "src_rank"), tag = int_attr(recv, "sr_tag");
+	Graph *g = src >= 0 && src < pl->nranks ? ir_entry(pl->ranks[src]) : NULL;
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		const Node *s = g->nodes.a[i];
+		if (s->op == OP_Send && s->nargs && s->args[0].kind == V_NODE && int_attr(s, "dest_rank") == rank &&
+		    int_attr(s, "sr_tag") == tag)
+			return s->args[0].u.node;
+	}
+	return NULL;
+}
+
+/* the reduction that completes a partial value */
+static int combine_of(const NodeLayout *l)
+{
+	const char *op = l->fwd_op ? sym_str(l->fwd_op) : "sum";
+	if (l->fwd == FC_ALLREDUCE_MEAN)
+		return SIM_MEAN;
+	return strcmp(op, "max") == 0    ? SIM_MAX
+	       : strcmp(op, "min") == 0  ? SIM_MIN
+	       : strcmp(op, "prod") == 0 ? SIM_PROD
+	                                 : SIM_SUM;
+}
+
+static int lower_slice(void *ctx, const Node *local, const Node *global, int rank, SimSlice *out)
+{
+	const Plan *pl = ctx;
+	const NodeLayout *l = local->lay;
+	(void)global;
+	if (local->kind == NK_CNODE && local->op == OP_Send)
+		return 2;
+	if (local->kind == NK_CNODE && local->op == OP_Receive) {
+		/* a partial value (a data-parallel loss) stays partial across stages */
+		const Node *p = sent_value(pl, local, rank);
+		if (p && p->lay && !(p->op == OP_Receive && p->kind == NK_CNODE))
+			return lower_slice(ctx, p, global, rank, out);
+	}
+	if (!l || !(l->flags & LAY_LOCAL) || !l->nout || !l->out[0].ndev)
+		return 0;
+	if ((l->flags & LAY_OP) && (l->flags & LAY_REPLACED) && op_table[local->op].family == FAM_GATHER)
+		return 2;
+	Layout L;
+	tlay_to_layout(&l->out[0], &L);
+	int64_t pos = rank % pl->per_stage, ndev = 1;
+	for (int i = 0; i < L.ndev; i++)
+		ndev *= L.dev[i];
+	if (ndev != pl->per_stage || L.rank > MAX_RANK)
+		return -1;
+	out->rank = L.rank;
+	layout_slice_shape(&L, out->shape);
+	layout_slice_offset(&L, pos, out->offset);
+	if (l->opt_rep > 1 && L.rank >= 1) {
+		/* optimizer sharding: chunk idx % rep of the replicas' block */
+		int64_t *rep = xmalloc((size_t)ndev * sizeof *rep);
+		int nrep = layout_replica_group(&L, pos, rep), idx = 0;
+		for (int i = 0; i < nrep; i++)
+			if (rep[i] == pos)
+				idx = i;
+		free(rep);
+		out->shape[0] /= l->opt_rep;
+		out->offset[0] += (int64_t)(idx % l->opt_rep) * out->shape[0];
+	}
+	uint32_t mask = 0, dp = lower_local_mean_dims(local);
+	if ((l->flags & LAY_OP) &&
+	    (l->fwd == FC_ALLREDUCE || l->fwd == FC_ALLREDUCE_MEAN || l->fwd == FC_REDUCESCATTER))
+		mask = l->fwd_mask;
+	if ((mask || dp) && l->nodev > 0) {
+		/* partial values over the device dimensions of the mask; the
+		 * group is named by the position with those coordinates zeroed */
+		int64_t coord[LAYOUT_MAX_DIM + 2], p = pos, k = 1, key = 0;
+		for (int i = l->nodev - 1; i >= 0; i--) {
+			coord[i] = p % l->odev[i];
+			p /= l->odev[i];
+		}
+		for (int i = 0; i < l->nodev; i++) {
+			if ((mask | dp) >> i & 1) {
+				k *= l->odev[i];
+				coord[i] = 0;
+			}
+			key = key * l->odev[i] + coord[i];
+		}
+		if (k > 1) {
+			out->replicated_sum = (int)k;
+			out->combine = dp ? SIM_MEAN : combine_of(l);
+			out->group = key;
+		}
+	}
+	return 1;
+}
+
+static int verify_only(const PassManagerOptions *pm, PassManagerOptions *v)
+{
+	memset(v, 0, sizeof *v);
+	for (int i = 0; i < pm->npasses; i++)
+		if (strcmp(pm->passes[i]->name, "verify") == 0)
+			v->passes[v->npasses++] = pm->passes[i];
+	return v->npasses;
+}
+
+static void report_error(const SimRun *r, const char *what)
+{
+	Loc loc;
+	const char *msg = sim_error_detail(r, &loc);
+	if (loc.line)
+		diag_error_at(loc, "simulate: %s%s", what, msg);
+	else
+		diag_error("simulate: %s%s", what, msg);
+}
+
+static double mb(int64_t bytes)
+{
+	return (double)bytes / (1024.0 * 1024.0);
+}
+
+static void print_size(FILE *f, int64_t bytes)
+{
+	double kb = (double)bytes / 1024.0;
+	fprintf(f, "%.1f %s", kb < 1024 ? kb : kb / 1024, kb < 1024 ? "KB" : "MB");
+}
+
+/* the lowered graph of every rank; ranks[keep] = m (already lowered) */
+static int lower_ranks(Module **ranks, Module *m, int keep, const char *buf, size_t len, const Options *o,
+                       const PassManagerOptions *pm)
+{
+	Options ro = *o;
+	PassManagerOptions rpm = *pm;
+	/* what the first lowering printed (warnings, --print-after, --time-passes) is not repeated */
+	rpm.print_after = NULL;
+	rpm.print_after_all = 0;
+	rpm.time_passes = 0;
+	ro.time_passes = 0;
+	ro.explain = NULL;
+	ro.strategy_out = NULL;
+	diag_set_quiet(1);
+	int rc = 0;
+	for (int r = 0; r < o->device_num && rc == 0; r++) {
+		if (r == keep) {
+			ranks[r] = m;
+			continue;
+		}
+		ro.rank = r;
+		ranks[r] = ir_parse(m->filename, buf, len, o->fragment);
+		if (!ranks[r] || pm_run(ranks[r], &ro, &rpm) != 0 || diag_errors())
+			rc = 1;
+	}
+	diag_set_quiet(o->quiet);
+	return rc;
+}
+
+int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, const PassManagerOptions *pm,
+                   const SimOptions *so, FILE *out)
+{
+	int n = o->device_num, rc = 1;
+	Module **ranks = xcalloc((size_t)n, sizeof *ranks);
+	Module *ref = NULL;
+	SimRun *G = NULL, *R = NULL;
+	double limit = so->max_mb;
+
+	/* the reference: the global graph as written */
+	diag_set_quiet(1);
+	ref = ir_parse(m->filename, buf, len, o->fragment);
+	PassManagerOptions vpm;
+	Options go = *o;
+	go.device_num = 1;
+	go.rank = 0;
+	if (ref && verify_only(pm, &vpm) && pm_run(ref, &go, &vpm) != 0)
+		ref = (ir_module_free(ref), NULL);
+	diag_set_quiet(o->quiet);
+	if (!ref || diag_errors())
+		goto out;
+	int64_t gbytes = sim_estimate_bytes(&ref, 1);
+	if (limit > 0 && mb(gbytes) > limit) {
+		diag_error("simulate: the single-device graph alone needs about %.1f MB of tensor storage, more than "
+		           "the %.0f MB allowed (--simulate-max-mb)",
+		           mb(gbytes), limit);
+		goto out;
+	}
+	if (lower_ranks(ranks, m, o->rank < n ? o->rank : -1, buf, len, o, pm) != 0)
+		goto out;
+	int64_t rbytes = sim_estimate_bytes(ranks, n);
+	if (limit > 0 && mb(gbytes + rbytes) > limit) {
+		diag_error("simulate: the simulation needs about %.1f MB of tensor storage (%.1f MB for the single "
+		           "device, %.1f MB over the %d ranks), more than the %.0f MB allowed (--simulate-max-mb)",
+		           mb(gbytes + rbytes), mb(gbytes), mb(rbytes), n, limit);
+		goto out;
+	}
+
+	SimOptions go2 = *so;
+	go2.global = NULL;
+	go2.slice = NULL;
+	G = sim_run(ref, &go2);
+	if (sim_error(G)) {
+		report_error(G, "single device: ");
+		goto out;
+	}
+	Plan plan = {n / (o->pipeline_stages > 1 ? o->pipeline_stages : 1), ranks, n};
+	SimOptions ro = *so;
+	ro.global = ref;
+	ro.slice = lower_slice;
+	ro.slice_ctx = &plan;
+	R = sim_run_ranks(ranks, n, &ro);
+	if (sim_error(R)) {
+		report_error(R, "");
+		goto out;
+	}
+
+	SimReport rep;
+	int cmp = sim_compare(G, R, lower_slice, &plan, 1e-4, &rep);
+	uint32_t comm = 0;
+	for (int r = 0; r < n; r++) {
+		Graph *g = ir_entry(ranks[r]);
+		for (uint32_t i = 0; g && i < g->nodes.n; i++)
+			comm += sim_is_comm(g->nodes.a[i]);
+	}
+	sim_print_summary(out, G, so->seed);
+	fprintf(out, "# simulate: %d %s, %u operators (%u communication), ", n, n == 1 ? "rank" : "ranks", R->executed,
+	        comm);
+	print_size(out, sim_bytes(R));
+	fprintf(out, " of tensors\n");
+	sim_print_report(out, &rep);
+	if (cmp < 0) {
+		diag_error("simulate: the layout of a rank's operator does not describe its tensor");
+		goto out;
+	}
+	if (cmp > 0) {
+		const SimMismatch *mm = rep.mismatched ? &rep.first : &rep.first_output;
+		diag_error_at(mm->global->loc,
+		              "simulate: rank %d does not compute the single-device value of %s (%%%d)%s; see the "
+		              "report on standard output",
+		              mm->rank, sym_str(mm->global->prim), mm->global->local,
+		              rep.mismatched ? "" : ", the returned value");
+		goto out;
+	}
+	fprintf(out, "simulate: ok\n");
+	rc = 0;
+out:
+	sim_free(G);
+	sim_free(R);
+	for (int r = 0; r < n; r++)
+		if (ranks[r] && ranks[r] != m)
+			ir_module_free(ranks[r]);
+	free(ranks);
+	if (ref)
+		ir_module_free(ref);
+	return rc;
+}
