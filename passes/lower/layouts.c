@@ -412,12 +412,12 @@ int lower_same_slices(Module *m, const TLay *a, const TLay *b)
 		if (same)
 			return 1;
 	}
-	int64_t dl[LOWER_MAX_GROUP / 16];
 	int64_t n = 1;
 	for (int i = 0; i < a->ndev; i++)
 		n *= a->dev[i];
-	if (n > (int64_t)(sizeof dl / sizeof dl[0]))
+	if (n < 1 || n > 65536)
 		return 0;
+	int64_t *dl = xmalloc((size_t)n * sizeof *dl);
 	for (int64_t i = 0; i < n; i++)
 		dl[i] = i;
 	Layout f, t;
@@ -426,13 +426,14 @@ int lower_same_slices(Module *m, const TLay *a, const TLay *b)
 	for (int64_t r = 0; r < n; r++) {
 		RedistPlan p;
 		char err[128];
-		if (redist_plan(&f, &t, dl, r, 0, 0, &p, err, sizeof err) != 0)
-			return 0;
-		int empty = p.nops == 0;
+		int bad = redist_plan(&f, &t, dl, r, 0, 0, &p, err, sizeof err) != 0 || p.nops != 0;
 		redist_plan_free(&p);
-		if (!empty)
+		if (bad) {
+			free(dl);
 			return 0;
+		}
 	}
+	free(dl);
 	return 1;
 }
 

@@ -1007,18 +1007,44 @@ static void param_sharing(Sapp *S)
 }
 
 /* FixInvalidStra (§4.8) */
+/* A strategy's device count must divide the stage's (the repeat count is
+ * whole).  Powers of two always do; with prime levels (6144 = 2^11 * 3) a
+ * rule that takes min(dimension, devices) may not: keep, left to right,
+ * the part of each entry that still divides what is left. */
+static void fit_devices(int64_t *v, int n, int64_t devices)
+{
+	int64_t left = devices;
+	for (int d = 0; d < n; d++) {
+		v[d] = gcd64(v[d], left);
+		left /= v[d];
+	}
+}
+
 static void fix_invalid(Sapp *S)
 {
 	for (uint32_t x = 0; x < S->nops; x++) {
 		SappOp *X = &S->ops[x];
 		if (!X->has_s || X->pinned)
 			continue;
-		for (uint32_t i = 0; i < X->nin; i++)
+		for (uint32_t i = 0; i < X->nin; i++) {
 			fix_entries(X, i);
+			fit_devices(sin_of(X, i), X->rank[i], S->stage_devices);
+		}
 		if (X->has_os)
 			for (int d = 0; d < X->orank; d++)
 				if (X->os[d] < 1 || X->odims[d] % X->os[d] != 0)
 					X->os[d] = 1;
+		/* ExtraShardMatmulOnBatchDim's output strategy means "reduce-scatter
+		 * the k partial sums over the rows": (a*k, b) for ((a, k), (k, b)).
+		 * When the fix-ups above broke that shape (rows not divisible by
+		 * a*k), the MatMul keeps its AllReduce instead. */
+		if (X->has_os && X->type == REC_MatMul && X->nin >= 2 && X->rank[0] == 2 && X->rank[1] == 2) {
+			const int64_t *a = sin_of(X, 0), *b = sin_of(X, 1);
+			int64_t a_row = X->ta ? a[1] : a[0], a_k = X->ta ? a[0] : a[1];
+			int64_t b_col = X->tb ? b[0] : b[1];
+			if (a_k <= 1 || X->os[0] != a_row * a_k || X->os[1] != b_col)
+				X->has_os = 0;
+		}
 	}
 }
 
