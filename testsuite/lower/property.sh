@@ -140,6 +140,16 @@ for f in "$top"/ir-samples/*.ir "$tmp/gen-auto.ir"; do
 		fi
 	done
 done
+# device counts that are not powers of two (one search level per prime
+# factor) on a graph whose dimensions are divisible by 3
+"$gen" -L 1 -b 8 -s 48 -H 96 -n 4 -f 384 -v 384 -o "$tmp/gen-3.ir" 2>/dev/null
+for N in 3 6 24 96 6144; do
+	if "$sappc" -q -n "$N" --verify-each --rank $((N - 1)) "$tmp/gen-3.ir" >/dev/null 2>"$tmp/err"; then
+		ok "search + lowering gen-3 N=$N (last rank)"
+	else
+		notok "search + lowering gen-3 N=$N (last rank)"
+	fi
+done
 # real dump excerpts (mostly already lowered): lowering them again may be
 # refused as bad input, but must never crash or fail verification
 for f in "$top"/testsuite/excerpts/*.ir; do
