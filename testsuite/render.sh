@@ -34,9 +34,11 @@ fi
 # names of the nodes of a DOT file, of the node <title>s of an SVG
 # (agwrite puts a tab between a node's name and its attributes; the legend's
 # edges are invisible, so Graphviz draws none of them)
-dot_nodes() { grep -oP '^\t+\K[A-Za-z0-9_]+(?=\t\[)' "$1" | sort -u; }
+# graphviz 2.42's agwrite sometimes spells an ID as <n707> (an HTML-string
+# ID, the same name to graphviz; seen under ASan): compare names, not quoting
+dot_nodes() { grep -oP '^\t+\K<?[A-Za-z0-9_]+>?(?=\t\[)' "$1" | tr -d '<>' | sort -u; }
 dot_clusters() { grep -oP '^\t*subgraph \K[A-Za-z0-9_]+(?= \{)' "$1" | sort -u; }
-dot_edges() { grep -P '^\t+[A-Za-z0-9_]+ -> ' "$1" | grep -vc '^[[:space:]]*legend_'; }
+dot_edges() { grep -P '^\t+<?[A-Za-z0-9_]+>? -> ' "$1" | grep -vc '^[[:space:]]*legend_'; }
 svg_nodes() { awk '/<g id="node[0-9]*" class="node">/ { getline; print }' "$1" | sed 's/.*<title>\(.*\)<\/title>.*/\1/' | sort -u; }
 svg_clusters() { awk '/class="cluster"/ { getline; print }' "$1" | sed 's/.*<title>\(.*\)<\/title>.*/\1/' | sort -u; }
 svg_edges() { grep -c 'class="edge"' "$1"; }
