@@ -233,6 +233,9 @@ Abs abs_tensor(Arena *a, Sym dtype, const int64_t *d, int rank);
 int dtype_size(Sym dtype);
 /* output shape of a known operator from its type-line inputs: 1 ok, 0 n/a, -1 error (why) */
 int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t whylen);
+/* a boolean operator setting: literal operand i (newest dumps: MatMul's
+ * Bool(0), Bool(1)), else attribute k1 or k2 (transpose_a / transpose_x1) */
+int ir_node_flag(const Node *n, uint32_t i, const char *k1, const char *k2);
 
 /* ------------------------------------------------------------------ graph.c */
 typedef struct Attr {

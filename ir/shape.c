@@ -109,7 +109,7 @@ static const Value *operand_or_attr(const Node *n, uint32_t i, const char *key)
 	return NULL;
 }
 
-static int flag(const Node *n, uint32_t i, const char *k1, const char *k2)
+int ir_node_flag(const Node *n, uint32_t i, const char *k1, const char *k2)
 {
 	int b = 0;
 	if (i < n->nargs && n->args[i].kind == V_BOOL)
@@ -257,7 +257,7 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			return 0;
 		if (x->rank != 2 || b->rank != 2)
 			return WHY("MatMul takes 2-D inputs, got ranks %d and %d", x->rank, b->rank);
-		int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+		int ta = ir_node_flag(n, 2, "transpose_a", "transpose_x1"), tb = ir_node_flag(n, 3, "transpose_b", "transpose_x2");
 		int64_t m = ta ? x->dims[1] : x->dims[0], k1 = ta ? x->dims[0] : x->dims[1];
 		int64_t k2 = tb ? b->dims[1] : b->dims[0], nn = tb ? b->dims[0] : b->dims[1];
 		if (k1 != k2)
@@ -272,7 +272,7 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			return 0;
 		if (x->rank < 2 || b->rank < 2)
 			return WHY("BatchMatMul takes inputs of rank >= 2");
-		int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+		int ta = ir_node_flag(n, 2, "transpose_a", "transpose_x1"), tb = ir_node_flag(n, 3, "transpose_b", "transpose_x2");
 		int64_t m = ta ? x->dims[x->rank - 1] : x->dims[x->rank - 2];
 		int64_t k1 = ta ? x->dims[x->rank - 2] : x->dims[x->rank - 1];
 		int64_t k2 = tb ? b->dims[b->rank - 1] : b->dims[b->rank - 2];
@@ -365,7 +365,7 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			k = 0;
 		if (k < 0)
 			k = 0;
-		int keep = flag(n, 2, "keep_dims", NULL);
+		int keep = ir_node_flag(n, 2, "keep_dims", NULL);
 		unsigned red = 0;
 		if (k == 0)
 			red = (1u << x->rank) - 1;

@@ -83,29 +83,13 @@ Node *lower_all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, i
 	return a;
 }
 
-static Value scalar_tensor(Module *m, Sym dtype, int64_t v)
-{
-	Value e[3];
-	memset(e, 0, sizeof e);
-	e[0].kind = V_LIST;
-	e[0].key = intern_cstr("shape");
-	e[1] = value_word(sym_str(dtype));
-	e[1].key = intern_cstr("dtype");
-	e[2] = value_int(v, NT_BARE);
-	e[2].key = intern_cstr("value");
-	Value t = value_tuple_of(m->arena, e, 3);
-	t.kind = V_CALL;
-	t.text = intern_cstr("Tensor");
-	return t;
-}
-
 static Node *real_div(LowerCtx *c, Node *src, Node *origin, int64_t divisor, int index)
 {
 	Module *m = c->m;
 	Node *d = lower_new_op(c, OP_RealDiv, origin, 2);
 	d->args[0] = value_node(src);
 	Sym dt = src->out.dtype ? src->out.dtype : intern_cstr("Float32");
-	d->args[1] = scalar_tensor(m, dt, divisor);
+	d->args[1] = lower_scalar_tensor(m, dt, divisor);
 	d->in_types[0] = src->out;
 	d->in_types[1] = lower_abs_like(m, &src->out, NULL, 0);
 	d->in_types[1].has_value = 1;

@@ -618,3 +618,20 @@ int lower_param_shard(const LowerCtx *c, const Node *p, int64_t *optg, int *nopt
 	}
 	return rep;
 }
+
+/* a scalar tensor constant, Tensor(shape=[], dtype=T, value=v), as dumps print it */
+Value lower_scalar_tensor(Module *m, Sym dtype, int64_t v)
+{
+	Value e[3];
+	memset(e, 0, sizeof e);
+	e[0].kind = V_LIST;
+	e[0].key = intern_cstr("shape");
+	e[1] = value_word(sym_str(dtype));
+	e[1].key = intern_cstr("dtype");
+	e[2] = value_int(v, NT_BARE);
+	e[2].key = intern_cstr("value");
+	Value t = value_tuple_of(m->arena, e, 3);
+	t.kind = V_CALL;
+	t.text = intern_cstr("Tensor");
+	return t;
+}

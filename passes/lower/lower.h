@@ -122,5 +122,6 @@ uint32_t lower_local_mean_dims(const Node *n); /* a data-parallel loss's local m
 /* ---- verify (layouts.c) ---- */
 int lower_verify(Module *m);
 int lower_same_slices(Module *m, const TLay *a, const TLay *b);
+Value lower_scalar_tensor(Module *m, Sym dtype, int64_t v);
 
 #endif

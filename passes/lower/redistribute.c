@@ -267,22 +267,6 @@ static int64_t coord_of(const LowerCtx *c, const NodeLayout *l, int a)
 }
 
 /* Scalar constant operand: Tensor(shape=[], dtype=D, value=v). */
-static Value scalar(Module *m, Sym dtype, int64_t v)
-{
-	Value e[3];
-	memset(e, 0, sizeof e);
-	e[0].kind = V_LIST;
-	e[0].key = intern_cstr("shape");
-	e[1] = value_word(sym_str(dtype));
-	e[1].key = intern_cstr("dtype");
-	e[2] = value_int(v, NT_BARE);
-	e[2].key = intern_cstr("value");
-	Value t = value_tuple_of(m->arena, e, 3);
-	t.kind = V_CALL;
-	t.text = intern_cstr("Tensor");
-	return t;
-}
-
 static Node *binop(LowerCtx *c, int op, Node *like, Node *a, Value b, const Abs *bt, const Abs *outt)
 {
 	Node *n = lower_new_op(c, op, like, 2);
@@ -315,14 +299,14 @@ static int gather_rowsplit(LowerCtx *c, NodeVec *out, Node *n)
 	Sym vdt = n->out.dtype ? n->out.dtype : intern_cstr("Float32");
 	Abs ia = tensor_abs(m, idt, il, it->rank), sc = tensor_abs(m, idt, NULL, 0);
 	sc.has_value = 1;
-	Node *sub = binop(c, OP_Sub, n, idx, scalar(m, idt, bias), &sc, &ia);
+	Node *sub = binop(c, OP_Sub, n, idx, lower_scalar_tensor(m, idt, bias), &sc, &ia);
 	vec_push(out, sub);
 	Node *relu = lower_new_op(c, OP_ReLU, n, 1);
 	relu->args[0] = value_node(sub);
 	relu->in_types[0] = ia;
 	relu->out = ia;
 	vec_push(out, relu);
-	Node *mn = binop(c, OP_Minimum, n, relu, scalar(m, idt, rows - 1), &sc, &ia);
+	Node *mn = binop(c, OP_Minimum, n, relu, lower_scalar_tensor(m, idt, rows - 1), &sc, &ia);
 	vec_push(out, mn);
 	Abs ba = ia;
 	char bt[32];
@@ -469,10 +453,10 @@ static int batch_stats(LowerCtx *c, NodeVec *out, Node *n)
 	Node *a2 = lower_all_reduce(c, s2, n, g, ng, l->fwd_op, 1);
 	a2->lay = pass_lay(m, ct);
 	vec_push(out, a2);
-	Node *mean = binop(c, OP_RealDiv, n, a1, scalar(m, dt, count), &sc, &ca);
+	Node *mean = binop(c, OP_RealDiv, n, a1, lower_scalar_tensor(m, dt, count), &sc, &ca);
 	mean->lay = pass_lay(m, ct);
 	vec_push(out, mean);
-	Node *ex2 = binop(c, OP_RealDiv, n, a2, scalar(m, dt, count), &sc, &ca);
+	Node *ex2 = binop(c, OP_RealDiv, n, a2, lower_scalar_tensor(m, dt, count), &sc, &ca);
 	ex2->lay = pass_lay(m, ct);
 	vec_push(out, ex2);
 	Node *m2 = lower_new_op(c, OP_Mul, n, 2);

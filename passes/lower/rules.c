@@ -63,19 +63,6 @@ static const Value *lit(const Node *n, uint32_t i, const char *key)
 	return key ? ir_attr_get(&n->pattrs, key) : NULL;
 }
 
-static int flag(const Node *n, uint32_t i, const char *k1, const char *k2)
-{
-	int b = 0;
-	if (i < n->nargs && n->args[i].kind == V_BOOL)
-		return (int)n->args[i].u.i;
-	const Value *v = ir_attr_get(&n->pattrs, k1);
-	if (!v && k2)
-		v = ir_attr_get(&n->pattrs, k2);
-	if (v && value_truthy(v, &b))
-		return b;
-	return 0;
-}
-
 static int norm_axis(int64_t a, int rank)
 {
 	return (int)(a < 0 ? a + rank : a);
@@ -93,7 +80,7 @@ static int r_matmul(Rule *r, const Node *n)
 	int batch = n->op == OP_BatchMatMul;
 	if (!batch && (ra != 2 || rb != 2))
 		return FAIL("MatMul inputs must be 2-D");
-	int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+	int ta = ir_node_flag(n, 2, "transpose_a", "transpose_x1"), tb = ir_node_flag(n, 3, "transpose_b", "transpose_x2");
 	const int64_t *sa = r->s[0], *sb = r->s[1];
 	int64_t a_row = ta ? sa[ra - 1] : sa[ra - 2], a_k = ta ? sa[ra - 2] : sa[ra - 1];
 	int64_t b_k = tb ? sb[rb - 1] : sb[rb - 2], b_col = tb ? sb[rb - 2] : sb[rb - 1];
@@ -269,7 +256,7 @@ static int reduce_axes(const Node *n, int rank, unsigned *red, int *keep)
 			return -1;
 		*red |= 1u << v;
 	}
-	*keep = flag(n, 2, "keep_dims", NULL);
+	*keep = ir_node_flag(n, 2, "keep_dims", NULL);
 	return 0;
 }
 
@@ -458,7 +445,7 @@ static int r_batchnorm(Rule *r, const Node *n)
 		else if (r->ork[o] == 1)
 			r->omap[o][0] = (int8_t)(r->rk[0] - 2);
 	}
-	if (flag(n, 5, "is_training", NULL))
+	if (ir_node_flag(n, 5, "is_training", NULL))
 		for (int i = 0; i < r->rk[0]; i++)
 			if (i != 1 && r->s[0][i] > 1) {
 				r->fwd = FC_BATCHSTATS;
@@ -863,8 +850,8 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		         srk[0] == 2 && srk[1] == 2;
 		(void)nos;
 		if (ok) {
-			int ta = flag(n, 2, "transpose_a", "transpose_x1"),
-			    tb = flag(n, 3, "transpose_b", "transpose_x2");
+			int ta = ir_node_flag(n, 2, "transpose_a", "transpose_x1"),
+			    tb = ir_node_flag(n, 3, "transpose_b", "transpose_x2");
 			int64_t a_row = ta ? st[0][1] : st[0][0], a_k = ta ? st[0][0] : st[0][1];
 			int64_t b_col = tb ? st[1][0] : st[1][1];
 			ok = a_k > 1 && ost[0][0] == a_row * a_k && ost[0][1] == b_col &&

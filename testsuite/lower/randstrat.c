@@ -45,17 +45,6 @@ typedef struct {
 	int64_t s[MAXT][MAX_RANK];
 } St;
 
-static int flag(const Node *n, uint32_t i, const char *k1, const char *k2)
-{
-	int b = 0;
-	if (i < n->nargs && n->args[i].kind == V_BOOL)
-		return (int)n->args[i].u.i;
-	const Value *v = ir_attr_get(&n->pattrs, k1);
-	if (!v && k2)
-		v = ir_attr_get(&n->pattrs, k2);
-	return v && value_truthy(v, &b) ? b : 0;
-}
-
 static int axis_of(const Node *n, uint32_t i, const char *key, int rank, int dflt)
 {
 	int64_t a = dflt;
@@ -84,7 +73,7 @@ static int gen(const Node *n, St *t, int64_t N)
 		int ra = t->rk[0], rb = t->rk[1];
 		if (ra < 2 || rb < 2)
 			return -1;
-		int ta = flag(n, 2, "transpose_a", "transpose_x1"), tb = flag(n, 3, "transpose_b", "transpose_x2");
+		int ta = ir_node_flag(n, 2, "transpose_a", "transpose_x1"), tb = ir_node_flag(n, 3, "transpose_b", "transpose_x2");
 		int nb = (ra > rb ? ra : rb) - 2;
 		for (int i = 0; i < nb; i++) {
 			int ia = i - (nb - (ra - 2)), ib = i - (nb - (rb - 2));
