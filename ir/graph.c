@@ -197,3 +197,14 @@ const Abs *ir_in_abs(const Node *n, uint32_t i)
 {
 	return i < n->nin_types ? &n->in_types[i] : NULL;
 }
+
+/* A pass that rebuilt a graph's node list hands it over: the graph takes
+ * ownership of the array and numbers its CNodes again. */
+void ir_graph_set_nodes(Graph *g, Node **a, uint32_t n, uint32_t cap)
+{
+	free(g->nodes.a);
+	g->nodes.a = a;
+	g->nodes.n = n;
+	g->nodes.cap = cap;
+	ir_renumber(g);
+}

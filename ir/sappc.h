@@ -355,6 +355,7 @@ int ir_node_is_op(const Node *n, int op);
 const char *ir_node_fullname(const Node *n); /* scope text or "" */
 Node *ir_look_through(Node *n);               /* skip Load/Depend/Cast... to the producer */
 void ir_renumber(Graph *g);
+void ir_graph_set_nodes(Graph *g, Node **a, uint32_t n, uint32_t cap); /* takes the array, renumbers */
 void ir_clear_marks(Module *m);
 uint32_t ir_count_cnodes(const Module *m);
 uint32_t ir_count_nodes(const Module *m);

@@ -252,11 +252,7 @@ static void insert_virtual_ops(LowerCtx *c, Graph *g, int64_t *grp, int64_t *opt
 		}
 		vec_push(&out, n);
 	}
-	free(g->nodes.a);
-	g->nodes.a = out.a;
-	g->nodes.n = out.n;
-	g->nodes.cap = out.cap;
-	ir_renumber(g);
+	ir_graph_set_nodes(g, out.a, out.n, out.cap);
 }
 
 int pass_comm(Module *m, const Options *o)
@@ -291,11 +287,7 @@ int pass_comm(Module *m, const Options *o)
 		l->subst = last;
 	}
 	if (g) {
-		free(g->nodes.a);
-		g->nodes.a = out.a;
-		g->nodes.n = out.n;
-		g->nodes.cap = out.cap;
-		ir_renumber(g);
+		ir_graph_set_nodes(g, out.a, out.n, out.cap);
 		/* mirrors: every operator input that reads a trainable weight
 		 * with a replica (gradient) group larger than one (§3.6) */
 		for (uint32_t i = 0; i < g->nodes.n; i++) {

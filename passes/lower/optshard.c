@@ -134,11 +134,7 @@ int pass_optshard(Module *m, const Options *o)
 			vec_push(&out, n);
 	}
 	if (g) {
-		free(g->nodes.a);
-		g->nodes.a = out.a;
-		g->nodes.n = out.n;
-		g->nodes.cap = out.cap;
-		ir_renumber(g);
+		ir_graph_set_nodes(g, out.a, out.n, out.cap);
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			Node *n = g->nodes.a[i];
 			for (uint32_t k = 0; k < n->nargs && k < n->nin_types; k++)

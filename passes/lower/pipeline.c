@@ -411,11 +411,7 @@ int pass_pipeline(Module *m, const Options *o)
 		}
 	}
 	if (!bad) {
-		free(g->nodes.a);
-		g->nodes.a = out.a;
-		g->nodes.n = out.n;
-		g->nodes.cap = out.cap;
-		ir_renumber(g);
+		ir_graph_set_nodes(g, out.a, out.n, out.cap);
 		/* parameters this stage does not read are not part of its graph */
 		for (uint32_t i = 0; i < g->params.n; i++)
 			g->params.a[i]->mark = 0;

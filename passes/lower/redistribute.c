@@ -705,11 +705,7 @@ int pass_redistribute(Module *m, const Options *o)
 			if (!out.a[i]->dead)
 				vec_push(&live, out.a[i]);
 		vec_free(&out);
-		free(g->nodes.a);
-		g->nodes.a = live.a;
-		g->nodes.n = live.n;
-		g->nodes.cap = live.cap;
-		ir_renumber(g);
+		ir_graph_set_nodes(g, live.a, live.n, live.cap);
 		if (!bad) {
 			for (uint32_t i = 0; i < g->params.n; i++) {
 				Node *p = g->params.a[i];
