@@ -85,6 +85,17 @@ static void put_sym(FILE *f, Sym s)
 	fwrite(sym_str(s), 1, sym_len(s), f);
 }
 
+/* the debug name, CNode_<id> when a pass left it unformed */
+static void put_name(FILE *f, const Node *n)
+{
+	if (n->autoname) {
+		fputs("CNode_", f);
+		put_i64(f, n->id);
+	} else {
+		put_sym(f, n->name);
+	}
+}
+
 static const char *const numtype_name[] = {"", "I8", "I16", "I32", "I64", "U8", "U16", "U32",
 					    "U64", "F16", "F32", "F64", "BF16"};
 
@@ -113,7 +124,7 @@ static void print_node_ref(FILE *f, const Node *n)
 			fputc('_', f);
 			put_sym(f, n->name);
 		} else {
-			put_sym(f, n->name);
+			put_name(f, n);
 		}
 		fputc(')', f);
 		return;
@@ -372,7 +383,7 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 		fputs("  %", f);
 		put_i64(f, n->local);
 		fputc('(', f);
-		put_sym(f, n->name);
+		put_name(f, n);
 		fputs(") = ", f);
 		switch (n->callee_kind) {
 		case CK_PRIM:
@@ -410,6 +421,10 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 	if (sp) {
 		fputs(sp, f);
 		put_sym(f, n->scope);
+		if (n->scope_kind == SCOPE_FULLNAME && n->scope_op) {
+			fputs("-op", f);
+			put_i64(f, n->scope_op - 1);
+		}
 		fputs(")\n", f);
 	}
 	print_lines(f, "      ", n->debug, n->ndebug);

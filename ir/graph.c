@@ -123,7 +123,20 @@ int ir_node_is_op(const Node *n, int op)
 
 const char *ir_node_fullname(const Node *n)
 {
-	return sym_str(n->scope);
+	static char buf[1024];
+	if (n->scope_kind != SCOPE_FULLNAME || !n->scope_op)
+		return sym_str(n->scope);
+	snprintf(buf, sizeof buf, "%s-op%u", sym_str(n->scope), n->scope_op - 1);
+	return buf;
+}
+
+const char *ir_node_name(const Node *n)
+{
+	static char buf[32];
+	if (!n->autoname)
+		return sym_str(n->name);
+	snprintf(buf, sizeof buf, "CNode_%u", n->id);
+	return buf;
 }
 
 const OpInfo *ir_opinfo(const Node *n)

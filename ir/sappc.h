@@ -269,9 +269,10 @@ struct Node {
 	uint8_t primfunc;  /* operator printed with PrimFunc_ prefix */
 	uint8_t has_default;
 	uint8_t dead;      /* removed by a pass; skipped by the printer */
-	uint8_t pad_;
+	uint8_t autoname;  /* debug name is CNode_<id>, formed when needed (name is 0) */
 	uint16_t op;       /* OP_* of the primitive, OP_UNKNOWN otherwise */
 	int32_t local;     /* %N; parameters: the N of %paraN (0 = none) */
+	uint32_t scope_op; /* SCOPE_FULLNAME: 0, or k+1 when the full name is scope + "-op<k>" */
 	Graph *g;
 	Sym name;          /* debug name; parameter: name without %paraN_ */
 	Sym prim;          /* primitive name without PrimFunc_ */
@@ -352,7 +353,12 @@ Value *ir_attr_get(const AttrList *l, const char *key);
 Value *ir_attr_get_sym(const AttrList *l, Sym key);
 void ir_attr_set(Module *m, AttrList *l, const char *key, Value v);
 int ir_node_is_op(const Node *n, int op);
+/* Names a pass may leave unformed (inserted operators: one interned string
+ * each would cost more than the node).  Both return the interned text when
+ * there is one, else text formed in a static buffer that the next call of
+ * the same function overwrites. */
 const char *ir_node_fullname(const Node *n); /* scope text or "" */
+const char *ir_node_name(const Node *n);     /* debug name or "" */
 Node *ir_look_through(Node *n);               /* skip Load/Depend/Cast... to the producer */
 void ir_renumber(Graph *g);
 void ir_graph_set_nodes(Graph *g, Node **a, uint32_t n, uint32_t cap); /* takes the array, renumbers */

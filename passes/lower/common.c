@@ -336,7 +336,9 @@ void lower_order_attrs(AttrList *l)
 
 const char *lower_fullname(const Node *n, char *buf, size_t len)
 {
-	if (n->scope_kind == SCOPE_FULLNAME)
+	if (n->scope_kind == SCOPE_FULLNAME && n->scope_op)
+		snprintf(buf, len, "%s-op%u", sym_str(n->scope), n->scope_op - 1);
+	else if (n->scope_kind == SCOPE_FULLNAME)
 		snprintf(buf, len, "%s", sym_str(n->scope));
 	else if (n->scope)
 		snprintf(buf, len, "%s/%s-op0", sym_str(n->scope), sym_str(n->prim));
@@ -403,6 +405,12 @@ static void seed_counters(LowerCtx *c)
 			Node *n = g->nodes.a[i];
 			if (n->scope_kind != SCOPE_FULLNAME)
 				continue;
+			if (n->scope_op) { /* inserted by an earlier pass: scope is the prefix */
+				int32_t *ct = counter(c, n->scope);
+				if ((uint32_t)*ct < n->scope_op)
+					*ct = (int32_t)n->scope_op;
+				continue;
+			}
 			const char *s = sym_str(n->scope);
 			const char *op = strstr(s, "-op");
 			const char *last = NULL;
@@ -434,41 +442,39 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 	}
 	if (!c->cseeded)
 		seed_counters(c);
-	const char *s = sym_str(like->scope);
-	const char *slash = strrchr(s, '/');
-	size_t plen = slash ? (size_t)(slash - s) : 0;
-	char buf[1024];
-	int k = snprintf(buf, sizeof buf, "%.*s%s%s", (int)plen, s, plen ? "/" : "", sym_str(n->prim));
-	if (k < 0 || (size_t)k >= sizeof buf - 16)
-		return;
-	/* the counter of (consumer scope, operator) is cached: building and
-	 * interning the prefix again for every inserted op is the costly part */
+	/* the counter and the interned prefix of (consumer scope, operator) are
+	 * cached: building and interning the prefix again for every inserted op
+	 * is the costly part.  The "-op<k>" suffix is not interned at all: the
+	 * node keeps the prefix and k (Node.scope_op), the printer joins them. */
 	uint32_t h = (like->scope * 2654435761u ^ n->prim * 40503u) & (LOWER_FNCACHE - 1);
-	int32_t *ct;
-	if (c->fn_scope[h] == like->scope && c->fn_prim[h] == n->prim && c->fn_ctr[h] && c->fn_gen[h] == c->fn_epoch) {
-		ct = c->fn_ctr[h];
-	} else {
-		ct = counter(c, intern(buf, (size_t)k));
+	if (!(c->fn_scope[h] == like->scope && c->fn_prim[h] == n->prim && c->fn_ctr[h] &&
+	      c->fn_gen[h] == c->fn_epoch)) {
+		const char *s = sym_str(like->scope);
+		const char *slash = strrchr(s, '/');
+		size_t plen = slash ? (size_t)(slash - s) : 0;
+		char buf[1024];
+		int k = snprintf(buf, sizeof buf, "%.*s%s%s", (int)plen, s, plen ? "/" : "", sym_str(n->prim));
+		if (k < 0 || (size_t)k >= sizeof buf - 16)
+			return;
+		Sym key = intern(buf, (size_t)k);
+		c->fn_ctr[h] = counter(c, key);
 		c->fn_scope[h] = like->scope;
 		c->fn_prim[h] = n->prim;
-		c->fn_ctr[h] = ct;
+		c->fn_key[h] = key;
 		c->fn_gen[h] = c->fn_epoch;
 	}
-	snprintf(buf + k, sizeof buf - (size_t)k, "-op%d", (*ct)++);
 	n->scope_kind = SCOPE_FULLNAME;
-	n->scope = intern_cstr(buf);
+	n->scope = c->fn_key[h];
+	n->scope_op = (uint32_t)(*c->fn_ctr[h])++ + 1;
 }
 
-/* A new CNode of operator op, not yet in any list; scope follows `like`. */
 Node *lower_new_op(LowerCtx *c, int op, const Node *like, uint32_t nargs)
 {
 	Node *n = ir_cnode_new(c->m, like ? like->g : ir_entry(c->m), op, NULL, nargs);
 	n->primfunc = c->primfunc && (op_table[op].flags & OPF_PRIMFUNC);
 	n->nin_types = nargs;
 	n->in_types = nargs ? arena_alloc(c->m->arena, nargs * sizeof(Abs)) : NULL;
-	char nm[32];
-	snprintf(nm, sizeof nm, "CNode_%u", n->id);
-	n->name = intern_cstr(nm);
+	n->autoname = 1; /* CNode_<id>, formed by whoever prints it */
 	n->loc = like ? like->loc : (Loc){0, 0};
 	n->stage = like ? like->stage : -1;
 	lower_set_fullname(c, n, like);

@@ -66,7 +66,7 @@ typedef struct LowerCtx {
 	int32_t *cvals;
 	uint32_t ccap, ccount;
 	int cseeded;
-	Sym fn_scope[LOWER_FNCACHE], fn_prim[LOWER_FNCACHE];
+	Sym fn_scope[LOWER_FNCACHE], fn_prim[LOWER_FNCACHE], fn_key[LOWER_FNCACHE];
 	int32_t *fn_ctr[LOWER_FNCACHE];
 	uint32_t fn_gen[LOWER_FNCACHE], fn_epoch; /* counter pointers die when the table grows */
 } LowerCtx;

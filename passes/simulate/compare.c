@@ -29,8 +29,10 @@ static uint64_t node_key(const Node *n)
 {
 	if (n->kind != NK_CNODE)
 		return 0;
-	if (n->scope && sym_len(n->scope))
-		return 1ULL << 63 | n->scope;
+	if (n->scope && sym_len(n->scope)) /* inserted ops: prefix + -op<k> (Node.scope_op) */
+		return 1ULL << 63 | (uint64_t)(n->scope_kind == SCOPE_FULLNAME ? n->scope_op : 0) << 32 | n->scope;
+	if (n->autoname) /* an inserted operator without scope: nothing in the reference has it */
+		return 0;
 	if (n->instance || n->name)
 		return (uint64_t)n->instance << 32 | n->name;
 	return 0;
@@ -417,7 +419,7 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 static void print_node(FILE *f, const Node *n)
 {
 	const char *full = ir_node_fullname(n);
-	fprintf(f, "%%%d(%s) %s", n->local, sym_str(n->name), sym_str(n->prim));
+	fprintf(f, "%%%d(%s) %s", n->local, ir_node_name(n), sym_str(n->prim));
 	if (*full)
 		fprintf(f, " [%s]", full);
 }

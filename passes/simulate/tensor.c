@@ -215,7 +215,7 @@ int sim_errorf(SimRun *r, const RankState *s, const Node *n, const char *fmt, ..
 		else if (n->kind == NK_RETURN)
 			k += (size_t)snprintf(r->err + k, cap - k, "Return: ");
 		else
-			k += (size_t)snprintf(r->err + k, cap - k, "%%%d(%s) %s: ", n->local, sym_str(n->name),
+			k += (size_t)snprintf(r->err + k, cap - k, "%%%d(%s) %s: ", n->local, ir_node_name(n),
 			                      n->prim ? sym_str(n->prim) : "call");
 	} else if (s && r->nranks > 1) {
 		k += (size_t)snprintf(r->err + k, cap - k, "rank %d: ", s->rank);
