@@ -89,6 +89,11 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 
 void lower_ctx_free(LowerCtx *c)
 {
+	for (uint32_t i = 0; i < c->gcap; i++)
+		free(c->groups[i].ranks);
+	free(c->groups);
+	c->groups = NULL;
+	c->gcap = c->gcount = 0;
 	free(c->dev_list);
 	free(c->ckeys);
 	free(c->cvals);
@@ -256,19 +261,6 @@ static size_t join_ranks(const int64_t *r, int n, char *buf, size_t len)
 	return k;
 }
 
-const char *lower_group_name(const LowerCtx *c, const int64_t *ranks, int n, char *buf, size_t len)
-{
-	if (n == c->n_total) {
-		snprintf(buf, len, "%s", c->world);
-		return buf;
-	}
-	char *tmp = xmalloc((size_t)n * 24 + 8);
-	size_t k = join_ranks(ranks, n, tmp, (size_t)n * 24 + 8);
-	snprintf(buf, len, "%d-%llu", n, (unsigned long long)std_hash_bytes(tmp, k));
-	free(tmp);
-	return buf;
-}
-
 static Value ints_bare(Module *m, const int64_t *v, int n)
 {
 	Value t = {0};
@@ -285,6 +277,61 @@ Value lower_ints(Module *m, const int64_t *v, int n)
 	return *value_tuple_ints(m->arena, v, n, NT_I64);
 }
 
+/* The group of these ranks, its name and attribute values made the first
+ * time it is asked for: a rank graph has hundreds of thousands of
+ * communication ops but only as many groups as device-matrix shapes. */
+static LowerGroup *lower_group(LowerCtx *c, const int64_t *ranks, int n)
+{
+	uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+	for (int i = 0; i < n; i++)
+		h = (h ^ (uint64_t)ranks[i]) * 1099511628211ULL;
+	if (c->gcount * 2 >= c->gcap) {
+		uint32_t ncap = c->gcap ? c->gcap * 2 : 64;
+		LowerGroup *ng = xcalloc(ncap, sizeof *ng);
+		for (uint32_t i = 0; i < c->gcap; i++) {
+			if (!c->groups[i].ranks)
+				continue;
+			uint32_t j = (uint32_t)c->groups[i].h & (ncap - 1);
+			while (ng[j].ranks)
+				j = (j + 1) & (ncap - 1);
+			ng[j] = c->groups[i];
+		}
+		free(c->groups);
+		c->groups = ng;
+		c->gcap = ncap;
+	}
+	uint32_t j = (uint32_t)h & (c->gcap - 1);
+	for (; c->groups[j].ranks; j = (j + 1) & (c->gcap - 1)) {
+		LowerGroup *g = &c->groups[j];
+		if (g->h == h && g->n == n && memcmp(g->ranks, ranks, (size_t)n * sizeof *ranks) == 0)
+			return g;
+	}
+	LowerGroup *g = &c->groups[j];
+	g->h = h;
+	g->n = n;
+	g->ranks = xmalloc((size_t)(n ? n : 1) * sizeof *ranks);
+	memcpy(g->ranks, ranks, (size_t)n * sizeof *ranks);
+	char *buf = xmalloc((size_t)n * 24 + 64);
+	size_t k = join_ranks(ranks, n, buf, (size_t)n * 24 + 64);
+	if (n == c->n_total)
+		g->name = intern_cstr(c->world);
+	else {
+		char name[64];
+		snprintf(name, sizeof name, "%d-%llu", n, (unsigned long long)std_hash_bytes(buf, k));
+		g->name = intern_cstr(name);
+	}
+	g->granks = n == c->n_total ? intern_cstr("WORLD_GROUP") : intern(buf, k);
+	free(buf);
+	c->gcount++;
+	return g;
+}
+
+const char *lower_group_name(LowerCtx *c, const int64_t *ranks, int n, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", sym_str(lower_group(c, ranks, n)->name));
+	return buf;
+}
+
 /* The group-derived attributes every inserted communication op carries
  * (§3.3): group, group_ranks (string), group_rank_ids and, for ops whose
  * fusion is 0, comm_reuse and rank_list (§3.0 late passes).  The caller has
@@ -292,21 +339,20 @@ Value lower_ints(Module *m, const int64_t *v, int n)
 void lower_comm_group_attrs(LowerCtx *c, Node *n, const int64_t *ranks, int nr, int reuse)
 {
 	Module *m = c->m;
-	char name[64];
-	lower_group_name(c, ranks, nr, name, sizeof name);
-	char *gr = xmalloc((size_t)nr * 24 + 16);
-	if (nr == c->n_total)
-		strcpy(gr, "WORLD_GROUP");
-	else
-		join_ranks(ranks, nr, gr, (size_t)nr * 24 + 16);
-	lower_attr_put(m, &n->pattrs, "group", value_str(name));
-	lower_attr_put(m, &n->pattrs, "group_ranks", value_str(gr));
-	lower_attr_put(m, &n->pattrs, "group_rank_ids", ints_bare(m, ranks, nr));
+	LowerGroup *g = lower_group(c, ranks, nr);
+	if (!g->ids.kind)
+		g->ids = ints_bare(m, ranks, nr);
+	Value v = {0};
+	v.kind = V_STR;
+	v.text = g->name;
+	lower_attr_put(m, &n->pattrs, "group", v);
+	v.text = g->granks;
+	lower_attr_put(m, &n->pattrs, "group_ranks", v);
+	lower_attr_put(m, &n->pattrs, "group_rank_ids", g->ids);
 	if (reuse) {
 		lower_attr_put(m, &n->pattrs, "comm_reuse", value_bool(1));
-		lower_attr_put(m, &n->pattrs, "rank_list", ints_bare(m, ranks, nr));
+		lower_attr_put(m, &n->pattrs, "rank_list", g->ids);
 	}
-	free(gr);
 }
 
 /* Put the attributes of l in the order of keys (a set whose MindSpore print

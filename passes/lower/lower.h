@@ -69,7 +69,21 @@ typedef struct LowerCtx {
 	Sym fn_scope[LOWER_FNCACHE], fn_prim[LOWER_FNCACHE], fn_key[LOWER_FNCACHE];
 	int32_t *fn_ctr[LOWER_FNCACHE];
 	uint32_t fn_gen[LOWER_FNCACHE], fn_epoch; /* counter pointers die when the table grows */
+	/* communication groups seen so far (lower_group): their names and rank
+	 * tuples are built once and shared by every op of that group */
+	struct LowerGroup *groups;
+	uint32_t gcap, gcount;
 } LowerCtx;
+
+/* one communication group: derived attributes shared by its ops (never mutated) */
+typedef struct LowerGroup {
+	uint64_t h;
+	int n;
+	int64_t *ranks;    /* heap copy, for the equality check */
+	Sym name;          /* "<n>-<hash>" or the world group */
+	Sym granks;        /* "0-1-2" or WORLD_GROUP */
+	Value ids;         /* (0, 1, 2), bare ints */
+} LowerGroup;
 
 /* ---- common.c ---- */
 Sym lower_sym(const char *s);                                          /* intern a constant string, cached */
@@ -88,7 +102,7 @@ void tlay_replicated(Module *m, TLay *t, int per_stage, const int64_t *shape, in
 int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out);
 int lower_replica_group(const LowerCtx *c, const TLay *t, int64_t *out);
 /* "<n>-<hash>" or the world group name; buf >= 64 */
-const char *lower_group_name(const LowerCtx *c, const int64_t *ranks, int n, char *buf, size_t len);
+const char *lower_group_name(LowerCtx *c, const int64_t *ranks, int n, char *buf, size_t len);
 /* the attribute set of an inserted communication op, group part */
 void lower_comm_group_attrs(LowerCtx *c, Node *n, const int64_t *ranks, int n_ranks, int reuse);
 uint64_t lower_hash_name(const Node *producer, int index);

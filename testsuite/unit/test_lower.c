@@ -231,8 +231,13 @@ static void test_group_names(void **state)
 	char buf[64];
 	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
 		assert_string_equal(lower_group_name(&c, v[i].r, v[i].n, buf, sizeof buf), v[i].name);
+	lower_ctx_free(&c);
+	memset(&c, 0, sizeof c);
 	c.n_total = 16; /* the same eight ranks are no longer everyone */
+	c.world = "hccl_world_group";
 	assert_string_equal(lower_group_name(&c, v[5].r, 8, buf, sizeof buf), "8-12158923167718251343");
+	assert_string_equal(lower_group_name(&c, v[5].r, 8, buf, sizeof buf), "8-12158923167718251343"); /* cached */
+	lower_ctx_free(&c);
 }
 
 static void test_errors(void **state)
