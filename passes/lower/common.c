@@ -571,9 +571,17 @@ Abs lower_abs_tuple_ints(Module *m, int n)
 		snprintf(buf, sizeof buf, "Tuple[Int64*%d]", n);
 		a.tstr = intern_cstr(buf);
 	}
+	/* every element is NoShape: small tuples share one constant array */
+#define NS {.kind = SK_NOSHAPE}
+	static const Shape noshape[16] = {NS, NS, NS, NS, NS, NS, NS, NS, NS, NS, NS, NS, NS, NS, NS, NS};
+#undef NS
 	a.shape.kind = SK_TUPLE;
 	a.shape.rank = (uint8_t)n;
-	a.shape.sub = n ? arena_alloc(m->arena, (size_t)n * sizeof(Shape)) : NULL;
+	if (n <= 16) {
+		a.shape.sub = n ? (Shape *)noshape : NULL;
+		return a;
+	}
+	a.shape.sub = arena_alloc(m->arena, (size_t)n * sizeof(Shape));
 	for (int i = 0; i < n; i++)
 		a.shape.sub[i].kind = SK_NOSHAPE;
 	return a;
