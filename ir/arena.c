@@ -63,7 +63,9 @@ void *arena_alloc(Arena *a, size_t n)
 	Chunk *c = a->head;
 	if (!c || c->size - c->used < n) {
 		size_t sz = n > (1u << 20) / 2 ? n : (size_t)1 << 20;
-		c = xmalloc(sizeof(Chunk) + sz);
+		/* calloc: chunks are never reused, so memory handed out is
+		 * zero already (fresh mmap pages are not written twice) */
+		c = xcalloc(1, sizeof(Chunk) + sz);
 		c->size = sz;
 		c->used = 0;
 		/* a huge one-off block goes behind the current chunk so the
@@ -79,7 +81,6 @@ void *arena_alloc(Arena *a, size_t n)
 	}
 	void *p = c->data + c->used;
 	c->used += n;
-	memset(p, 0, n);
 	return p;
 }
 
