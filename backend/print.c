@@ -19,6 +19,7 @@ static const Graph *cur_graph;
 static struct {
 	FILE *f;
 	size_t n;
+	unsigned long flushes; /* tells print_shape whether its text is still in buf */
 	char buf[1 << 16];
 } sink;
 
@@ -27,6 +28,7 @@ static void w_flush(void)
 	if (sink.n && sink.f)
 		fwrite(sink.buf, 1, sink.n, sink.f);
 	sink.n = 0;
+	sink.flushes++;
 }
 
 static void w_write(FILE *f, const void *p, size_t n)
@@ -231,6 +233,19 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 	}
 }
 
+static struct {
+	const Shape *sub;
+	int rank, kind;
+	char *text;
+	size_t len, cap;
+} tuple_cache;
+
+static void tuple_cache_drop(void)
+{
+	free(tuple_cache.text);
+	memset(&tuple_cache, 0, sizeof tuple_cache);
+}
+
 static void print_shape(FILE *f, const Shape *s)
 {
 	switch (s->kind) {
@@ -248,7 +263,18 @@ static void print_shape(FILE *f, const Shape *s)
 		fputs("NoShape", f);
 		break;
 	case SK_TUPLE:
-	case SK_LIST:
+	case SK_LIST: {
+		/* The n outputs of a Split are read by n TupleGetItems, each
+		 * printing the whole tuple type: the last big tuple's text is
+		 * kept and copied (shapes are never changed once built, and the
+		 * cache is dropped for every module printed). */
+		int big = s->rank >= 4;
+		if (big && s->sub == tuple_cache.sub && s->rank == tuple_cache.rank && s->kind == tuple_cache.kind) {
+			fwrite(tuple_cache.text, 1, tuple_cache.len, f);
+			break;
+		}
+		size_t start = sink.n;
+		unsigned long fl = sink.flushes;
 		fputs(s->kind == SK_TUPLE ? "TupleShape(" : "ListShape(", f);
 		for (int i = 0; i < s->rank; i++) {
 			if (i)
@@ -256,7 +282,21 @@ static void print_shape(FILE *f, const Shape *s)
 			print_shape(f, &s->sub[i]);
 		}
 		fputc(')', f);
+		if (big && f == sink.f && fl == sink.flushes) {
+			size_t len = sink.n - start;
+			if (len > tuple_cache.cap) {
+				free(tuple_cache.text);
+				tuple_cache.cap = len * 2;
+				tuple_cache.text = xmalloc(tuple_cache.cap);
+			}
+			memcpy(tuple_cache.text, sink.buf + start, len);
+			tuple_cache.len = len;
+			tuple_cache.sub = s->sub;
+			tuple_cache.rank = s->rank;
+			tuple_cache.kind = s->kind;
+		}
 		break;
+	}
 	default:
 		break;
 	}
@@ -576,22 +616,26 @@ void ir_print_value(FILE *f, const Value *v)
 {
 	ir_print_value_impl(f, v);
 	w_flush();
+	tuple_cache_drop(); /* the shapes may be freed before the next call */
 }
 
 void ir_print_abs(FILE *f, const Abs *a)
 {
 	ir_print_abs_impl(f, a);
 	w_flush();
+	tuple_cache_drop(); /* the shapes may be freed before the next call */
 }
 
 void ir_print_node(FILE *f, const Node *n)
 {
 	ir_print_node_impl(f, n);
 	w_flush();
+	tuple_cache_drop(); /* the shapes may be freed before the next call */
 }
 
 void ir_print_module(FILE *f, const Module *m)
 {
 	ir_print_module_impl(f, m);
 	w_flush();
+	tuple_cache_drop(); /* the shapes may be freed before the next call */
 }
