@@ -391,6 +391,7 @@ int pass_sapp(Module *m, const Options *o)
 				pin_rec(&S, x);
 		t[2] = now();
 		sapp_partition(&S);
+		sapp_rollback(&S, S.rollback);
 		t[3] = now();
 		sapp_generate(&S);
 	}

@@ -222,6 +222,7 @@ double sapp_redis(Sapp *S, const RecNode *N, const Dim4 mode[3], int level);
 
 /* partition.c */
 int sapp_partition(Sapp *S);
+void sapp_rollback(Sapp *S, int levels);
 void sapp_decompose_step(Dim4 *rem, const Dim4 *user, int p, Dim4 *step);
 
 /* propagate.c */
