@@ -60,6 +60,7 @@ enum {
 	OPT_OPT_SHARD_SIZE,
 	OPT_PARALLEL_DETAIL,
 	OPT_VIRTUAL_OPS,
+	OPT_PHASE,
 };
 
 static const struct option longopts[] = {
@@ -107,6 +108,7 @@ static const struct option longopts[] = {
 	{"optimizer-weight-shard-size", required_argument, NULL, OPT_OPT_SHARD_SIZE},
 	{"parallel-detail", no_argument, NULL, OPT_PARALLEL_DETAIL},
 	{"virtual-ops", no_argument, NULL, OPT_VIRTUAL_OPS},
+	{"phase", required_argument, NULL, OPT_PHASE},
 	{NULL, 0, NULL, 0},
 };
 
@@ -156,6 +158,11 @@ static void usage(FILE *f)
 	      "      --mem-coef=X        weight of replicating a MatMul weight (default 0.1);\n"
 	      "                          larger favours model parallelism and saves memory\n"
 	      "      --fully-use-devices never choose to replicate a MatMul when a cut is valid\n"
+	      "      --phase=auto|train|predict\n"
+	      "                          generate training (GenerateStrategyV3) or inference (V1)\n"
+	      "                          strategies; auto (default): train when the graph has a\n"
+	      "                          training flag, gradient, optimizer or loss operators or\n"
+	      "                          returns a scalar, see sappc(1)\n"
 	      "      --interfered        keep user strategies (.shard(): in_strategy/out_strategy\n"
 	      "                          primitive attributes) and search around them;\n"
 	      "                          also on when MS_INTERFERED_SAPP=1\n"
@@ -600,6 +607,16 @@ int main(int argc, char **argv)
 			break;
 		case OPT_VIRTUAL_OPS:
 			o.virtual_ops = 1;
+			break;
+		case OPT_PHASE:
+			if (strcmp(optarg, "auto") == 0)
+				o.phase = PHASE_AUTO;
+			else if (strcmp(optarg, "train") == 0)
+				o.phase = PHASE_TRAIN;
+			else if (strcmp(optarg, "predict") == 0)
+				o.phase = PHASE_PREDICT;
+			else
+				bad_usage("invalid value '%s' for --phase (expected auto, train or predict)", optarg);
 			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);

@@ -188,6 +188,7 @@ typedef struct Sapp {
 	int primes[64];      /* the prime of each level */
 	int weight_order;
 	int64_t explain;     /* operator index for --explain, -1 */
+	int predict;         /* inference: GenerateStrategyV1 (§4.1), else V3 */
 } Sapp;
 
 /* graph.c */
