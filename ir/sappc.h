@@ -448,6 +448,7 @@ typedef struct Options {
 	int parallel_detail; /* inputs_tensor_map / device_matrix / outputs_tensor_map attributes */
 	int virtual_ops;     /* keep _MirrorOperator / _VirtualDiv (step_parallel_end view) */
 	int phase;           /* --phase: PHASE_AUTO (from the graph), PHASE_TRAIN, PHASE_PREDICT */
+	double device_memory; /* --device-memory, bytes (max_device_memory, default 1024 GB) */
 } Options;
 
 enum { PHASE_AUTO, PHASE_TRAIN, PHASE_PREDICT };

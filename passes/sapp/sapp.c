@@ -13,11 +13,13 @@
  *   graph.c      operator list, rec graph, elimination           §1
  *   cost.c       cost model and redistribution penalty           §2
  *   partition.c  levels, visiting order, pipeline roll-back      §3, §3.6, §4.9
+ *   memory.c     memory check                                    §3.7
  *   propagate.c  strategies of eliminated operators, fix-ups     §4
  *   plan.c       --strategy-out / --strategy-in files
- * After the partition and the roll-back: GenerateStrategyV3 for a training
- * graph or V1 for inference (--phase, decided by detect_training() when
- * auto).  Module.sapp records the phase and its reason.
+ * After the partition: the memory check on the whole partition, the
+ * roll-back, then GenerateStrategyV3 for a training graph or V1 for
+ * inference (--phase, decided by detect_training() when auto).
+ * Module.sapp records the phase and its reason.
  * Device counts: one level per prime factor of N, largest first (§3.2
  * generalised); a power of two gives MindSpore's log2(N) halvings exactly.
  * User strategies (primitive attribute in_strategy/out_strategy) are pinned
@@ -514,6 +516,7 @@ int pass_sapp(Module *m, const Options *o)
 		decide_phase(&S);
 		t[2] = now();
 		sapp_partition(&S);
+		sapp_memory_check(&S);
 		sapp_rollback(&S, S.rollback);
 		t[3] = now();
 		sapp_generate(&S);

@@ -240,6 +240,9 @@ const char *sapp_op_label(const SappOp *X, char *buf, size_t n);
 int sapp_check_stra(const Sapp *S, const SappOp *X, uint32_t i, const int64_t *vals, int k, int out, char *why,
 		    size_t n);
 
+/* memory.c: DevicesMemoryControl (§3.7) */
+double sapp_memory_check(Sapp *S); /* the estimate compared with --device-memory; warns */
+
 /* plan.c: strategy files (--strategy-out, --strategy-in); 0 ok, 1 bad input, 3 I/O */
 int sapp_write_plan(const Sapp *S, const char *path);
 int sapp_load_plan(Sapp *S, const char *path);
