@@ -62,6 +62,7 @@ enum {
 	OPT_VIRTUAL_OPS,
 	OPT_PHASE,
 	OPT_DEVICE_MEMORY,
+	OPT_AUTO_PIPELINE,
 };
 
 static const struct option longopts[] = {
@@ -111,6 +112,7 @@ static const struct option longopts[] = {
 	{"virtual-ops", no_argument, NULL, OPT_VIRTUAL_OPS},
 	{"phase", required_argument, NULL, OPT_PHASE},
 	{"device-memory", required_argument, NULL, OPT_DEVICE_MEMORY},
+	{"auto-pipeline", no_argument, NULL, OPT_AUTO_PIPELINE},
 	{NULL, 0, NULL, 0},
 };
 
@@ -167,6 +169,8 @@ static void usage(FILE *f)
 	      "                          returns a scalar, see sappc(1)\n"
 	      "      --device-memory=SIZE  device memory, e.g. 1024GB (the default), 32GB, 512MB:\n"
 	      "                          warn when SAPP's memory check exceeds it\n"
+	      "      --auto-pipeline     let the memory estimate of a transformer lower the number\n"
+	      "                          of pipeline stages (the suggestion is printed as a note)\n"
 	      "      --interfered        keep user strategies (.shard(): in_strategy/out_strategy\n"
 	      "                          primitive attributes) and search around them;\n"
 	      "                          also on when MS_INTERFERED_SAPP=1\n"
@@ -648,6 +652,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_DEVICE_MEMORY:
 			o.device_memory = parse_size("--device-memory", optarg);
+			break;
+		case OPT_AUTO_PIPELINE:
+			o.auto_pipeline = 1;
 			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);

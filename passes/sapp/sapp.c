@@ -13,13 +13,14 @@
  *   graph.c      operator list, rec graph, elimination           §1
  *   cost.c       cost model and redistribution penalty           §2
  *   partition.c  levels, visiting order, pipeline roll-back      §3, §3.6, §4.9
- *   memory.c     memory check                                    §3.7
+ *   memory.c     memory check, auto-pipeline suggestion          §3.7, §5
  *   propagate.c  strategies of eliminated operators, fix-ups     §4
  *   plan.c       --strategy-out / --strategy-in files
  * After the partition: the memory check on the whole partition, the
- * roll-back, then GenerateStrategyV3 for a training graph or V1 for
- * inference (--phase, decided by detect_training() when auto).
- * Module.sapp records the phase and its reason.
+ * auto-pipeline estimate (which may lower the stage number), the roll-back,
+ * then GenerateStrategyV3 for a training graph or V1 for inference
+ * (--phase, decided by detect_training() when auto).  Module.sapp records
+ * the phase, its reason, the stage number and the suggestion.
  * Device counts: one level per prime factor of N, largest first (§3.2
  * generalised); a power of two gives MindSpore's log2(N) halvings exactly.
  * User strategies (primitive attribute in_strategy/out_strategy) are pinned
@@ -343,6 +344,16 @@ static void decide_phase(Sapp *S)
 			S->predict ? "V1" : "V3", why);
 }
 
+static int log2_exact(int64_t n)
+{
+	int k = 0;
+	while (n > 1 && n % 2 == 0) {
+		n /= 2;
+		k++;
+	}
+	return n == 1 ? k : -1;
+}
+
 /* ------------------------------------------------------------ output */
 
 static Value stra_value(Arena *a, const SappOp *X, int out)
@@ -471,6 +482,7 @@ int pass_sapp(Module *m, const Options *o)
 	}
 	S.stage_devices = S.devices / S.stages;
 	m->sapp = arena_alloc(m->arena, sizeof *m->sapp);
+	m->sapp->stages = (int32_t)S.stages;
 	int rc = 0;
 	double t[6] = {now(), 0, 0, 0, 0, 0};
 	sapp_build(&S);
@@ -517,7 +529,17 @@ int pass_sapp(Module *m, const Options *o)
 		t[2] = now();
 		sapp_partition(&S);
 		sapp_memory_check(&S);
-		sapp_rollback(&S, S.rollback);
+		int64_t st = sapp_auto_pipeline(&S, &m->sapp->suggestion);
+		int back = S.rollback;
+		if (st != S.stages) {
+			/* a power of two dividing the configured count (memory.c): the
+			 * last levels are the stage number's halvings */
+			back = log2_exact(st);
+			S.stages = st;
+			S.stage_devices = S.devices / st;
+			m->sapp->stages = (int32_t)st;
+		}
+		sapp_rollback(&S, back);
 		t[3] = now();
 		sapp_generate(&S);
 	}
@@ -536,6 +558,13 @@ int pass_sapp(Module *m, const Options *o)
 done:
 	sapp_free(&S);
 	return rc;
+}
+
+int sapp_plan_stages(const Module *m, const Options *o)
+{
+	if (m && m->sapp && m->sapp->stages > 0)
+		return m->sapp->stages;
+	return o->pipeline_stages > 1 ? o->pipeline_stages : 1;
 }
 
 const char *sapp_strategy_source(const Node *n)
