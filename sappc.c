@@ -60,6 +60,9 @@ enum {
 	OPT_OPT_SHARD_SIZE,
 	OPT_PARALLEL_DETAIL,
 	OPT_VIRTUAL_OPS,
+	OPT_PHASE,
+	OPT_DEVICE_MEMORY,
+	OPT_AUTO_PIPELINE,
 };
 
 static const struct option longopts[] = {
@@ -107,6 +110,9 @@ static const struct option longopts[] = {
 	{"optimizer-weight-shard-size", required_argument, NULL, OPT_OPT_SHARD_SIZE},
 	{"parallel-detail", no_argument, NULL, OPT_PARALLEL_DETAIL},
 	{"virtual-ops", no_argument, NULL, OPT_VIRTUAL_OPS},
+	{"phase", required_argument, NULL, OPT_PHASE},
+	{"device-memory", required_argument, NULL, OPT_DEVICE_MEMORY},
+	{"auto-pipeline", no_argument, NULL, OPT_AUTO_PIPELINE},
 	{NULL, 0, NULL, 0},
 };
 
@@ -156,6 +162,15 @@ static void usage(FILE *f)
 	      "      --mem-coef=X        weight of replicating a MatMul weight (default 0.1);\n"
 	      "                          larger favours model parallelism and saves memory\n"
 	      "      --fully-use-devices never choose to replicate a MatMul when a cut is valid\n"
+	      "      --phase=auto|train|predict\n"
+	      "                          generate training (GenerateStrategyV3) or inference (V1)\n"
+	      "                          strategies; auto (default): train when the graph has a\n"
+	      "                          training flag, gradient, optimizer or loss operators or\n"
+	      "                          returns a scalar, see sappc(1)\n"
+	      "      --device-memory=SIZE  device memory, e.g. 1024GB (the default), 32GB, 512MB:\n"
+	      "                          warn when SAPP's memory check exceeds it\n"
+	      "      --auto-pipeline     let the memory estimate of a transformer lower the number\n"
+	      "                          of pipeline stages (the suggestion is printed as a note)\n"
 	      "      --interfered        keep user strategies (.shard(): in_strategy/out_strategy\n"
 	      "                          primitive attributes) and search around them;\n"
 	      "                          also on when MS_INTERFERED_SAPP=1\n"
@@ -238,6 +253,29 @@ static long parse_long(const char *opt, const char *s, long lo, long hi)
 		exit(2);
 	}
 	return v;
+}
+
+/* a memory size: a positive number and a unit B, KB, MB, GB or TB (powers
+ * of 1024, as MindSpore reads max_device_memory="1024GB") -> bytes */
+static double parse_size(const char *opt, const char *s)
+{
+	static const struct {
+		const char *unit;
+		double scale;
+	} units[] = {{"B", 1}, {"KB", 1024.0}, {"MB", 1048576.0}, {"GB", 1073741824.0}, {"TB", 1099511627776.0}};
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (!errno && end != s && v > 0 && v <= 1e15 && (*s >= '0' && *s <= '9'))
+		for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+			if (strcmp(end, units[i].unit) == 0)
+				return v * units[i].scale;
+	fprintf(stderr,
+		"sappc: invalid value '%s' for %s (expected a size with a unit B, KB, MB, GB or TB, such as 1024GB, "
+		"30.5GB or 512MB)\n",
+		s, opt);
+	fprintf(stderr, "Try 'sappc --help' for more information.\n");
+	exit(2);
 }
 
 /* "X" or "X,Y": two positive numbers (the second defaults to the first) */
@@ -424,6 +462,7 @@ int main(int argc, char **argv)
 	o.pipeline_stages = 1;
 	o.micro_batch_num = 1;
 	o.mem_coef = 0.1;
+	o.device_memory = 1024.0 * 1073741824.0; /* MindSpore's max_device_memory default, "1024GB" */
 	o.world_group = "hccl_world_group";
 	o.max_nodes = 1500;
 
@@ -600,6 +639,22 @@ int main(int argc, char **argv)
 			break;
 		case OPT_VIRTUAL_OPS:
 			o.virtual_ops = 1;
+			break;
+		case OPT_PHASE:
+			if (strcmp(optarg, "auto") == 0)
+				o.phase = PHASE_AUTO;
+			else if (strcmp(optarg, "train") == 0)
+				o.phase = PHASE_TRAIN;
+			else if (strcmp(optarg, "predict") == 0)
+				o.phase = PHASE_PREDICT;
+			else
+				bad_usage("invalid value '%s' for --phase (expected auto, train or predict)", optarg);
+			break;
+		case OPT_DEVICE_MEMORY:
+			o.device_memory = parse_size("--device-memory", optarg);
+			break;
+		case OPT_AUTO_PIPELINE:
+			o.auto_pipeline = 1;
 			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);

@@ -340,6 +340,13 @@ void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Re
 	human(s1, sizeof s1, (double)r->act_bytes);
 	human(s2, sizeof s2, dp ? (double)dp->act_bytes : 0);
 	fprintf(f, "  %-30s %12s%s%s\n", "activations (no reuse)", s1, dp ? " | " : "", dp ? s2 : "");
+	const SappSummary *ss = m->sapp;
+	if (ss && ss->searched) {
+		fprintf(f, "\nSearch: %s strategies (GenerateStrategy%s): %s\n", ss->predict ? "inference" : "training",
+			ss->predict ? "V1" : "V3", ss->phase_why);
+		if (ss->suggestion)
+			fprintf(f, "Auto pipeline: %s\n", ss->suggestion);
+	}
 	fprintf(f, "\nModel: alpha-beta, intra-node %.1f GB/s and %.2f us, inter-node %.1f GB/s and %.2f us, "
 		   "%d devices per node\n",
 		c->bw_intra, c->lat_intra, c->bw_inter, c->lat_inter, c->per_node);
@@ -371,6 +378,15 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 	json_object_set_new(model, "latency_inter_us", json_real(c->lat_inter));
 	json_object_set_new(model, "devices_per_node", json_integer(c->per_node));
 	json_object_set_new(root, "model", model);
+	const SappSummary *ss = m->sapp;
+	if (ss && ss->searched) {
+		json_t *sp = json_object();
+		json_object_set_new(sp, "phase", json_string(ss->predict ? "predict" : "train"));
+		json_object_set_new(sp, "phase_reason", json_string(ss->phase_why));
+		json_object_set_new(sp, "stages", json_integer(ss->stages));
+		json_object_set_new(sp, "auto_pipeline", ss->suggestion ? json_string(ss->suggestion) : json_null());
+		json_object_set_new(root, "search", sp);
+	}
 	json_t *ops = json_array();
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		const Graph *g = m->graphs.a[gi];

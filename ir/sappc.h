@@ -339,6 +339,7 @@ typedef struct Module {
 	uint32_t next_id;
 	uint32_t next_param; /* next %paraN number */
 	uint8_t fragment;    /* read with --fragment */
+	struct SappSummary *sapp; /* what the sapp pass decided besides the strategies (NULL: no sapp pass) */
 } Module;
 
 Module *ir_module_new(const char *filename);
@@ -452,7 +453,12 @@ typedef struct Options {
 	int nstage_rules;
 	int parallel_detail; /* inputs_tensor_map / device_matrix / outputs_tensor_map attributes */
 	int virtual_ops;     /* keep _MirrorOperator / _VirtualDiv (step_parallel_end view) */
+	int phase;           /* --phase: PHASE_AUTO (from the graph), PHASE_TRAIN, PHASE_PREDICT */
+	double device_memory; /* --device-memory, bytes (max_device_memory, default 1024 GB) */
+	int auto_pipeline;   /* --auto-pipeline: the sapp pass may lower the stage number (§5) */
 } Options;
+
+enum { PHASE_AUTO, PHASE_TRAIN, PHASE_PREDICT };
 
 typedef int (*PassFn)(Module *m, const Options *o);
 
@@ -490,6 +496,17 @@ Module *pm_plan_module(Module *m, const char *filename, const char *buf, size_t 
 #undef PASS
 
 /* ------------------------------------------------------ passes/sapp/ */
+/* What the sapp pass decided besides the strategies (Module.sapp), for the
+ * lowering, --simulate and --report.  Arena text. */
+typedef struct SappSummary {
+	uint8_t searched;       /* the SAPP search ran (not semi_auto, not --strategy-in) */
+	uint8_t predict;        /* inference strategies (GenerateStrategyV1), else training (V3) */
+	const char *phase_why;  /* why that phase: "--phase=predict", "the graph has a loss operator", ... */
+	int32_t stages;         /* pipeline stages the plan is for (--auto-pipeline may lower --pipeline-stages) */
+	const char *suggestion; /* auto-pipeline estimate and ParallelSuggestion, one line, or NULL */
+} SappSummary;
+/* the pipeline stage count the module's plan is for */
+int sapp_plan_stages(const Module *m, const Options *o);
 /* where the sapp pass got a node's strategy: "pinned", "searched",
  * "propagated", "default"; NULL when the node has none */
 const char *sapp_strategy_source(const Node *n);

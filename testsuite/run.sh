@@ -14,7 +14,9 @@
 #     --strategy-out file (run adds --strategy-out);
 #   - NAME.code holds the expected exit status (default: 1 if NAME.err exists
 #     and NAME.out does not, else 0);
-#   - NAME.gen.sh writes the input on stdout (large or generated inputs);
+#   - NAME.gen.sh writes the input on stdout (large or generated inputs; flags
+#     in NAME.args, and only NAME.err, NAME.out if present and the status
+#     are checked, default status 1);
 #   - NAME.input names an input kept elsewhere (its first line: a path from
 #     the top directory, e.g. ir-samples/cnn.ir), run with NAME.args.
 # Besides the groups: every ir-samples/*.ir must re-print byte for byte and
@@ -150,6 +152,9 @@ run_gen_case() {
 	[ "$code" -ge 128 ] && bad="crashed (status $code)"
 	if [ -z "$bad" ] && { [ -f "$base.err" ] || [ "$update" = 1 ]; }; then
 		compare "$base.err" "$tmp/stderr" || bad="stderr differs"
+	fi
+	if [ -z "$bad" ] && [ -f "$base.out" ]; then
+		compare "$base.out" "$tmp/stdout" || bad="stdout differs"
 	fi
 	if [ -z "$bad" ]; then ok "$dir/$name (generated)"; else notok "$dir/$name: $bad" "$tmp/diff"; fi
 }

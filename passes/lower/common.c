@@ -57,7 +57,7 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 	c->m = m;
 	c->o = o;
 	c->n_total = o->device_num > 0 ? o->device_num : 1;
-	c->stages = o->pipeline_stages > 1 ? o->pipeline_stages : 1;
+	c->stages = sapp_plan_stages(m, o); /* --auto-pipeline may have lowered it */
 	c->rank = o->rank;
 	c->world = o->world_group ? o->world_group : "hccl_world_group";
 	if (c->n_total % c->stages) {

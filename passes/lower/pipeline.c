@@ -152,11 +152,13 @@ static void p2p_attrs(LowerCtx *c, Node *n, const char *peer_key, int64_t peer, 
 
 /* The stage of every operator of g (st[i] for g->nodes.a[i]; see the pass
  * comment for the rules).  Leaves node i's mark at i + 1.  1 when a stage is
- * out of range (reported). */
+ * out of range (reported).  Stages are numbered for --pipeline-stages; when
+ * --auto-pipeline lowered the count to S (a divisor), consecutive stages
+ * merge: stage k becomes k * S / --pipeline-stages. */
 static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 {
 	uint32_t nn = g->nodes.n;
-	int bad = 0;
+	int bad = 0, given = o->pipeline_stages > S ? o->pipeline_stages : S;
 	for (uint32_t i = 0; i < nn; i++)
 		g->nodes.a[i]->mark = i + 1;
 	for (uint32_t i = 0; i < nn; i++) {
@@ -164,6 +166,8 @@ static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 		int s = rule_stage(o, n);
 		if (s < 0)
 			s = n->stage;
+		if (s >= 0 && s < given && given != S)
+			s = (int)((int64_t)s * S / given);
 		if (s >= S) {
 			diag_error_at(n->loc, "%s (%%%d): stage %d is out of range for %d pipeline stages",
 			              n->kind == NK_RETURN ? "Return" : sym_str(n->prim), n->local, s, S);
@@ -213,7 +217,7 @@ static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 int lower_assign_stages(Module *m, const Options *o)
 {
 	Graph *g = ir_entry(m);
-	int S = o->pipeline_stages;
+	int S = sapp_plan_stages(m, o);
 	if (!g || S <= 1 || S > MAX_STAGES)
 		return 0;
 	int32_t *st = xmalloc((g->nodes.n + 1) * sizeof *st);

@@ -13,6 +13,10 @@
  * `weight_order_mbs`, decreasing GetWeights (ties: higher index first).
  * Pinned (user) nodes are never re-partitioned; at each level they show
  * their neighbours one step of their strategy (DecomposeStrategy).
+ * With pipeline stages every node keeps its cuts after each of the levels
+ * the roll-back may return to (MindSpore's strs history, §3.6): the memory
+ * check sees the whole partition and --auto-pipeline (§5) may roll back
+ * fewer levels than --pipeline-stages asks; sapp_rollback() does it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +80,18 @@ static void print_cuts(const RecNode *N, char *buf, size_t n)
 		 (long long)N->ocut.d[2], (long long)N->ocut.d[3]);
 }
 
+/* cuts after keep_levels + j levels (j = 0 .. rollback - 1) */
+static void snapshot(Sapp *S, int j)
+{
+	for (uint32_t i = 0; i < S->nkept; i++) {
+		RecNode *N = &S->rec[S->kept[i]];
+		Dim4 *sn = N->snap + 3 * j;
+		sn[0] = N->acut[0];
+		sn[1] = N->nargs > 1 ? N->acut[1] : ONES;
+		sn[2] = N->ocut;
+	}
+}
+
 int sapp_partition(Sapp *S)
 {
 	uint32_t *order = xmalloc((S->nkept + 1) * sizeof *order);
@@ -88,14 +104,9 @@ int sapp_partition(Sapp *S)
 	int keep_levels = S->nlevels - S->rollback;
 	if (S->rollback > 0)
 		for (uint32_t i = 0; i < S->nkept; i++)
-			S->rec[S->kept[i]].snap = arena_alloc(S->arena, 3 * sizeof(Dim4));
+			S->rec[S->kept[i]].snap = arena_alloc(S->arena, 3 * (size_t)S->rollback * sizeof(Dim4));
 	if (keep_levels == 0 && S->rollback > 0)
-		for (uint32_t i = 0; i < S->nkept; i++) {
-			RecNode *N = &S->rec[S->kept[i]];
-			N->snap[0] = N->acut[0];
-			N->snap[1] = N->nargs > 1 ? N->acut[1] : ONES;
-			N->snap[2] = N->ocut;
-		}
+		snapshot(S, 0);
 	for (int level = 0; level < S->nlevels; level++) {
 		int p = S->primes[level];
 		for (uint32_t i = 0; i < npin; i++) {
@@ -134,24 +145,31 @@ int sapp_partition(Sapp *S)
 			sapp_apply_choice(N, &c);
 			N->lvl = level;
 		}
-		if (level + 1 == keep_levels && S->rollback > 0)
-			for (uint32_t i = 0; i < S->nkept; i++) {
-				RecNode *N = &S->rec[S->kept[i]];
-				N->snap[0] = N->acut[0];
-				N->snap[1] = N->nargs > 1 ? N->acut[1] : ONES;
-				N->snap[2] = N->ocut;
-			}
+		if (level + 1 >= keep_levels && level + 1 < S->nlevels)
+			snapshot(S, level + 1 - keep_levels);
 	}
-	/* pipeline roll-back (§3.6): the partition for the per-stage device count */
-	if (S->rollback > 0)
+	free(order);
+	free(w);
+	free(pins);
+	return 0;
+}
+
+/* Pipeline roll-back (§3.6): every node not pinned takes its cuts after
+ * nlevels - levels levels, the partition for the per-stage device count.
+ * levels <= S->rollback (0: keep the whole partition). */
+void sapp_rollback(Sapp *S, int levels)
+{
+	int keep_levels = S->nlevels - levels;
+	if (levels > 0)
 		for (uint32_t i = 0; i < S->nkept; i++) {
 			RecNode *N = &S->rec[S->kept[i]];
 			if (N->pinned)
 				continue;
-			N->acut[0] = N->snap[0];
+			const Dim4 *sn = N->snap + 3 * (S->rollback - levels);
+			N->acut[0] = sn[0];
 			if (N->nargs > 1)
-				N->acut[1] = N->snap[1];
-			N->ocut = N->snap[2];
+				N->acut[1] = sn[1];
+			N->ocut = sn[2];
 		}
 	for (uint32_t i = 0; i < S->nkept; i++) {
 		RecNode *N = &S->rec[S->kept[i]];
@@ -160,11 +178,7 @@ int sapp_partition(Sapp *S)
 			print_cuts(N, cuts, sizeof cuts);
 			fprintf(stderr, "sapp: explain: %s: after %d level(s)%s: %s\n",
 				sapp_op_label(&S->ops[N->op], lab, sizeof lab), keep_levels,
-				S->rollback ? " (pipeline roll-back)" : "", cuts);
+				levels ? " (pipeline roll-back)" : "", cuts);
 		}
 	}
-	free(order);
-	free(w);
-	free(pins);
-	return 0;
 }

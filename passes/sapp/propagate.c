@@ -1,12 +1,21 @@
 /* propagate.c - strategies for every operator after the partition (spec
- * sapp-search.md §4, GenerateStrategyV3: training graphs).
+ * sapp-search.md §4: GenerateStrategyV3 for training graphs,
+ * GenerateStrategyV1 for inference, §4.1).
  *
  * Kept operators read their strategy off the rec graph (§4.2).  Eliminated
  * operators get one by propagation: forward from a producer (§4.3) or
- * backward from a consumer (§4.4), adapted to their type (§4.6), first only
- * when the propagated strategy uses at least `min_devices` devices (stage
- * devices, then smaller, §4.1 step 4), then with any count, then a default.
- * Shared parameters (§4.7) and invalid entries (§4.8) are fixed last.
+ * backward from a consumer (§4.4), adapted to their type (§4.6).
+ *   V3: first only when the propagated strategy uses at least `min_devices`
+ *       devices (stage devices, then smaller, §4.1 step 4), then with any
+ *       count, then a default; StandAlone and BatchParallel operators are
+ *       set up front; a Gather sharing its table takes the strategy of the
+ *       Cast/MatMul/Mul that shares it (§4.7).
+ *   V1: the eliminated operators in reverse elimination order, one forward
+ *       and one backward pass with any count, then the same remainder and
+ *       default; every user of a weight takes the strategy of the user that
+ *       splits it most (SetParamStrategy/ApplyParamStrategy, §4.7); the
+ *       last operator and the VirtualDataset are left whole (§4.8).
+ * Invalid entries (§4.8) are fixed last.
  *
  * The passes visit the no-strategy list from its end to its start, as
  * MindSpore does; an operator whose neighbours did not change since it was
@@ -1006,6 +1015,165 @@ static void param_sharing(Sapp *S)
 	free(gather_of);
 }
 
+/* SetParamStrategy + ApplyParamStrategy (§4.7, inference): the operators
+ * reading one weight (MatMul and BatchMatMul in their input 1, the others
+ * in their input 0, seen through Load) all take the strategy of the one
+ * that uses the most devices for it (ties: the smaller slice, dims/shards
+ * summed; then the first in operator order).  A Gather adds an index
+ * strategy for the devices the table leaves (if its gather axis is whole);
+ * a MatMul or BatchMatMul cuts its input 0's reduction dimension like the
+ * weight's; a StridedSlice takes it as it is (CheckDivisible); the others
+ * adapt it (§4.6).  Decisions where the spec is silent: pinned users keep
+ * their strategy; the chosen user is not adapted again (its strategy
+ * already has that weight strategy); BatchMatMul is treated like MatMul
+ * rather than adapting a weight strategy as if it were an output one. */
+static int param_slot(const SappOp *X)
+{
+	return X->type == REC_MatMul || X->type == REC_BatchMatMul ? 1 : 0;
+}
+
+static Node *slot_weight(const SappOp *X)
+{
+	uint32_t slot = (uint32_t)param_slot(X);
+	if (!X->n || slot >= X->nin || X->arg[slot] >= X->n->nargs)
+		return NULL;
+	const Value *v = &X->n->args[X->arg[slot]];
+	Node *p = v->kind == V_NODE ? ir_look_through(v->u.node) : NULL;
+	return p && p->kind == NK_PARAM && p->has_default ? p : NULL;
+}
+
+static void apply_param(Prop *P, SappOp *U, const Stra *w, const SappOp *from)
+{
+	Sapp *S = P->S;
+	uint32_t slot = (uint32_t)param_slot(U);
+	if (U->type == REC_GatherV2 && U->nin >= 2) {
+		int64_t axis = 0;
+		sapp_attr_int(U->n, 2, "axis", &axis);
+		int a = norm_axis(axis, w->n);
+		sapp_set_input(U, 0, w->v, w->n, 1);
+		int64_t used = sapp_product(w->v, w->n), *is = sin_of(U, 1);
+		for (int d = 0; d < U->rank[1]; d++)
+			is[d] = 1;
+		if (U->rank[1] && a >= 0 && a < w->n && w->v[a] == 1 && used > 0 && S->stage_devices / used > 1)
+			is[0] = S->stage_devices / used;
+	} else if ((U->type == REC_MatMul || U->type == REC_BatchMatMul) && U->nin >= 2 && w->n >= 2 &&
+		   U->rank[0] >= 2) {
+		sapp_set_input(U, 1, w->v, w->n, 1);
+		int64_t wk = U->tb ? w->v[w->n - 1] : w->v[w->n - 2];
+		int r0 = U->rank[0], kd = U->ta ? r0 - 2 : r0 - 1;
+		int64_t *a = sin_of(U, 0);
+		a[kd] = wk;
+		/* the operator uses (input 0's cuts) x (the weight's column
+		 * cuts) devices: input 0's other cuts give way to fit the stage
+		 * (the spec does not say; a MatMul keeping its row cuts next to
+		 * a model-parallel weight would need more devices than exist) */
+		int64_t cols = U->tb ? w->v[w->n - 2] : w->v[w->n - 1];
+		int64_t left = S->stage_devices / (wk * cols > 0 ? wk * cols : 1);
+		for (int d = 0; d < r0; d++)
+			if (d != kd) {
+				a[d] = gcd64(a[d], left > 0 ? left : 1);
+				left /= a[d];
+			}
+	} else if (fam(U) == FAM_STRIDEDSLICE) {
+		check_divisible(U, w);
+	} else {
+		adapt(P, U, w);
+	}
+	U->has_s = 1;
+	if (sapp_explaining(S, (uint32_t)(U - S->ops))) {
+		char a[256], b[256], st[128];
+		fmt_stra(w, st, sizeof st);
+		fprintf(stderr, "sapp: explain: %s: input %u reads a weight shared with %s, which splits it most: %s\n",
+			sapp_op_label(U, a, sizeof a), slot + 1, sapp_op_label(from, b, sizeof b), st);
+		explain_prop(U, "weight strategy applied", NULL, NULL, P->md);
+	}
+}
+
+static void param_strategy_v1(Prop *P)
+{
+	Sapp *S = P->S;
+	Module *m = S->m;
+	int32_t *head = xmalloc((m->next_id + 1) * sizeof *head), *tail = xmalloc((m->next_id + 1) * sizeof *tail);
+	int32_t *next = xmalloc((S->nops + 1) * sizeof *next);
+	for (uint32_t i = 0; i <= m->next_id; i++)
+		head[i] = tail[i] = -1;
+	for (uint32_t x = 0; x < S->nops; x++) {
+		next[x] = -1;
+		const Node *p = S->ops[x].has_s ? slot_weight(&S->ops[x]) : NULL;
+		if (!p || p->id > m->next_id)
+			continue;
+		if (tail[p->id] < 0)
+			head[p->id] = (int32_t)x;
+		else
+			next[tail[p->id]] = (int32_t)x;
+		tail[p->id] = (int32_t)x;
+	}
+	for (uint32_t id = 0; id <= m->next_id; id++) {
+		if (head[id] < 0 || next[head[id]] < 0)
+			continue; /* one user: nothing to share */
+		int32_t best = -1;
+		int64_t bdev = 0;
+		double bsum = 0;
+		for (int32_t x = head[id]; x >= 0; x = next[x]) {
+			SappOp *X = &S->ops[x];
+			uint32_t slot = (uint32_t)param_slot(X);
+			const int64_t *v = sin_of(X, slot);
+			int64_t dev = sapp_product(v, X->rank[slot]);
+			double sum = 0;
+			for (int d = 0; d < X->rank[slot]; d++)
+				sum += (double)X->dims[slot][d] / (double)v[d];
+			if (best < 0 || dev > bdev || (dev == bdev && sum < bsum)) {
+				best = x;
+				bdev = dev;
+				bsum = sum;
+			}
+		}
+		const SappOp *B = &S->ops[best];
+		Stra w;
+		input_stra((SappOp *)B, (uint32_t)param_slot(B), &w);
+		for (int32_t x = head[id]; x >= 0; x = next[x]) {
+			SappOp *U = &S->ops[x];
+			if (x == best || U->pinned || U->rank[param_slot(U)] != w.n)
+				continue;
+			apply_param(P, U, &w, B);
+		}
+	}
+	free(head);
+	free(tail);
+	free(next);
+}
+
+/* the inference clean-up (§4.8): the last operator of the entry graph (in
+ * module order, the one nearest the output; MindSpore's list runs the
+ * other way, but "back to raw" is meant for the output) and the
+ * VirtualDataset take the all-ones strategy, so every device holds the
+ * whole result; pinned operators keep theirs */
+static void make_raw(Sapp *S, SappOp *X, const char *what)
+{
+	for (uint32_t i = 0; i < X->nin; i++)
+		sapp_set_input(X, i, NULL, 0, 1);
+	X->has_os = 0;
+	X->has_s = 1;
+	X->source = SRC_DEFAULT;
+	if (sapp_explaining(S, (uint32_t)(X - S->ops)))
+		explain_prop(X, what, NULL, NULL, 1);
+}
+
+static void inference_cleanup(Sapp *S)
+{
+	const Graph *g = ir_entry(S->m);
+	for (uint32_t x = S->nops; x-- > 0;) {
+		SappOp *X = &S->ops[x];
+		if (!X->n || X->n->g != g || !X->has_s)
+			continue;
+		if (!X->pinned)
+			make_raw(S, X, "inference: the last operator keeps its result whole");
+		break;
+	}
+	if (S->vd >= 0 && !S->ops[S->vd].pinned)
+		make_raw(S, &S->ops[S->vd], "inference: the VirtualDataset is left whole");
+}
+
 /* FixInvalidStra (§4.8) */
 /* A strategy's device count must divide the stage's (the repeat count is
  * whole).  Powers of two always do; with prime levels (6144 = 2^11 * 3) a
@@ -1055,15 +1223,16 @@ void sapp_generate(Sapp *S)
 		extra_shard_matmul(S);
 	for (uint32_t i = 0; i < S->nkept; i++)
 		copy_main(S, S->kept[i]);
-	/* the no-strategy list: eliminated operators in elimination order */
+	/* the no-strategy list: eliminated operators in elimination order (V1:
+	 * reversed; the passes run from the end of the list to its start) */
 	Queue q;
 	memset(&q, 0, sizeof q);
 	q.active = -1;
 	q.list = xmalloc((S->nelim + 1) * sizeof *q.list);
 	for (uint32_t i = 0; i < S->nelim; i++) {
-		uint32_t x = S->elim_order[i];
+		uint32_t x = S->elim_order[S->predict ? S->nelim - 1 - i : i];
 		SappOp *X = &S->ops[x];
-		if (X->type == REC_StandAlone || X->type == REC_BatchParallel) {
+		if (!S->predict && (X->type == REC_StandAlone || X->type == REC_BatchParallel)) {
 			if (X->type == REC_BatchParallel)
 				data_parallel(S, X);
 			X->has_s = 1;
@@ -1077,8 +1246,15 @@ void sapp_generate(Sapp *S)
 		q.cur[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
 		q.next[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
 	}
-	/* min_devices = stage devices, then smaller (one prime less each round) */
-	for (int64_t md = S->stage_devices; md >= 2;) {
+	/* V1: one forward pass, then one backward pass, any device count */
+	if (S->predict) {
+		mark_all(S, &q);
+		run_pass(&P, &q, 0);
+		mark_all(S, &q);
+		run_pass(&P, &q, 1);
+	}
+	/* V3: min_devices = stage devices, then smaller (one prime less each round) */
+	for (int64_t md = S->stage_devices; !S->predict && md >= 2;) {
 		P.md = md;
 		mark_all(S, &q);
 		for (;;) {
@@ -1122,8 +1298,13 @@ void sapp_generate(Sapp *S)
 		free(q.next[dir].a);
 	}
 	free(q.list);
-	param_sharing(S);
+	if (S->predict)
+		param_strategy_v1(&P);
+	else
+		param_sharing(S);
 	fix_invalid(S);
+	if (S->predict)
+		inference_cleanup(S);
 }
 
 /* semi_auto: the default batch-parallel strategy: dim 0 of every

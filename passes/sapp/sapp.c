@@ -13,8 +13,14 @@
  *   graph.c      operator list, rec graph, elimination           §1
  *   cost.c       cost model and redistribution penalty           §2
  *   partition.c  levels, visiting order, pipeline roll-back      §3, §3.6, §4.9
+ *   memory.c     memory check, auto-pipeline suggestion          §3.7, §5
  *   propagate.c  strategies of eliminated operators, fix-ups     §4
  *   plan.c       --strategy-out / --strategy-in files
+ * After the partition: the memory check on the whole partition, the
+ * auto-pipeline estimate (which may lower the stage number), the roll-back,
+ * then GenerateStrategyV3 for a training graph or V1 for inference
+ * (--phase, decided by detect_training() when auto).  Module.sapp records
+ * the phase, its reason, the stage number and the suggestion.
  * Device counts: one level per prime factor of N, largest first (§3.2
  * generalised); a power of two gives MindSpore's log2(N) halvings exactly.
  * User strategies (primitive attribute in_strategy/out_strategy) are pinned
@@ -221,6 +227,133 @@ static int check_absorbable(const Sapp *S)
 	return 0;
 }
 
+/* ------------------------------------------------------------ train or predict */
+
+/* MindSpore's primitives that update weights (nn.Optimizer subclasses) */
+static const char *const optimizer_prims[] = {
+	"ApplyMomentum", "Adam", "AdamWeightDecay", "FusedAdamWeightDecay", "FusedAdam", "FusedSparseAdam",
+	"FusedSparseLazyAdam", "ApplyAdamWithAmsgrad", "Lamb", "LARSUpdate", "ApplyAdagrad", "ApplyAdagradV2",
+	"ApplyRMSProp", "ApplyCenteredRMSProp", "SGD", "ApplyGradientDescent", "ApplyProximalGradientDescent",
+	"ApplyFtrl", "SparseApplyFtrl",
+};
+
+static int ends_with(const char *s, const char *t)
+{
+	size_t a = strlen(s), b = strlen(t);
+	return a >= b && strcmp(s + a - b, t) == 0;
+}
+
+/* `training: 1` in a "subgraph attr:" or "# Attrs:" block: 1 train, 0
+ * predict, -1 absent */
+static int training_flag(const AttrList *l)
+{
+	const Value *v = ir_attr_get(l, "training");
+	if (!v)
+		return -1;
+	const char *t = v->text ? sym_str(v->text) : "";
+	int b;
+	if (v->kind != V_RAW && value_truthy(v, &b))
+		return b;
+	return strcmp(t, "1") == 0 || strcmp(t, "true") == 0 || strcmp(t, "True") == 0;
+}
+
+/* --phase=auto.  MindSpore runs GenerateStrategyV3 when IsTraining(): some
+ * graph carries the "training" flag, which the frontend sets for a network
+ * that is differentiated.  A dump a user gives shows that as, in order:
+ *   1. `training: 0|1` in a graph's "subgraph attr:" block (or "# Attrs:"):
+ *      the flag itself decides;
+ *   2. gradient operators: a full name under "Gradients/" (the backward
+ *      graph's scope) or a primitive named *Grad / *Backprop*;
+ *   3. an optimizer update (ApplyMomentum, Adam, AdamWeightDecay, ...);
+ *   4. a loss: a softmax / sigmoid cross-entropy operator, or an entry
+ *      graph that returns a scalar (the network ends in its loss, like a
+ *      WithLossCell's forward graph);
+ * and is inference (GenerateStrategyV1) otherwise.  1 train, 0 predict;
+ * why says which rule decided. */
+static int detect_training(const Module *m, const char **why)
+{
+	int f = training_flag(&m->attrs);
+	for (uint32_t gi = 0; f < 0 && gi < m->graphs.n; gi++)
+		f = training_flag(&m->graphs.a[gi]->attrs);
+	if (f >= 0) {
+		*why = f ? "the graph's training flag is 1" : "the graph's training flag is 0";
+		return f;
+	}
+	const Node *loss = NULL;
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		const Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			const Node *n = g->nodes.a[i];
+			if (n->dead || n->kind != NK_CNODE)
+				continue;
+			if (strncmp(ir_node_fullname(n), "Gradients/", 10) == 0) {
+				*why = "the graph has gradient operators (scope Gradients/)";
+				return 1;
+			}
+			if (n->callee_kind != CK_PRIM || !n->prim)
+				continue;
+			const char *p = sym_str(n->prim);
+			if (ends_with(p, "Grad") || strstr(p, "Backprop")) {
+				*why = "the graph has gradient operators (*Grad, *Backprop*)";
+				return 1;
+			}
+			for (size_t k = 0; k < sizeof optimizer_prims / sizeof optimizer_prims[0]; k++)
+				if (strcmp(p, optimizer_prims[k]) == 0) {
+					*why = "the graph has an optimizer update";
+					return 1;
+				}
+			int fam = op_table[n->op].family;
+			if (!loss &&
+			    (fam == FAM_LOSS || fam == FAM_SPARSELOSS || n->op == OP_SigmoidCrossEntropyWithLogits))
+				loss = n;
+		}
+	}
+	if (loss) {
+		*why = "the graph has a loss operator";
+		return 1;
+	}
+	const Graph *g = ir_entry((Module *)m);
+	const Node *ret = g && g->nodes.n ? g->nodes.a[g->nodes.n - 1] : NULL;
+	if (ret && ret->kind == NK_RETURN && ret->nargs && ret->args[0].kind == V_NODE) {
+		const Node *r = ir_look_through(ret->args[0].u.node);
+		if (r && r->out.is_tensor && r->out.shape.kind == SK_DIMS && r->out.shape.rank == 0) {
+			*why = "the graph returns a scalar (a loss)";
+			return 1;
+		}
+	}
+	*why = "no training flag, gradient, optimizer or loss operator, and the graph does not return a scalar";
+	return 0;
+}
+
+static void decide_phase(Sapp *S)
+{
+	const char *why;
+	if (S->o->phase == PHASE_TRAIN) {
+		S->predict = 0;
+		why = "--phase=train";
+	} else if (S->o->phase == PHASE_PREDICT) {
+		S->predict = 1;
+		why = "--phase=predict";
+	} else {
+		S->predict = !detect_training(S->m, &why);
+	}
+	S->m->sapp->predict = (uint8_t)S->predict;
+	S->m->sapp->phase_why = why;
+	if (S->explain >= 0)
+		fprintf(stderr, "sapp: explain: phase: %s (GenerateStrategy%s): %s\n", S->predict ? "predict" : "train",
+			S->predict ? "V1" : "V3", why);
+}
+
+static int log2_exact(int64_t n)
+{
+	int k = 0;
+	while (n > 1 && n % 2 == 0) {
+		n /= 2;
+		k++;
+	}
+	return n == 1 ? k : -1;
+}
+
 /* ------------------------------------------------------------ output */
 
 static Value stra_value(Arena *a, const SappOp *X, int out)
@@ -348,6 +481,8 @@ int pass_sapp(Module *m, const Options *o)
 		return 1;
 	}
 	S.stage_devices = S.devices / S.stages;
+	m->sapp = arena_alloc(m->arena, sizeof *m->sapp);
+	m->sapp->stages = (int32_t)S.stages;
 	int rc = 0;
 	double t[6] = {now(), 0, 0, 0, 0, 0};
 	sapp_build(&S);
@@ -389,8 +524,22 @@ int pass_sapp(Module *m, const Options *o)
 		for (uint32_t x = 0; x < S.nops; x++)
 			if (S.ops[x].pinned)
 				pin_rec(&S, x);
+		m->sapp->searched = 1;
+		decide_phase(&S);
 		t[2] = now();
 		sapp_partition(&S);
+		sapp_memory_check(&S);
+		int64_t st = sapp_auto_pipeline(&S, &m->sapp->suggestion);
+		int back = S.rollback;
+		if (st != S.stages) {
+			/* a power of two dividing the configured count (memory.c): the
+			 * last levels are the stage number's halvings */
+			back = log2_exact(st);
+			S.stages = st;
+			S.stage_devices = S.devices / st;
+			m->sapp->stages = (int32_t)st;
+		}
+		sapp_rollback(&S, back);
 		t[3] = now();
 		sapp_generate(&S);
 	}
@@ -409,6 +558,13 @@ int pass_sapp(Module *m, const Options *o)
 done:
 	sapp_free(&S);
 	return rc;
+}
+
+int sapp_plan_stages(const Module *m, const Options *o)
+{
+	if (m && m->sapp && m->sapp->stages > 0)
+		return m->sapp->stages;
+	return o->pipeline_stages > 1 ? o->pipeline_stages : 1;
 }
 
 const char *sapp_strategy_source(const Node *n)

@@ -188,6 +188,7 @@ typedef struct Sapp {
 	int primes[64];      /* the prime of each level */
 	int weight_order;
 	int64_t explain;     /* operator index for --explain, -1 */
+	int predict;         /* inference: GenerateStrategyV1 (§4.1), else V3 */
 } Sapp;
 
 /* graph.c */
@@ -222,6 +223,7 @@ double sapp_redis(Sapp *S, const RecNode *N, const Dim4 mode[3], int level);
 
 /* partition.c */
 int sapp_partition(Sapp *S);
+void sapp_rollback(Sapp *S, int levels);
 void sapp_decompose_step(Dim4 *rem, const Dim4 *user, int p, Dim4 *step);
 
 /* propagate.c */
@@ -237,6 +239,31 @@ int sapp_explaining(const Sapp *S, uint32_t op);
 const char *sapp_op_label(const SappOp *X, char *buf, size_t n);
 int sapp_check_stra(const Sapp *S, const SappOp *X, uint32_t i, const int64_t *vals, int k, int out, char *why,
 		    size_t n);
+
+/* memory.c: DevicesMemoryControl (§3.7) and auto_pipeline (§5) */
+double sapp_memory_check(Sapp *S); /* the estimate compared with --device-memory; warns */
+typedef struct SappModel {
+	int64_t layers, hidden, seq, batch, heads; /* heads 0: no 4-D Softmax (no score term) */
+	double layer_bytes, other_bytes;            /* parameters inside and outside the layers */
+	double act_elt;                             /* bytes of an activation element */
+	int64_t dp, mp;                             /* read off the MatMuls at the rolled-back level */
+} SappModel;
+typedef struct SappSuggest {
+	int fits;                   /* the configured stage number fits (else the fallback advice) */
+	int64_t stages, dp, mp;     /* the configuration suggested */
+	int64_t batch, micro;
+	double mem_coef;
+	double stat, dyn;           /* its estimate: parameters + gradients + optimizer states, activations */
+	double stat0, dyn0;         /* the estimate of the configured stage number */
+} SappSuggest;
+int sapp_read_model(const Sapp *S, SappModel *M, char *why, size_t n);
+void sapp_model_memory(const SappModel *M, int64_t stages, int64_t dp, int64_t mp, int64_t micro, int opt_shard,
+		       double *stat, double *dyn);
+void sapp_suggest(const SappModel *M, int64_t stages, int64_t micro, int opt_shard, double capacity, double mem_coef,
+		  SappSuggest *r);
+/* the stage number --auto-pipeline applies (S->stages if unchanged); the
+ * suggestion line for the summary in *line */
+int64_t sapp_auto_pipeline(Sapp *S, const char **line);
 
 /* plan.c: strategy files (--strategy-out, --strategy-in); 0 ok, 1 bad input, 3 I/O */
 int sapp_write_plan(const Sapp *S, const char *path);

@@ -247,7 +247,7 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 		report_error(G, "single device: ");
 		goto out;
 	}
-	Plan plan = {n / (o->pipeline_stages > 1 ? o->pipeline_stages : 1), ranks, n};
+	Plan plan = {n / sapp_plan_stages(m, o), ranks, n};
 	SimOptions ro = *so;
 	ro.global = ref;
 	ro.slice = lower_slice;

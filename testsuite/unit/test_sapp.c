@@ -307,6 +307,85 @@ static void test_prime_level(void **state)
 	free_sapp(&S);
 }
 
+/* §5 auto pipeline: the memory model of memory.c, by hand */
+static SappModel toy_model(void)
+{
+	SappModel M;
+	memset(&M, 0, sizeof M);
+	M.layers = 4;
+	M.hidden = 64;
+	M.seq = 32;
+	M.batch = 8;
+	M.heads = 4;
+	M.layer_bytes = 400000;
+	M.other_bytes = 100000;
+	M.act_elt = 4;
+	M.dp = 2;
+	M.mp = 1;
+	return M;
+}
+
+static void test_auto_pipeline_memory(void **state)
+{
+	(void)state;
+	SappModel M = toy_model();
+	double st, dy;
+	/* 4 stages: 1 layer each; micro-batch 8 / (2 x 4) = 1; sbh = 32 x 1 x 64 = 2048, t = 1:
+	 * 4 x (100000 + 400000 / 4) / 1; (1/1.5 x 2 x 2048 + 2048 (10 + 24 + 5 x 4 x 32 / 64) + 0) x 4/2 */
+	sapp_model_memory(&M, 4, 2, 1, 4, 0, &st, &dy);
+	assert_true(st == 800000.0);
+	assert_true(dy > 185685.33 && dy < 185685.34);
+	/* 2 stages, mp 2, optimizer parallel: 4 x (100000 + 200000) / (2 x 2);
+	 * (2/1.5 x 2 x 2048 + 2048 (10 + 12 + 5) + 2 x 8 x 2048 / 2) x 2 */
+	sapp_model_memory(&M, 2, 2, 2, 4, 1, &st, &dy);
+	assert_true(st == 300000.0);
+	assert_true(dy > 154282.66 && dy < 154282.67);
+	/* no 4-D softmax: no score term; one stage: the micro-batches do not divide the batch */
+	M.heads = 0;
+	sapp_model_memory(&M, 1, 2, 1, 4, 0, &st, &dy);
+	assert_true(st == 4 * 500000.0);
+	double sbh = 32 * 4 * 64;
+	assert_true(dy > (4 / 1.5 * 2 * sbh + 34 * sbh) * 2 - 0.01 && dy < (4 / 1.5 * 2 * sbh + 34 * sbh) * 2 + 0.01);
+}
+
+static void test_auto_pipeline_suggest(void **state)
+{
+	(void)state;
+	SappModel M = toy_model();
+	SappSuggest r;
+	/* everything fits: halve 4 -> 2 -> 1, doubling mp first (tie), then dp */
+	sapp_suggest(&M, 4, 4, 0, 1e12, 0.1, &r);
+	assert_true(r.fits);
+	assert_int_equal(r.stages, 1);
+	assert_int_equal(r.dp, 4);
+	assert_int_equal(r.mp, 2);
+	assert_int_equal(r.batch, 8);
+	assert_int_equal(r.micro, 1);
+	assert_true(r.mem_coef == 0.1);
+	/* nothing fits: mem_coeff 1024, batch 1, the stage number stays */
+	sapp_suggest(&M, 4, 4, 0, 1000, 0.1, &r);
+	assert_false(r.fits);
+	assert_int_equal(r.stages, 4);
+	assert_true(r.mem_coef == 1024);
+	assert_int_equal(r.batch, 1);
+	/* stop where the halved pipeline no longer fits (1.1 x memory < capacity) */
+	double s4, d4_, s2, d2, s1, d1;
+	sapp_model_memory(&M, 4, 2, 1, 4, 0, &s4, &d4_);
+	sapp_model_memory(&M, 2, 2, 2, 4, 0, &s2, &d2);
+	sapp_model_memory(&M, 1, 4, 2, 4, 0, &s1, &d1);
+	double need = 1.1 * (s4 + d4_ > s2 + d2 ? s4 + d4_ : s2 + d2) * 1.001;
+	assert_true(1.1 * (s1 + d1) > need);
+	sapp_suggest(&M, 4, 4, 0, need, 0.1, &r);
+	assert_int_equal(r.stages, 2);
+	assert_int_equal(r.micro, 4);
+	assert_true(r.stat == s2 && r.dyn == d2);
+	assert_true(r.stat0 == s4 && r.dyn0 == d4_);
+	/* a stage number that is not a power of two is not halved (the roll-back could not follow) */
+	sapp_suggest(&M, 6, 6, 0, 1e12, 0.1, &r);
+	assert_true(r.fits);
+	assert_int_equal(r.stages, 6);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -315,7 +394,8 @@ int main(void)
 		cmocka_unit_test(test_e17_conv_batch_only), cmocka_unit_test(test_redistribution_penalty),
 		cmocka_unit_test(test_e15_decompose),        cmocka_unit_test(test_prepare_reshape),
 		cmocka_unit_test(test_gen_gather_stra),      cmocka_unit_test(test_mappings),
-		cmocka_unit_test(test_prime_level),
+		cmocka_unit_test(test_prime_level),          cmocka_unit_test(test_auto_pipeline_memory),
+		cmocka_unit_test(test_auto_pipeline_suggest),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
