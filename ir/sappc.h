@@ -443,6 +443,7 @@ typedef struct Options {
 	int semi_auto;
 	int data_parallel;  /* semi_auto ignoring every given strategy: the pure data-parallel plan */
 	int enable_alltoall;
+	int no_redist_opt;  /* --disable-redistribution-opt: no §4.2 step 6 (pre-2.3 op lists) */
 	const char *explain;
 	const char *strategy_out;
 	const char *strategy_in; /* --strategy-in: apply this plan instead of searching */
