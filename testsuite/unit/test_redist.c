@@ -1354,6 +1354,22 @@ static void h_slices(Hand *h, int64_t rank)
 	h_reshape(h, "4");
 }
 
+/* rule 5 on axis 0: the Slice moves behind the Reshape as well */
+static void h_slice_axis0(Hand *h, int64_t rank)
+{
+	h_start(h, "4,8");
+	h_slice(h, 0, 2, rank % 2);
+	h_reshape(h, "16");
+}
+
+/* rule 3: the AllConcat on the larger axis goes first */
+static void h_two_axes(Hand *h, int64_t rank)
+{
+	h_start(h, "2,4");
+	h_gather(h, rank & ~1, 1, 2, 0);
+	h_gather(h, rank & ~2, 2, 2, 1);
+}
+
 /* rule 7: the pair {2k, 2k+1}, then the pair two apart: one group of four */
 static void h_nested(Hand *h, int64_t rank)
 {
@@ -1409,6 +1425,8 @@ static void test_opt_hand(void **state)
 	(void)state;
 	assert_string_equal(hand_case(h_reshapes, 4, 1), "AllGather{0,1} Reshape(64)");
 	assert_string_equal(hand_case(h_slices, 4, 1), "Reshape(16) StridedSlice[0:4]");
+	assert_string_equal(hand_case(h_slice_axis0, 2, 1), "Reshape(32) StridedSlice[0:16]");
+	assert_string_equal(hand_case(h_two_axes, 4, 1), "AllGather{0,2} Split(0,2) Concat(1) AllGather{0,1}");
 	assert_string_equal(hand_case(h_nested, 8, 1), "AllGather{0,1,2,3}");
 	assert_string_equal(hand_case(h_nested_axis1, 8, 1), "AllGather{0,1,2,3} Split(0,4) Concat(1)");
 	assert_string_equal(hand_case(h_not_nested, 8, 0), "AllGather{0,2} AllGather{0,1}");
