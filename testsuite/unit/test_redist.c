@@ -1281,12 +1281,12 @@ static void h_gather(Hand *h, int64_t first, int64_t stride, int n, int axis)
 	h_set(h, o);
 }
 
-typedef void (*HandFn)(Hand *h, int64_t rank);
+typedef void (*HandFn)(Hand *h, int64_t rank, const void *arg);
 
 /* Build fn's list on each of N ranks, optimise it, and run both versions
  * from the same data: every rank must end with the same values.  Returns
  * rank 0's list after step 6. */
-static const char *hand_case(HandFn fn, int64_t N, int want_changed)
+static const char *hand_case(HandFn fn, const void *arg, int64_t N, int want_changed)
 {
 	Hand *h = xcalloc((size_t)N, sizeof *h);
 	RedistPlan *plain = xcalloc((size_t)N, sizeof *plain);
@@ -1295,7 +1295,7 @@ static const char *hand_case(HandFn fn, int64_t N, int want_changed)
 	memset(&st, 0, sizeof st);
 	stage_base = 0;
 	for (int64_t p = 0; p < N; p++) {
-		fn(&h[p], p);
+		fn(&h[p], p, arg);
 		plain[p] = h[p].p;
 		dl[p] = p;
 	}
@@ -1334,8 +1334,9 @@ static const char *hand_case(HandFn fn, int64_t N, int want_changed)
 }
 
 /* rule 2: Reshape then Reshape is the second; a Reshape to the same shape goes */
-static void h_reshapes(Hand *h, int64_t rank)
+static void h_reshapes(Hand *h, int64_t rank, const void *arg)
 {
+	(void)arg;
 	h_start(h, "4,8");
 	h_reshape(h, "2,16");
 	h_reshape(h, "4,8");
@@ -1346,8 +1347,9 @@ static void h_reshapes(Hand *h, int64_t rank)
 
 /* rules 5 and 8: Slice(1) and Slice(2) of (1, 2, 8), then Reshape(4): each
  * Slice moves behind the Reshape in turn, then the two Slices of axis 0 merge */
-static void h_slices(Hand *h, int64_t rank)
+static void h_slices(Hand *h, int64_t rank, const void *arg)
 {
+	(void)arg;
 	h_start(h, "1,2,8");
 	h_slice(h, 1, 2, rank / 2);
 	h_slice(h, 2, 2, rank % 2);
@@ -1355,47 +1357,29 @@ static void h_slices(Hand *h, int64_t rank)
 }
 
 /* rule 5 on axis 0: the Slice moves behind the Reshape as well */
-static void h_slice_axis0(Hand *h, int64_t rank)
+static void h_slice_axis0(Hand *h, int64_t rank, const void *arg)
 {
+	(void)arg;
 	h_start(h, "4,8");
 	h_slice(h, 0, 2, rank % 2);
 	h_reshape(h, "16");
 }
 
-/* rule 3: the AllConcat on the larger axis goes first */
-static void h_two_axes(Hand *h, int64_t rank)
+/* Two gathers of (2, 4) over pairs of ranks: arg = {stride of the first
+ * pair (1: {2k, 2k+1}, 2: two apart), its axis, the second pair's axis}. */
+static void h_pairs(Hand *h, int64_t rank, const void *arg)
 {
+	const int *a = arg;
+	int64_t s1 = a[0], s2 = 3 - s1;
 	h_start(h, "2,4");
-	h_gather(h, rank & ~1, 1, 2, 0);
-	h_gather(h, rank & ~2, 2, 2, 1);
-}
-
-/* rule 7: the pair {2k, 2k+1}, then the pair two apart: one group of four */
-static void h_nested(Hand *h, int64_t rank)
-{
-	h_start(h, "2,4");
-	h_gather(h, rank & ~1, 1, 2, 0);
-	h_gather(h, rank & ~2, 2, 2, 0);
-}
-
-static void h_nested_axis1(Hand *h, int64_t rank)
-{
-	h_start(h, "2,4");
-	h_gather(h, rank & ~1, 1, 2, 1);
-	h_gather(h, rank & ~2, 2, 2, 1);
-}
-
-/* the outer pair first: the data order is not a group's order, kept */
-static void h_not_nested(Hand *h, int64_t rank)
-{
-	h_start(h, "2,4");
-	h_gather(h, rank & ~2, 2, 2, 0);
-	h_gather(h, rank & ~1, 1, 2, 0);
+	h_gather(h, rank & ~s1, s1, 2, a[1]);
+	h_gather(h, rank & ~s2, s2, 2, a[2]);
 }
 
 /* a Split/Concat without its AllGather; a StridedSlice over two axes */
-static void h_unknown_split(Hand *h, int64_t rank)
+static void h_unknown_split(Hand *h, int64_t rank, const void *arg)
 {
+	(void)arg;
 	(void)rank;
 	h_start(h, "4,4");
 	RedistOp *o = h_op(h, RD_SPLIT);
@@ -1409,8 +1393,9 @@ static void h_unknown_split(Hand *h, int64_t rank)
 	h_set(h, o);
 }
 
-static void h_two_axis_slice(Hand *h, int64_t rank)
+static void h_two_axis_slice(Hand *h, int64_t rank, const void *arg)
 {
+	(void)arg;
 	h_start(h, "4,4");
 	h_slice(h, 0, 2, rank % 2);
 	h->p.ops[0].begin[1] = 0;
@@ -1423,22 +1408,26 @@ static void h_two_axis_slice(Hand *h, int64_t rank)
 static void test_opt_hand(void **state)
 {
 	(void)state;
-	assert_string_equal(hand_case(h_reshapes, 4, 1), "AllGather{0,1} Reshape(64)");
-	assert_string_equal(hand_case(h_slices, 4, 1), "Reshape(16) StridedSlice[0:4]");
-	assert_string_equal(hand_case(h_slice_axis0, 2, 1), "Reshape(32) StridedSlice[0:16]");
-	assert_string_equal(hand_case(h_two_axes, 4, 1), "AllGather{0,2} Split(0,2) Concat(1) AllGather{0,1}");
-	assert_string_equal(hand_case(h_nested, 8, 1), "AllGather{0,1,2,3}");
-	assert_string_equal(hand_case(h_nested_axis1, 8, 1), "AllGather{0,1,2,3} Split(0,4) Concat(1)");
-	assert_string_equal(hand_case(h_not_nested, 8, 0), "AllGather{0,2} AllGather{0,1}");
-	assert_string_equal(hand_case(h_unknown_split, 2, 0), "Split(0,2) Concat(1)");
-	assert_string_equal(hand_case(h_two_axis_slice, 2, 0), "StridedSlice[0,0:2,2] Reshape(4)");
+	static const int two_axes[] = {1, 0, 1}, nested[] = {1, 0, 0}, nested1[] = {1, 1, 1}, outer[] = {2, 0, 0};
+	assert_string_equal(hand_case(h_reshapes, NULL, 4, 1), "AllGather{0,1} Reshape(64)");
+	assert_string_equal(hand_case(h_slices, NULL, 4, 1), "Reshape(16) StridedSlice[0:4]");
+	assert_string_equal(hand_case(h_slice_axis0, NULL, 2, 1), "Reshape(32) StridedSlice[0:16]");
+	/* rule 3: the AllConcat on the larger axis goes first */
+	assert_string_equal(hand_case(h_pairs, two_axes, 4, 1), "AllGather{0,2} Split(0,2) Concat(1) AllGather{0,1}");
+	/* rule 7: the pair {2k, 2k+1}, then the pair two apart: one group of four */
+	assert_string_equal(hand_case(h_pairs, nested, 8, 1), "AllGather{0,1,2,3}");
+	assert_string_equal(hand_case(h_pairs, nested1, 8, 1), "AllGather{0,1,2,3} Split(0,4) Concat(1)");
+	/* the outer pair first: the data order is not a group's order, kept */
+	assert_string_equal(hand_case(h_pairs, outer, 8, 0), "AllGather{0,2} AllGather{0,1}");
+	assert_string_equal(hand_case(h_unknown_split, NULL, 2, 0), "Split(0,2) Concat(1)");
+	assert_string_equal(hand_case(h_two_axis_slice, NULL, 2, 0), "StridedSlice[0,0:2,2] Reshape(4)");
 	/* rank 3's pieces: block 1 then block 1 of it is block 3 of four */
 	Hand h;
-	h_slices(&h, 3);
+	h_slices(&h, 3, NULL);
 	assert_int_equal(redist_optimize(&h.p), 1);
 	assert_string_equal(fmt_plan(&h.p, opt_buf, sizeof opt_buf), "Reshape(16) StridedSlice[12:16]");
 	redist_plan_free(&h.p);
-	h_nested(&h, 5);
+	h_pairs(&h, 5, nested);
 	assert_int_equal(redist_optimize(&h.p), 1);
 	assert_string_equal(fmt_plan(&h.p, opt_buf, sizeof opt_buf), "AllGather{4,5,6,7}");
 	expect_op(&h.p.ops[0], "2,4", "8,4");
