@@ -57,6 +57,7 @@ enum {
 	OPT_STAGE,
 	OPT_WORLD_GROUP,
 	OPT_ENABLE_ALLTOALL,
+	OPT_DISABLE_REDIST_OPT,
 	OPT_OPT_SHARD_SIZE,
 	OPT_PARALLEL_DETAIL,
 	OPT_VIRTUAL_OPS,
@@ -107,6 +108,7 @@ static const struct option longopts[] = {
 	{"stage", required_argument, NULL, OPT_STAGE},
 	{"world-group", required_argument, NULL, OPT_WORLD_GROUP},
 	{"enable-alltoall", no_argument, NULL, OPT_ENABLE_ALLTOALL},
+	{"disable-redistribution-opt", no_argument, NULL, OPT_DISABLE_REDIST_OPT},
 	{"optimizer-weight-shard-size", required_argument, NULL, OPT_OPT_SHARD_SIZE},
 	{"parallel-detail", no_argument, NULL, OPT_PARALLEL_DETAIL},
 	{"virtual-ops", no_argument, NULL, OPT_VIRTUAL_OPS},
@@ -150,6 +152,10 @@ static void usage(FILE *f)
 	      "      --optimizer-weight-shard-size=K\n"
 	      "                          shard over groups of K replicas instead of all of them\n"
 	      "      --enable-alltoall   redistribute with AlltoAll instead of AllGather + slice\n"
+	      "      --disable-redistribution-opt\n"
+	      "                          keep the redistribution operator lists of MindSpore < 2.3:\n"
+	      "                          no 2.3+ list optimiser (gather before slicing, axis-0\n"
+	      "                          AllGather without Split/Concat where leading 1s allow)\n"
 	      "      --world-group=NAME  name of the all-devices group (default hccl_world_group)\n"
 	      "      --parallel-detail   add inputs_tensor_map / device_matrix / outputs_tensor_map\n"
 	      "                          attributes to every operator with a layout\n"
@@ -630,6 +636,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_ENABLE_ALLTOALL:
 			o.enable_alltoall = 1;
+			break;
+		case OPT_DISABLE_REDIST_OPT:
+			o.no_redist_opt = 1;
 			break;
 		case OPT_OPT_SHARD_SIZE:
 			o.optimizer_weight_shard_size = (int)parse_long("--optimizer-weight-shard-size", optarg, 1, 65536);

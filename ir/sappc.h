@@ -423,6 +423,14 @@ void rh_order_attrs(Attr *a, uint32_t n);
 /* Iteration order of a fresh map holding integer keys 0..r-1 inserted in order. */
 void rh_order_ints(int r, int *order);
 
+/* -------------------------------------------------------------- stdsort.c */
+/* libstdc++'s std::stable_sort, comparison for comparison, so that a
+ * comparator that is not a strict weak order gives MindSpore's result.
+ * Sorts a[0..n) by less(x, y, ctx) ("x goes before y"); buf holds (n+1)/2
+ * ints (the library's temporary buffer). */
+typedef int (*StdLess)(int x, int y, const void *ctx);
+void std_stable_sort(int *a, int n, int *buf, StdLess less, const void *ctx);
+
 /* ------------------------------------------------------ passes/manager.c */
 typedef struct Options {
 	int device_num;
@@ -442,6 +450,7 @@ typedef struct Options {
 	int semi_auto;
 	int data_parallel;  /* semi_auto ignoring every given strategy: the pure data-parallel plan */
 	int enable_alltoall;
+	int no_redist_opt;  /* --disable-redistribution-opt: no §4.2 step 6 (pre-2.3 op lists) */
 	const char *explain;
 	const char *strategy_out;
 	const char *strategy_in; /* --strategy-in: apply this plan instead of searching */

@@ -58,7 +58,7 @@ int layout_expand_dev(const Layout *l, const int64_t *dev, int ndev, Layout *out
 /* ExpandTensorShape to shape (which must refine l->shape) */
 int layout_expand_tensor_shape(const Layout *l, const int64_t *shape, int rank, Layout *out);
 
-/* ---- redist.c: the redistribution planner of §4.2 (steps 0-5; step 6 optional) ---- */
+/* ---- redist.c: the redistribution planner of §4.2 (steps 0-5; step 6 separately) ---- */
 typedef enum {
 	RD_STRIDEDSLICE, /* begin/end/strides over the current local tensor */
 	RD_ALLGATHER,    /* concatenate along dim 0 over group */
@@ -86,6 +86,7 @@ typedef struct RedistPlan {
 	RedistOp ops[REDIST_MAX_OPS];
 	int64_t *groupbuf; /* storage behind ops[].group; free with redist_plan_free */
 	int ngroupbuf, capgroupbuf;
+	int unexpandable; /* built by step 2b, which step 6 leaves alone */
 } RedistPlan;
 
 void redist_plan_free(RedistPlan *plan);
@@ -103,6 +104,16 @@ void redist_plan_free(RedistPlan *plan);
  * order; only groups and StridedSlice bounds differ. */
 int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, int64_t rank, int enable_alltoall,
 		int keep_reshape, RedistPlan *plan, char *err, size_t errlen);
+
+/* §4.2 step 6, the operator-list optimiser of MindSpore >= 2.3, on a plan of
+ * redist_plan() (or any list of Reshape / AllGather [+ Split(0, n) +
+ * Concat] / single-axis StridedSlice ops with consistent shapes and groups
+ * that contain the rank): gather before slicing, gather and slice on axis 0
+ * where leading 1s allow, merge what then sits side by side.  Returns 1
+ * when it rewrote the list, 0 when it kept it (one op or none, an AlltoAll,
+ * a step-2b plan, or a list it cannot read).  Every rank still gets the same
+ * op kinds in the same order. */
+int redist_optimize(RedistPlan *plan);
 
 /* §4.5: the cost the strategy searcher charges for a transfer (before the
  * element byte size is applied).  Rank-independent. */

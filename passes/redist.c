@@ -1,5 +1,5 @@
 /* redist.c - the tensor-redistribution planner (parallel-lowering.md §4.2,
- * steps 0-5; the 2.3+ list optimiser of step 6 is not implemented).
+ * steps 0-5) and the operator-list optimiser of MindSpore 2.3+ (step 6).
  *
  * Given the layout a producer leaves a tensor in and the layout a consumer
  * wants, list the local operators one rank runs to get from its old slice to
@@ -16,6 +16,10 @@
  *             one rank: StridedSlice, AllGather (+ Split + Concat when the
  *             gathered axis is not 0) or AlltoAll; step 5 adds the Reshapes
  *             that move between the caller's shapes and the unified ones.
+ *
+ * redist_optimize() is step 6, run by the caller on a finished plan: it
+ * reads the list back as Reshape / AllConcat / Slice, reorders and rewrites
+ * it, and constructs it again.
  *
  * Step 3 depends only on the maps, never on the rank, so every rank gets the
  * same operator sequence (only groups and slice offsets differ): this is what
@@ -216,11 +220,11 @@ static RedistOp *new_op(Builder *b, RedistKind k, const int64_t *in, int rin)
 	return op;
 }
 
-/* Record the ranks of device dimension a's group through position pos. */
-static void set_group(Builder *b, RedistOp *op, const Layout *u, int64_t pos, int a)
+/* Room for op's n group ranks at the end of the plan's group storage; the
+ * offset is recorded and turned into op->group by finish_groups(). */
+static int64_t *reserve_group(Builder *b, RedistOp *op, int64_t n)
 {
 	RedistPlan *p = b->plan;
-	int64_t n = u->dev[a];
 	if (p->ngroupbuf + n > p->capgroupbuf) {
 		int nc = p->capgroupbuf ? p->capgroupbuf : 64;
 		while (nc < p->ngroupbuf + n)
@@ -228,13 +232,73 @@ static void set_group(Builder *b, RedistOp *op, const Layout *u, int64_t pos, in
 		p->groupbuf = xrealloc(p->groupbuf, (size_t)nc * sizeof *p->groupbuf);
 		p->capgroupbuf = nc;
 	}
-	int64_t *g = p->groupbuf + p->ngroupbuf;
-	layout_group_along(u, pos, a, g);
-	for (int64_t k = 0; k < n; k++)
-		g[k] = b->dev_list[g[k]];
 	b->goff[op - p->ops] = (size_t)p->ngroupbuf;
 	op->ngroup = (int)n;
 	p->ngroupbuf += (int)n;
+	return p->groupbuf + b->goff[op - p->ops];
+}
+
+static void finish_groups(Builder *b)
+{
+	RedistPlan *p = b->plan;
+	for (int i = 0; i < p->nops; i++)
+		if (p->ops[i].kind == RD_ALLGATHER || p->ops[i].kind == RD_ALLTOALL)
+			p->ops[i].group = p->groupbuf + b->goff[i];
+}
+
+/* Record the ranks of device dimension a's group through position pos. */
+static void set_group(Builder *b, RedistOp *op, const Layout *u, int64_t pos, int a)
+{
+	int64_t n = u->dev[a], *g = reserve_group(b, op, n);
+	layout_group_along(u, pos, a, g);
+	for (int64_t k = 0; k < n; k++)
+		g[k] = b->dev_list[g[k]];
+}
+
+/* StridedSlice keeping block idx of num along `axis` of the local tensor s */
+static int emit_slice(Builder *b, const int64_t *s, int r, int axis, int64_t num, int64_t idx)
+{
+	RedistOp *op = new_op(b, RD_STRIDEDSLICE, s, r);
+	if (!op)
+		return -1;
+	int64_t blk = s[axis] / num;
+	for (int i = 0; i < r; i++) {
+		op->begin[i] = 0;
+		op->end[i] = s[i];
+		op->strides[i] = 1;
+	}
+	op->begin[axis] = idx * blk;
+	op->end[axis] = (idx + 1) * blk;
+	op->out_shape[axis] = blk;
+	return 0;
+}
+
+/* AllGather of the local tensor s over a group of n ranks, which stacks the
+ * pieces along axis 0; for another axis, Split(0, n) cuts them apart again
+ * and Concat(axis) joins them there.  Returns the AllGather, whose group the
+ * caller fills in. */
+static RedistOp *emit_allconcat(Builder *b, const int64_t *s, int r, int axis, int64_t n)
+{
+	RedistOp *ag = new_op(b, RD_ALLGATHER, s, r);
+	if (!ag)
+		return NULL;
+	ag->n = (int)n;
+	ag->out_shape[0] = s[0] * n;
+	if (axis == 0)
+		return ag;
+	RedistOp *op = new_op(b, RD_SPLIT, ag->out_shape, r);
+	if (!op)
+		return NULL;
+	op->axis = 0;
+	op->n = (int)n;
+	op->out_shape[0] = s[0];
+	op = new_op(b, RD_CONCAT, s, r);
+	if (!op)
+		return NULL;
+	op->axis = axis;
+	op->n = (int)n;
+	op->out_shape[axis] = s[axis] * n;
+	return ag;
 }
 
 static int emit_reshape(Builder *b, const int64_t *in, int rin, const int64_t *out, int rout)
@@ -249,7 +313,7 @@ static int emit_reshape(Builder *b, const int64_t *in, int rin, const int64_t *o
 
 static int same_shape(const int64_t *a, int na, const int64_t *b, int nb)
 {
-	return na == nb && memcmp(a, b, (size_t)na * sizeof *a) == 0;
+	return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
 }
 
 /* ConstructOperator: abstract steps -> operators for the device at position
@@ -268,46 +332,16 @@ static int construct(Builder *b, const Layout *u, const AbsOp *ops, int nops, in
 		int64_t n = u->dev[dd];
 		layout_slice_shape(&cur, s);
 		if (a->kind == AB_SPLIT) {
-			if (n > 1) {
-				/* this rank keeps block coord[dd] of dimension dim */
-				RedistOp *op = new_op(b, RD_STRIDEDSLICE, s, r);
-				if (!op)
-					return -1;
-				int64_t blk = s[a->dim] / n;
-				for (int i = 0; i < r; i++) {
-					op->begin[i] = 0;
-					op->end[i] = s[i];
-					op->strides[i] = 1;
-				}
-				op->begin[a->dim] = coord[dd] * blk;
-				op->end[a->dim] = (coord[dd] + 1) * blk;
-				op->out_shape[a->dim] = blk;
-			}
+			/* this rank keeps block coord[dd] of dimension dim */
+			if (n > 1 && emit_slice(b, s, r, a->dim, n, coord[dd]) < 0)
+				return -1;
 			cur.map[a->dim] = a->val;
 		} else if (a->kind == AB_CONCAT) {
 			if (n > 1) {
-				/* AllGather stacks the group's slices along axis 0 */
-				RedistOp *op = new_op(b, RD_ALLGATHER, s, r);
+				RedistOp *op = emit_allconcat(b, s, r, a->dim, n);
 				if (!op)
 					return -1;
-				op->n = (int)n;
-				op->out_shape[0] = s[0] * n;
 				set_group(b, op, u, pos, dd);
-				if (a->dim != 0) {
-					/* ... so cut them apart again and join along dim */
-					op = new_op(b, RD_SPLIT, op->out_shape, r);
-					if (!op)
-						return -1;
-					op->axis = 0;
-					op->n = (int)n;
-					op->out_shape[0] = s[0];
-					op = new_op(b, RD_CONCAT, s, r);
-					if (!op)
-						return -1;
-					op->axis = a->dim;
-					op->n = (int)n;
-					op->out_shape[a->dim] = s[a->dim] * n;
-				}
 			}
 			cur.map[a->dim] = -1;
 		} else {
@@ -461,6 +495,7 @@ int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, i
 		err[0] = 0;
 	if (unify(from, to, &U, err, errlen) < 0)
 		return -1;
+	plan->unexpandable = !U.expandable;
 	int64_t ndev = numel(U.fo.dev, U.fo.ndev), pos = -1;
 	for (int64_t p = 0; p < ndev && pos < 0; p++)
 		if (dev_list[p] == rank)
@@ -508,15 +543,444 @@ int redist_plan(const Layout *from, const Layout *to, const int64_t *dev_list, i
 				goto fail;
 		}
 	}
-	for (int i = 0; i < plan->nops; i++)
-		if (plan->ops[i].kind == RD_ALLGATHER || plan->ops[i].kind == RD_ALLTOALL)
-			plan->ops[i].group = plan->groupbuf + goff[i];
+	finish_groups(&b);
 	return 0;
 fail:
 	if (errlen && !err[0])
 		snprintf(err, errlen, "redistribution failed: operator list too long");
 	redist_plan_free(plan);
 	return -1;
+}
+
+/* ------------------------------------------------------------ step 6 */
+
+/* TensorTransform::OptimizeTensorRedistributionOperatorList (§4.2 step 6,
+ * MindSpore 2.3+).  Lists of one op, lists with anything but Reshape,
+ * AllGather, Split, Concat and StridedSlice, and step-2b plans are kept.
+ * Otherwise, in order:
+ *   1. compact form: AllGather [-> Split(0, n) -> Concat(a)] is AllConcat(g,
+ *      a), a StridedSlice is Slice(axis, num, idx);
+ *   2. drop a Reshape followed by a Reshape, then Reshapes to their input;
+ *   3. libstdc++ std::stable_sort with co_less (AllConcats first, larger
+ *      axes first; then Slices, smaller axes first; Reshapes "equal" to all);
+ *   4. AllConcat on axis k > 0 of (1,..,1, ...) -> Reshape, axis 0, Reshape;
+ *   5. Slice on axis k of (1,..,1, ...) followed by Reshape(t) ->
+ *      Reshape(t_0 * num, ...), Slice on axis 0;
+ *   6. as 2;
+ *   7. adjacent AllConcats, same axis, nested strides -> one bigger group;
+ *   8. adjacent Slices, same axis -> one Slice;
+ *   9. back to operators, shapes and StridedSlice bounds from the input.
+ * Where the spec leaves room, the choices are (each at its function):
+ *   - the sort is libstdc++'s real algorithm (ir/stdsort.c), not the plain
+ *     insertion sort the spec describes: that is only its no-buffer
+ *     fallback, and the two differ from 3 ops on ([Slice, Reshape,
+ *     AllConcat] stays as it is);
+ *   - step-2b plans are kept: the spec runs step 6 "after step 5", and the
+ *     unexpandable path (InferTensorRedistributionOperatorListUnExpand) is
+ *     a list of its own without a step 5;
+ *   - rule 4's first Reshape drops the leading 1s (what E6 needs);
+ *   - rule 5 applies to k = 0 too and until no pattern is left;
+ *   - rule 7 merges only when the first group is the inner one (the second
+ *     group's rank stride is the first's times its size): then one
+ *     ascending group concatenates in the same order;
+ *   - a StridedSlice that cuts several axes, or not into equal blocks, and
+ *     a Split or Concat outside an AllGather chain keep the list (sappc's
+ *     planner makes none of them);
+ *   - if the sort breaks the shapes (it can carry an op across a Reshape)
+ *     the list is kept; the planner's lists never do that.
+ * The strategy searcher's cost (§4.5) is made of the step-3 operators, so
+ * step 6 does not change it. */
+
+/* The compact ops of §4.2 step 6 (TensorTransform): Reshape(shape);
+ * AllConcat(group, axis) = AllGather, then Split(0, n) + Concat(axis) when
+ * axis > 0; Slice(axis, num, idx) = keep block idx of num along axis. */
+typedef enum { CO_RESHAPE, CO_ALLCONCAT, CO_SLICE } CoKind;
+
+typedef struct CoOp {
+	uint8_t kind;
+	int8_t axis;
+	int8_t rank;                   /* RESHAPE */
+	int64_t shape[LAYOUT_MAX_DIM]; /* RESHAPE target */
+	int64_t n;                     /* ALLCONCAT group size, SLICE num */
+	int64_t idx;                   /* SLICE */
+	int64_t goff;                  /* ALLCONCAT ranks: CoList.groups + goff */
+} CoOp;
+
+/* rule 4 turns one op into three, so a list can triple before it shrinks */
+#define CO_MAX (3 * REDIST_MAX_OPS)
+
+typedef struct CoList {
+	int n;
+	CoOp op[CO_MAX];
+	int rin; /* the local tensor the list starts from */
+	int64_t in[LAYOUT_MAX_DIM];
+	int64_t *groups; /* xmalloc'ed */
+	int64_t ngroups;
+} CoList;
+
+/* op applied to the local shape (s, *r); -1 when it does not apply */
+static int co_apply(const CoOp *o, int64_t *s, int *r)
+{
+	if (o->kind == CO_RESHAPE) {
+		if (numel(s, *r) != numel(o->shape, o->rank))
+			return -1;
+		*r = o->rank;
+		memcpy(s, o->shape, (size_t)o->rank * sizeof *s);
+		return 0;
+	}
+	if (o->axis >= *r)
+		return -1;
+	if (o->kind == CO_ALLCONCAT) {
+		s[o->axis] *= o->n;
+		return 0;
+	}
+	if (s[o->axis] % o->n != 0)
+		return -1;
+	s[o->axis] /= o->n;
+	return 0;
+}
+
+/* the local shape in front of every op (shapes[k], ranks[k]) and after the
+ * last (index n); -1 when the list does not apply to its input */
+static int co_shapes(const CoList *L, int64_t (*shapes)[LAYOUT_MAX_DIM], int *ranks)
+{
+	int r = L->rin;
+	int64_t s[LAYOUT_MAX_DIM];
+	memcpy(s, L->in, sizeof s);
+	for (int k = 0; k <= L->n; k++) {
+		memcpy(shapes[k], s, sizeof s);
+		ranks[k] = r;
+		if (k < L->n && co_apply(&L->op[k], s, &r) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static void co_insert(CoList *L, int at, const CoOp *o)
+{
+	memmove(&L->op[at + 1], &L->op[at], (size_t)(L->n - at) * sizeof *o);
+	L->op[at] = *o;
+	L->n++;
+}
+
+static void co_delete(CoList *L, int at)
+{
+	memmove(&L->op[at], &L->op[at + 1], (size_t)(L->n - at - 1) * sizeof L->op[0]);
+	L->n--;
+}
+
+static CoOp co_reshape(const int64_t *s, int r)
+{
+	CoOp o = {.kind = CO_RESHAPE, .rank = (int8_t)r};
+	memcpy(o.shape, s, (size_t)r * sizeof *s);
+	return o;
+}
+
+static int64_t co_add_group(CoList *L, const int64_t *g, int64_t n)
+{
+	L->groups = xrealloc(L->groups, (size_t)(L->ngroups + n) * sizeof *L->groups);
+	memcpy(L->groups + L->ngroups, g, (size_t)n * sizeof *g);
+	L->ngroups += n;
+	return L->ngroups - n;
+}
+
+/* Step 6.1: the plan in compact form.  0, or -1 when step 6 keeps the list
+ * as it is: an op it does not know (AlltoAll), a Split or Concat that is not
+ * part of an AllGather -> Split(0, n) -> Concat chain, or a StridedSlice that
+ * cuts other than one axis into equal blocks (ours never do). */
+static int co_from_plan(const RedistPlan *p, CoList *L)
+{
+	L->n = 0;
+	L->rin = p->ops[0].rank_in;
+	memcpy(L->in, p->ops[0].in_shape, sizeof L->in);
+	for (int k = 0; k < p->nops; k++) {
+		const RedistOp *o = &p->ops[k];
+		CoOp c = {0};
+		switch (o->kind) {
+		case RD_RESHAPE:
+			c = co_reshape(o->out_shape, o->rank_out);
+			break;
+		case RD_ALLGATHER:
+			c.kind = CO_ALLCONCAT;
+			c.n = o->ngroup;
+			c.goff = co_add_group(L, o->group, o->ngroup);
+			if (k + 1 < p->nops && p->ops[k + 1].kind == RD_SPLIT) {
+				const RedistOp *sp = &p->ops[k + 1], *cc = &p->ops[k + 2];
+				if (k + 2 >= p->nops || cc->kind != RD_CONCAT || sp->axis != 0 || sp->n != o->ngroup ||
+				    cc->n != o->ngroup)
+					return -1;
+				c.axis = (int8_t)cc->axis;
+				k += 2;
+			}
+			break;
+		case RD_STRIDEDSLICE: {
+			int axis = -1;
+			for (int i = 0; i < o->rank_in; i++) {
+				if (o->strides[i] != 1)
+					return -1;
+				if (o->begin[i] == 0 && o->end[i] == o->in_shape[i])
+					continue;
+				int64_t blk = o->end[i] - o->begin[i];
+				if (axis >= 0 || blk <= 0 || o->in_shape[i] % blk || o->begin[i] % blk)
+					return -1;
+				axis = i;
+				c.n = o->in_shape[i] / blk;
+				c.idx = o->begin[i] / blk;
+			}
+			if (axis < 0)
+				return -1;
+			c.kind = CO_SLICE;
+			c.axis = (int8_t)axis;
+			break;
+		}
+		default:
+			return -1;
+		}
+		L->op[L->n++] = c;
+	}
+	return 0;
+}
+
+/* Steps 6.2 and 6.6: a Reshape followed by a Reshape is dropped (the second
+ * one's target is what counts), then a Reshape to the shape it is given. */
+static void co_tidy_reshapes(CoList *L)
+{
+	int r = L->rin, w = 0;
+	int64_t s[LAYOUT_MAX_DIM];
+	memcpy(s, L->in, sizeof s);
+	for (int k = 0; k < L->n; k++) {
+		const CoOp *o = &L->op[k];
+		if (o->kind == CO_RESHAPE &&
+		    ((k + 1 < L->n && L->op[k + 1].kind == CO_RESHAPE) || same_shape(s, r, o->shape, o->rank)))
+			continue;
+		co_apply(o, s, &r);
+		L->op[w++] = *o;
+	}
+	L->n = w;
+}
+
+/* Step 6.3's comparator, "x goes before y".  Not a strict weak order: a
+ * Reshape is unordered with everything, yet AllConcat < Slice. */
+static int co_less(int x, int y, const void *ctx)
+{
+	const CoOp *a = &((const CoOp *)ctx)[x], *b = &((const CoOp *)ctx)[y];
+	if (a->kind == CO_RESHAPE || b->kind == CO_RESHAPE)
+		return 0;
+	if (a->kind != b->kind)
+		return a->kind == CO_ALLCONCAT;
+	return a->kind == CO_ALLCONCAT ? a->axis > b->axis : a->axis < b->axis;
+}
+
+static void co_sort(CoList *L)
+{
+	int idx[CO_MAX], buf[CO_MAX / 2 + 1];
+	CoOp old[CO_MAX];
+	memcpy(old, L->op, (size_t)L->n * sizeof *old);
+	for (int k = 0; k < L->n; k++)
+		idx[k] = k;
+	std_stable_sort(idx, L->n, buf, co_less, old);
+	for (int k = 0; k < L->n; k++)
+		L->op[k] = old[idx[k]];
+}
+
+static int ones_before(const int64_t *s, int k)
+{
+	for (int i = 0; i < k; i++)
+		if (s[i] != 1)
+			return 0;
+	return 1;
+}
+
+/* Step 6.4: AllConcat(g, k > 0) on (1,..,1, s_k, ...) gathers whole
+ * contiguous blocks, so it is Reshape(s_k, ...) (the leading 1s dropped, as
+ * E6 requires), AllConcat(g, 0), Reshape back to the 1s. */
+static void co_allconcat_axis0(CoList *L, int64_t (*sh)[LAYOUT_MAX_DIM], int *rk)
+{
+	co_shapes(L, sh, rk);
+	for (int k = L->n - 1; k >= 0; k--) {
+		CoOp *o = &L->op[k];
+		int a = o->axis;
+		if (o->kind != CO_ALLCONCAT || a == 0 || !ones_before(sh[k], a))
+			continue;
+		CoOp pre = co_reshape(sh[k] + a, rk[k] - a), post = co_reshape(sh[k + 1], rk[k + 1]);
+		o->axis = 0;
+		co_insert(L, k + 1, &post);
+		co_insert(L, k, &pre);
+	}
+}
+
+/* Step 6.5: Slice(k, num, idx) on (1,..,1, s_k, ...) followed by Reshape(t)
+ * keeps the idx-th of num contiguous blocks either way, so it is
+ * Reshape(t_0 * num, t_1, ...) followed by Slice(0, num, idx).  The spec
+ * does not limit this to k > 0 as it does rule 4, so k = 0 moves too.
+ * Walking from the right applies it until no pattern is left: a Slice that
+ * moved right can meet the Reshape a Slice before it now faces. */
+static void co_slice_axis0(CoList *L, int64_t (*sh)[LAYOUT_MAX_DIM], int *rk)
+{
+	co_shapes(L, sh, rk);
+	for (int k = L->n - 2; k >= 0; k--) {
+		CoOp *o = &L->op[k], *next = &L->op[k + 1];
+		if (o->kind != CO_SLICE || next->kind != CO_RESHAPE || !ones_before(sh[k], o->axis))
+			continue;
+		CoOp slice = *o, re = *next;
+		re.shape[0] *= slice.n;
+		slice.axis = 0;
+		L->op[k] = re;
+		L->op[k + 1] = slice;
+	}
+}
+
+/* Step 6.7: AllConcat(g1, a) then AllConcat(g2, a), where g2's stride is g1's
+ * stride times |g1| (g1 is the inner group), is one AllGather over the
+ * |g1|*|g2| ranks, ascending: for j in g2, for i in g1, rank j + i - self.
+ * Both groups are the ranks along device dimensions, so every rank takes
+ * the same decision. */
+static int arith_stride(const int64_t *g, int64_t n, int64_t *stride)
+{
+	*stride = n > 1 ? g[1] - g[0] : 0;
+	for (int64_t i = 1; i < n; i++)
+		if (g[i] - g[i - 1] != *stride || *stride <= 0)
+			return 0;
+	return n > 1;
+}
+
+static void co_merge_allconcats(CoList *L)
+{
+	for (int k = 0; k + 1 < L->n;) {
+		CoOp *a = &L->op[k], *b = &L->op[k + 1];
+		int64_t s1, s2;
+		if (a->kind != CO_ALLCONCAT || b->kind != CO_ALLCONCAT || a->axis != b->axis ||
+		    !arith_stride(L->groups + a->goff, a->n, &s1) || !arith_stride(L->groups + b->goff, b->n, &s2) ||
+		    s2 != s1 * a->n) {
+			k++;
+			continue;
+		}
+		/* g2 holds self, which sits at the start of its g1 block */
+		const int64_t *g1 = L->groups + a->goff, *g2 = L->groups + b->goff;
+		int64_t self = -1;
+		for (int64_t j = 0; j < b->n && self < 0; j++)
+			for (int64_t i = 0; i < a->n; i++)
+				if (g2[j] == g1[i])
+					self = g1[i];
+		if (self < 0)
+			die("redistribution: AllGather groups without the rank");
+		int64_t n = a->n * b->n, *g = xmalloc((size_t)n * sizeof *g);
+		for (int64_t t = 0; t < n; t++)
+			g[t] = g2[0] + g1[0] - self + t * s1;
+		a->goff = co_add_group(L, g, n);
+		a->n = n;
+		free(g);
+		co_delete(L, k + 1);
+	}
+}
+
+/* Step 6.8: Slice(a, n1, i1) then Slice(a, n2, i2) = Slice(a, n1*n2, i1*n2 + i2) */
+static void co_merge_slices(CoList *L)
+{
+	for (int k = 0; k + 1 < L->n;) {
+		CoOp *a = &L->op[k], *b = &L->op[k + 1];
+		if (a->kind != CO_SLICE || b->kind != CO_SLICE || a->axis != b->axis) {
+			k++;
+			continue;
+		}
+		a->idx = a->idx * b->n + b->idx;
+		a->n *= b->n;
+		co_delete(L, k + 1);
+	}
+}
+
+/* Step 6.9: back to operators, into a fresh plan. */
+static int co_to_plan(const CoList *L, RedistPlan *p)
+{
+	size_t goff[REDIST_MAX_OPS];
+	char err[8];
+	Builder b = {p, NULL, goff, err, sizeof err};
+	int r = L->rin;
+	int64_t s[LAYOUT_MAX_DIM];
+	memcpy(s, L->in, sizeof s);
+	memset(p, 0, sizeof *p);
+	for (int k = 0; k < L->n; k++) {
+		const CoOp *o = &L->op[k];
+		int rc = 0;
+		if (o->kind == CO_RESHAPE) {
+			rc = emit_reshape(&b, s, r, o->shape, o->rank);
+		} else if (o->kind == CO_SLICE) {
+			rc = emit_slice(&b, s, r, o->axis, o->n, o->idx);
+		} else {
+			RedistOp *ag = emit_allconcat(&b, s, r, o->axis, o->n);
+			if (ag)
+				memcpy(reserve_group(&b, ag, o->n), L->groups + o->goff,
+				       (size_t)o->n * sizeof(int64_t));
+			rc = ag ? 0 : -1;
+		}
+		if (rc < 0) {
+			redist_plan_free(p);
+			return -1;
+		}
+		co_apply(o, s, &r);
+	}
+	finish_groups(&b);
+	return 0;
+}
+
+static int same_plan(const RedistPlan *a, const RedistPlan *b)
+{
+	if (a->nops != b->nops)
+		return 0;
+	for (int k = 0; k < a->nops; k++) {
+		const RedistOp *x = &a->ops[k], *y = &b->ops[k];
+		if (x->kind != y->kind || !same_shape(x->in_shape, x->rank_in, y->in_shape, y->rank_in) ||
+		    !same_shape(x->out_shape, x->rank_out, y->out_shape, y->rank_out) || x->axis != y->axis ||
+		    x->n != y->n || !same_shape(x->group, x->ngroup, y->group, y->ngroup) ||
+		    (x->kind == RD_STRIDEDSLICE && !same_shape(x->begin, x->rank_in, y->begin, y->rank_in)))
+			return 0;
+	}
+	return 1;
+}
+
+int redist_optimize(RedistPlan *plan)
+{
+	if (plan->nops <= 1 || plan->unexpandable)
+		return 0;
+	struct {
+		CoList L;
+		int64_t sh[CO_MAX + 1][LAYOUT_MAX_DIM];
+		int rk[CO_MAX + 1];
+		RedistPlan np;
+	} *w = xmalloc(sizeof *w); /* 100 KB: not on the stack */
+	CoList *L = &w->L;
+	const RedistOp *last = &plan->ops[plan->nops - 1];
+	L->groups = NULL;
+	L->ngroups = 0;
+	int ok = co_from_plan(plan, L) == 0;
+	if (ok) {
+		co_tidy_reshapes(L);
+		co_sort(L);
+		/* the sort carries an op across a Reshape when it compares less
+		 * than the first element; keep the list if that breaks the shapes */
+		ok = co_shapes(L, w->sh, w->rk) == 0;
+	}
+	if (ok) {
+		co_allconcat_axis0(L, w->sh, w->rk);
+		co_slice_axis0(L, w->sh, w->rk);
+		co_tidy_reshapes(L);
+		co_merge_allconcats(L);
+		co_merge_slices(L);
+		if (co_shapes(L, w->sh, w->rk) < 0 ||
+		    !same_shape(w->sh[L->n], w->rk[L->n], last->out_shape, last->rank_out))
+			die("redistribution: step 6 changed the shape of the result");
+		ok = co_to_plan(L, &w->np) == 0;
+	}
+	if (ok && same_plan(plan, &w->np)) {
+		redist_plan_free(&w->np);
+		ok = 0;
+	} else if (ok) {
+		redist_plan_free(plan);
+		*plan = w->np;
+	}
+	free(L->groups);
+	free(w);
+	return ok;
 }
 
 /* §4.5: the cost of a transfer as the strategy searcher sees it.  The search

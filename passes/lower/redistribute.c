@@ -9,7 +9,9 @@
  *             of redist_plan() inserted in front of the input, in list order
  *             (StridedSlice; AllGather, and for a non-zero axis Split +
  *             TupleGetItem + MakeTuple + Concat; AlltoAll with
- *             --enable-alltoall; Reshape), named
+ *             --enable-alltoall; Reshape), rewritten by the 2.3+ list
+ *             optimiser redist_optimize() (§4.2 step 6) unless
+ *             --disable-redistribution-opt, named
  *             redistribution_op_<std::hash(producer fullname + "_" + i)><Op>.
  *             Reshape operators are replaced by their own list (a Reshape to
  *             the local target when no communication is needed); a Gather
@@ -216,6 +218,15 @@ static void on_devices(Layout *r, const Layout *other)
 		r->map[i] = -1;
 }
 
+/* redist_plan(), then §4.2 step 6 unless --disable-redistribution-opt */
+static int plan(const LowerCtx *c, const Layout *f, const Layout *t, int keep, RedistPlan *p, char *err, size_t n)
+{
+	int rc = redist_plan(f, t, c->dev_list, c->rank, c->o->enable_alltoall, keep, p, err, n);
+	if (rc == 0 && !c->o->no_redist_opt)
+		redist_optimize(p);
+	return rc;
+}
+
 static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLay *to, Node *src, Node *origin,
                           Node *user, int keep)
 {
@@ -224,7 +235,7 @@ static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLa
 	tlay_to_layout(to, &t);
 	RedistPlan p;
 	char err[256];
-	int rc = redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err);
+	int rc = plan(c, &f, &t, keep, &p, err, sizeof err);
 	if (rc != 0 && (replicated(&f) || replicated(&t))) {
 		/* a replicated tensor is the same on any device matrix: on the
 		 * other side's, D=[3,2] and D=[2,3] need no common refinement */
@@ -233,7 +244,7 @@ static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLa
 		else
 			on_devices(&t, &f);
 		redist_plan_free(&p);
-		rc = redist_plan(&f, &t, c->dev_list, c->rank, c->o->enable_alltoall, keep, &p, err, sizeof err);
+		rc = plan(c, &f, &t, keep, &p, err, sizeof err);
 	}
 	if (rc != 0) {
 		diag_error_at(user->loc, "%s (%%%d): cannot redistribute its input: %s", sym_str(user->prim),
@@ -644,7 +655,7 @@ int pass_redistribute(Module *m, const Options *o)
 			tlay_to_layout(&l->out[0], &t);
 			RedistPlan p;
 			char err[256];
-			if (redist_plan(&f, &t, c.dev_list, c.rank, o->enable_alltoall, 1, &p, err, sizeof err) != 0) {
+			if (plan(&c, &f, &t, 1, &p, err, sizeof err) != 0) {
 				diag_error_at(n->loc, "Reshape (%%%d): %s", n->local, err);
 				bad = 1;
 				continue;

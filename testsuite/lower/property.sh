@@ -114,6 +114,7 @@ for f in "${inputs[@]}"; do
 		seed=$((seed + 1))
 	done
 	run_case "$label" "$f" 8 "$seed" --enable-alltoall
+	run_case "$label" "$f" 16 "$seed" --disable-redistribution-opt
 	run_case "$label" "$f" 8 "$((seed + 1))" --enable-parallel-optimizer
 	run_case "$label" "$f" 16 "$((seed + 2))" --enable-parallel-optimizer --optimizer-weight-shard-size=2
 	seed=$((seed + 3))

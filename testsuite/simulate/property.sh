@@ -6,7 +6,8 @@
 # every operator gets a random valid strategy (randstrat) for N devices,
 # N from 1 to 16, and `sappc --simulate --parallel-mode=semi_auto` must
 # find that every rank computes its slice of the single-device values and
-# returns the single-device outputs - also with AlltoAll redistribution,
+# returns the single-device outputs - also with AlltoAll redistribution, the
+# pre-2.3 redistribution lists (--disable-redistribution-opt),
 # optimizer sharding and two pipeline stages.  SIM_PROP_SEED=S shifts
 # every seed (explore more plans than make check runs).
 set -u
@@ -67,6 +68,7 @@ for f in "${inputs[@]}"; do
 		seed=$((seed + 1))
 	done
 	run_case "$label" "$f" 8 "$seed" --enable-alltoall
+	run_case "$label" "$f" 16 "$seed" --disable-redistribution-opt
 	run_case "$label" "$f" 16 "$((seed + 1))" --enable-parallel-optimizer
 	run_case "$label" "$f" 8 "$((seed + 2))" --enable-parallel-optimizer --optimizer-weight-shard-size=2
 	seed=$((seed + 3))

@@ -15,6 +15,7 @@
 
 #include "sappc.h"
 #include "../passes/lower/lower.h"
+#include "plan_text.h"
 
 static Layout mk(int ndev, const int64_t *dev, int rank, const int64_t *map, const int64_t *shape)
 {
@@ -34,14 +35,6 @@ static Layout mk(int ndev, const int64_t *dev, int rank, const int64_t *map, con
 		__VA_ARGS__                                                                                            \
 	}
 
-static void fmt_list(char **p, char *end, const char *open, const int64_t *v, int n, const char *close)
-{
-	*p += snprintf(*p, (size_t)(end - *p), "%s", open);
-	for (int i = 0; i < n; i++)
-		*p += snprintf(*p, (size_t)(end - *p), i ? ",%lld" : "%lld", (long long)v[i]);
-	*p += snprintf(*p, (size_t)(end - *p), "%s", close);
-}
-
 static char planbuf[2048];
 
 static const char *plan_text(const Layout *from, const Layout *to, int ndev, int64_t rank, int alltoall, int keep)
@@ -55,35 +48,7 @@ static const char *plan_text(const Layout *from, const Layout *to, int ndev, int
 		snprintf(planbuf, sizeof planbuf, "error: %s", err);
 		return planbuf;
 	}
-	char *s = planbuf, *end = planbuf + sizeof planbuf;
-	*s = 0;
-	for (int i = 0; i < p.nops; i++) {
-		const RedistOp *o = &p.ops[i];
-		if (i)
-			s += snprintf(s, (size_t)(end - s), " ");
-		switch (o->kind) {
-		case RD_RESHAPE:
-			fmt_list(&s, end, "Reshape(", o->out_shape, o->rank_out, ")");
-			break;
-		case RD_STRIDEDSLICE:
-			fmt_list(&s, end, "StridedSlice[", o->begin, o->rank_in, ":");
-			fmt_list(&s, end, "", o->end, o->rank_in, "]");
-			break;
-		case RD_ALLGATHER:
-			fmt_list(&s, end, "AllGather{", o->group, o->ngroup, "}");
-			break;
-		case RD_SPLIT:
-			s += snprintf(s, (size_t)(end - s), "Split(%d,%d)", o->axis, o->n);
-			break;
-		case RD_CONCAT:
-			s += snprintf(s, (size_t)(end - s), "Concat(%d)", o->axis);
-			break;
-		case RD_ALLTOALL:
-			s += snprintf(s, (size_t)(end - s), "AlltoAll(%d,%d,%d)", o->n, o->split_dim, o->concat_dim);
-			fmt_list(&s, end, "{", o->group, o->ngroup, "}");
-			break;
-		}
-	}
+	fmt_plan(&p, planbuf, sizeof planbuf);
 	redist_plan_free(&p);
 	return planbuf;
 }

@@ -14,6 +14,7 @@
 
 #include "sappc.h"
 #include "../passes/layout.h"
+#include "plan_text.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -818,6 +819,8 @@ static int same(const int64_t *a, int na, const int64_t *b, int nb)
 typedef struct Stats {
 	int cases, ranks_checked, unify_errors, unexpandable, with_comm, with_reshape, alltoall_ops;
 	int64_t ops;
+	int optimized;     /* plans step 6 rewrote */
+	int64_t opt_saved; /* operators it saved */
 } Stats;
 
 static int64_t stage_base;
@@ -827,45 +830,9 @@ static int64_t pos_of(int64_t rank)
 	return rank - stage_base;
 }
 
-/* Plan `from -> to` for every rank, run the plans in lock step and check the
- * result.  Returns 0, or 1 when the planner (correctly) refused. */
-static int run_case(const Layout *from, const Layout *to, int a2a, int keep, Stats *st)
+/* Every rank's plan has the same op sequence; groups contain the rank, ascend. */
+static void check_plans(const RedistPlan *plans, int64_t N, const int64_t *dl)
 {
-	int64_t N = total(from->dev, from->ndev);
-	int64_t dl[64];
-	char err[256];
-	for (int64_t p = 0; p < N; p++)
-		dl[p] = stage_base + p;
-	RedistPlan *plans = xcalloc((size_t)N, sizeof *plans);
-	int rc0 = 0;
-	for (int64_t p = 0; p < N; p++) {
-		int rc = redist_plan(from, to, dl, dl[p], a2a, keep, &plans[p], err, sizeof err);
-		if (p == 0)
-			rc0 = rc;
-		assert_int_equal(rc, rc0);
-	}
-	if (rc0 != 0) {
-		/* the only refusal allowed for valid layouts: device matrices that
-		 * have no common refinement (MindSpore fails there too) */
-		Layout a, b, sa, sb;
-		int64_t u[LAYOUT_MAX_DEV];
-		layout_standardize(from, &a);
-		layout_standardize(to, &b);
-		layout_squeeze(&a, &sa);
-		layout_squeeze(&b, &sb);
-		if (layout_unify_dev(sa.dev, sa.ndev, sb.dev, sb.ndev, u, LAYOUT_MAX_DEV) >= 0) {
-			print_error("planner refused a unifiable pair: %s\n", err);
-			fail();
-		}
-		if (!strstr(err, "common refinement")) {
-			print_error("unexpected refusal: %s\n", err);
-			fail();
-		}
-		free(plans);
-		st->unify_errors++;
-		return 1;
-	}
-	/* same op sequence everywhere, groups contain the rank, ascending */
 	int nops = plans[0].nops;
 	for (int64_t p = 0; p < N; p++) {
 		assert_int_equal(plans[p].nops, nops);
@@ -886,9 +853,14 @@ static int run_case(const Layout *from, const Layout *to, int a2a, int keep, Sta
 				assert_int_equal(op->n, op->ngroup);
 		}
 	}
-	Buf *cur = xcalloc((size_t)N, sizeof *cur), *nxt = xcalloc((size_t)N, sizeof *nxt);
-	for (int64_t p = 0; p < N; p++)
-		fill_slice(from, p, &cur[p]);
+}
+
+/* Run the N plans in lock step on cur[] (one buffer per position, freed
+ * and replaced by the results).  Every op must find the shape it recorded. */
+static void exec_plans(const RedistPlan *plans, int64_t N, const int64_t *dl, Buf *cur, Stats *st)
+{
+	int nops = plans[0].nops;
+	Buf *nxt = xcalloc((size_t)N, sizeof *nxt);
 	for (int k = 0; k < nops; k++) {
 		for (int64_t p = 0; p < N; p++) {
 			const RedistOp *op = &plans[p].ops[k];
@@ -974,6 +946,43 @@ static int run_case(const Layout *from, const Layout *to, int a2a, int keep, Sta
 			cur[p] = nxt[p];
 		}
 	}
+	free(nxt);
+}
+
+static RedistPlan *copy_plans(const RedistPlan *plans, int64_t N)
+{
+	RedistPlan *c = xcalloc((size_t)N, sizeof *c);
+	for (int64_t p = 0; p < N; p++) {
+		c[p] = plans[p];
+		c[p].groupbuf = NULL;
+		if (plans[p].groupbuf) {
+			c[p].groupbuf = xmalloc((size_t)plans[p].capgroupbuf * sizeof *c[p].groupbuf);
+			memcpy(c[p].groupbuf, plans[p].groupbuf, (size_t)plans[p].ngroupbuf * sizeof *c[p].groupbuf);
+		}
+		for (int k = 0; k < c[p].nops; k++)
+			if (plans[p].ops[k].group)
+				c[p].ops[k].group = c[p].groupbuf + (plans[p].ops[k].group - plans[p].groupbuf);
+	}
+	return c;
+}
+
+static void free_plans(RedistPlan *plans, int64_t N)
+{
+	for (int64_t p = 0; p < N; p++)
+		redist_plan_free(&plans[p]);
+	free(plans);
+}
+
+/* Run the plans from every position's slice of `from`; each must end with
+ * exactly its slice of `to`. */
+static void run_plans(const RedistPlan *plans, int64_t N, const int64_t *dl, const Layout *from, const Layout *to,
+                      Stats *st)
+{
+	check_plans(plans, N, dl);
+	Buf *cur = xcalloc((size_t)N, sizeof *cur);
+	for (int64_t p = 0; p < N; p++)
+		fill_slice(from, p, &cur[p]);
+	exec_plans(plans, N, dl, cur, st);
 	for (int64_t p = 0; p < N; p++) {
 		Buf want;
 		fill_slice(to, p, &want);
@@ -987,6 +996,62 @@ static int run_case(const Layout *from, const Layout *to, int a2a, int keep, Sta
 		free(cur[p].d);
 		st->ranks_checked++;
 	}
+	free(cur);
+}
+
+/* Plan `from -> to` for every rank, run the plans in lock step and check the
+ * result; then the same after step 6, which every rank must apply alike.
+ * Returns 0, or 1 when the planner (correctly) refused. */
+static int run_case(const Layout *from, const Layout *to, int a2a, int keep, Stats *st)
+{
+	int64_t N = total(from->dev, from->ndev);
+	int64_t dl[64];
+	char err[256];
+	for (int64_t p = 0; p < N; p++)
+		dl[p] = stage_base + p;
+	RedistPlan *plans = xcalloc((size_t)N, sizeof *plans);
+	int rc0 = 0;
+	for (int64_t p = 0; p < N; p++) {
+		int rc = redist_plan(from, to, dl, dl[p], a2a, keep, &plans[p], err, sizeof err);
+		if (p == 0)
+			rc0 = rc;
+		assert_int_equal(rc, rc0);
+	}
+	if (rc0 != 0) {
+		/* the only refusal allowed for valid layouts: device matrices that
+		 * have no common refinement (MindSpore fails there too) */
+		Layout a, b, sa, sb;
+		int64_t u[LAYOUT_MAX_DEV];
+		layout_standardize(from, &a);
+		layout_standardize(to, &b);
+		layout_squeeze(&a, &sa);
+		layout_squeeze(&b, &sb);
+		if (layout_unify_dev(sa.dev, sa.ndev, sb.dev, sb.ndev, u, LAYOUT_MAX_DEV) >= 0) {
+			print_error("planner refused a unifiable pair: %s\n", err);
+			fail();
+		}
+		if (!strstr(err, "common refinement")) {
+			print_error("unexpected refusal: %s\n", err);
+			fail();
+		}
+		free(plans);
+		st->unify_errors++;
+		return 1;
+	}
+	run_plans(plans, N, dl, from, to, st);
+	int nops = plans[0].nops;
+	RedistPlan *opt = copy_plans(plans, N);
+	int changed = 0;
+	for (int64_t p = 0; p < N; p++) {
+		int c = redist_optimize(&opt[p]);
+		if (p == 0)
+			changed = c;
+		assert_int_equal(c, changed);
+	}
+	run_plans(opt, N, dl, from, to, st);
+	st->optimized += changed;
+	st->opt_saved += nops - opt[0].nops;
+	free_plans(opt, N);
 	int comm = 0, resh = 0;
 	for (int k = 0; k < nops; k++) {
 		comm |= plans[0].ops[k].kind == RD_ALLGATHER || plans[0].ops[k].kind == RD_ALLTOALL;
@@ -995,17 +1060,378 @@ static int run_case(const Layout *from, const Layout *to, int a2a, int keep, Sta
 	st->with_comm += comm;
 	st->with_reshape += resh;
 	st->ops += nops;
-	for (int64_t p = 0; p < N; p++)
-		redist_plan_free(&plans[p]);
-	free(plans);
-	free(cur);
-	free(nxt);
+	free_plans(plans, N);
 	/* the cost model accepts whatever the planner accepts */
 	RedistCost c;
 	assert_int_equal(redist_cost(from, to, a2a, keep, &c, err, sizeof err), 0);
 	if (comm)
 		assert_true(c.comm > 0);
 	return 0;
+}
+
+/* ------------------------------------------------------------ §4.2 step 6 */
+
+/* symbols for the comparator: 0 Reshape, 1 + a AllConcat(axis a), 5 + a Slice(axis a) */
+static int step6_less(int x, int y, const void *ctx)
+{
+	const int *sym = ctx;
+	int a = sym[x], b = sym[y];
+	if (a == 0 || b == 0)
+		return 0;
+	if ((a <= 4) != (b <= 4))
+		return a <= 4;
+	return a <= 4 ? a > b : a < b;
+}
+
+static void expect_sorted(const char *syms, const char *want)
+{
+	int64_t v[64];
+	int sym[64] = {0}, idx[64] = {0}, buf[33], n = parse_list(syms, v);
+	for (int i = 0; i < n; i++) {
+		sym[i] = (int)v[i];
+		idx[i] = i;
+	}
+	std_stable_sort(idx, n, buf, step6_less, sym);
+	for (int i = 0; i < n; i++)
+		v[i] = idx[i];
+	expect_list(v, n, want);
+}
+
+/* The results of libstdc++'s std::stable_sort (GCC 12; testsuite/stdsort.sh
+ * compares every list up to 6 ops).  An insertion sort, as the spec has it,
+ * would give "2 0 1", "2 0 1", "8 5 4 1 0 2 6 3 7" and
+ * "13 6 2 1 0 3 4 5 7 9 11 10 8 12 15 14". */
+static void test_stable_sort(void **state)
+{
+	(void)state;
+	expect_sorted("6 0 1", "0 1 2");     /* Slice(1) Reshape AllConcat(0): merged, not moved */
+	expect_sorted("1 0 2", "0 1 2");     /* AllConcat(0) Reshape AllConcat(1) */
+	expect_sorted("2 1 5 6", "0 1 2 3"); /* already in order */
+	expect_sorted("7 5 1 3", "3 2 1 0"); /* Slices by axis, after AllConcats by axis descending */
+	expect_sorted("5 1 0 7 2 3 6 0 4", "4 1 0 2 8 5 6 3 7");
+	expect_sorted("6 5 2 0 1 7 3 0 8 2 5 1 0 4 6 3", "13 6 15 2 9 11 1 10 0 3 4 5 7 8 12 14");
+	expect_sorted("", "");
+}
+
+static char opt_buf[2048];
+
+/* the plan of rank `rank` after step 6; *changed = what redist_optimize said */
+static const char *opt_text(const Layout *from, const Layout *to, int64_t rank, int a2a, int *changed)
+{
+	RedistPlan p;
+	plan_ok(from, to, rank, a2a, &p);
+	char before[2048];
+	fmt_plan(&p, before, sizeof before);
+	*changed = redist_optimize(&p);
+	fmt_plan(&p, opt_buf, sizeof opt_buf);
+	if (!*changed)
+		assert_string_equal(opt_buf, before);
+	redist_plan_free(&p);
+	return opt_buf;
+}
+
+static void test_opt_e6(void **state)
+{
+	(void)state;
+	Layout from = lay("8", "0,-1", "256,784"), to = lay("4,2,1", "2,1", "256,784");
+	int changed;
+	/* rule 4 makes the gather along axis 1 of (1, 32, 784) a plain AllGather
+	 * of (32, 784); the Reshapes around it cancel the first one */
+	assert_string_equal(opt_text(&from, &to, 0, 0, &changed),
+	                    "AllGather{0,1} Reshape(1,64,784) StridedSlice[0,0,0:1,64,392] Reshape(64,392)");
+	assert_true(changed);
+	assert_string_equal(opt_text(&from, &to, 5, 0, &changed),
+	                    "AllGather{4,5} Reshape(1,64,784) StridedSlice[0,0,392:1,64,784] Reshape(64,392)");
+	RedistPlan p;
+	plan_ok(&from, &to, 0, 0, &p);
+	assert_int_equal(redist_optimize(&p), 1);
+	expect_op(&p.ops[0], "32,784", "64,784");
+	assert_int_equal(p.ops[0].n, 2);
+	expect_op(&p.ops[1], "64,784", "1,64,784");
+	expect_slice(&p.ops[2], "0,0,0", "1,64,392");
+	expect_op(&p.ops[3], "1,64,392", "64,392");
+	redist_plan_free(&p);
+}
+
+/* rule 3: AllConcats move in front of Slices; E1 then gathers first */
+static void test_opt_sort(void **state)
+{
+	(void)state;
+	Layout from = lay("2,4,2", "2,0", "512,1024"), to = lay("4,2,2", "2,1", "512,1024");
+	int changed;
+	assert_string_equal(opt_text(&from, &to, 0, 0, &changed),
+	                    "Reshape(1,256,512) AllGather{0,1} Split(0,2) Concat(2) StridedSlice[0,0,0:1,128,1024] "
+	                    "StridedSlice[0,0,0:1,128,512] Reshape(128,512)");
+	assert_true(changed);
+	/* E9: Slices on axes 0 then 1 are in order already */
+	from = lay("8", "-1,-1", "64,32");
+	to = lay("4,2", "1,0", "64,32");
+	assert_string_equal(opt_text(&from, &to, 3, 0, &changed), "StridedSlice[16,0:32,32] StridedSlice[0,16:16,32]");
+	assert_false(changed);
+}
+
+/* rule 4 alone: a gather along axis 1 of (1, 1, 4) */
+static void test_opt_allconcat_axis0(void **state)
+{
+	(void)state;
+	Layout from = lay("2,2", "1,0,-1", "2,2,4"), to = lay("2,2", "1,-1,-1", "2,2,4");
+	int changed;
+	assert_string_equal(opt_text(&from, &to, 0, 0, &changed), "Reshape(1,4) AllGather{0,1} Reshape(1,2,4)");
+	assert_true(changed);
+	/* E7: 8 rows before the gathered axis, nothing to do */
+	from = lay("2,4", "1,0", "16,16");
+	to = lay("2,4", "1,-1", "16,16");
+	assert_string_equal(opt_text(&from, &to, 5, 0, &changed), "AllGather{4,5,6,7} Split(0,4) Concat(1)");
+	assert_false(changed);
+}
+
+/* Lists step 6 keeps: one op, an AlltoAll, a step-2b plan. */
+static void test_opt_keeps(void **state)
+{
+	(void)state;
+	int changed;
+	Layout from = lay("2,4,1", "2,0", "16,16"), to = lay("2,4", "1,0", "16,16");
+	assert_string_equal(opt_text(&from, &to, 0, 0, &changed), "StridedSlice[0,0:8,4]");
+	assert_false(changed);
+	from = lay("8", "0,-1", "256,784"); /* E6 with AlltoAll */
+	to = lay("4,2,1", "2,1", "256,784");
+	assert_string_equal(opt_text(&from, &to, 0, 1, &changed),
+	                    "Reshape(1,32,784) AlltoAll(2,2,1){0,1} Reshape(64,392)");
+	assert_false(changed);
+	from = lay("2", "0,-1", "6,4");
+	to = lay("2", "-1,0", "4,6");
+	assert_string_equal(opt_text(&from, &to, 1, 0, &changed), "AllGather{0,1} Reshape(4,6) StridedSlice[0,3:4,6]");
+	assert_false(changed);
+}
+
+/* Hand-written lists, for the rules the planner rarely needs. */
+typedef struct Hand {
+	RedistPlan p;
+	int64_t s[LAYOUT_MAX_DIM]; /* the current local shape */
+	int r;
+} Hand;
+
+static void h_start(Hand *h, const char *shape)
+{
+	memset(h, 0, sizeof *h);
+	h->r = parse_list(shape, h->s);
+	h->p.capgroupbuf = 256;
+	h->p.groupbuf = xmalloc(256 * sizeof *h->p.groupbuf);
+}
+
+static RedistOp *h_op(Hand *h, RedistKind k)
+{
+	RedistOp *o = &h->p.ops[h->p.nops++];
+	memset(o, 0, sizeof *o);
+	o->kind = k;
+	o->rank_in = o->rank_out = h->r;
+	memcpy(o->in_shape, h->s, sizeof h->s);
+	memcpy(o->out_shape, h->s, sizeof h->s);
+	return o;
+}
+
+static void h_set(Hand *h, const RedistOp *o)
+{
+	h->r = o->rank_out;
+	memcpy(h->s, o->out_shape, sizeof h->s);
+}
+
+static void h_reshape(Hand *h, const char *shape)
+{
+	RedistOp *o = h_op(h, RD_RESHAPE);
+	o->rank_out = parse_list(shape, o->out_shape);
+	h_set(h, o);
+}
+
+static void h_slice(Hand *h, int axis, int64_t num, int64_t idx)
+{
+	RedistOp *o = h_op(h, RD_STRIDEDSLICE);
+	for (int i = 0; i < h->r; i++) {
+		o->end[i] = h->s[i];
+		o->strides[i] = 1;
+	}
+	int64_t blk = h->s[axis] / num;
+	o->begin[axis] = idx * blk;
+	o->end[axis] = (idx + 1) * blk;
+	o->out_shape[axis] = blk;
+	h_set(h, o);
+}
+
+/* AllGather over ranks first, first + stride, ... (n of them), along axis */
+static void h_gather(Hand *h, int64_t first, int64_t stride, int n, int axis)
+{
+	RedistOp *o = h_op(h, RD_ALLGATHER);
+	o->n = o->ngroup = n;
+	o->group = h->p.groupbuf + h->p.ngroupbuf;
+	h->p.ngroupbuf += n;
+	for (int i = 0; i < n; i++)
+		o->group[i] = first + i * stride;
+	o->out_shape[0] *= n;
+	h_set(h, o);
+	if (axis == 0)
+		return;
+	o = h_op(h, RD_SPLIT);
+	o->n = n;
+	o->out_shape[0] /= n;
+	h_set(h, o);
+	o = h_op(h, RD_CONCAT);
+	o->n = n;
+	o->axis = axis;
+	o->out_shape[axis] *= n;
+	h_set(h, o);
+}
+
+typedef void (*HandFn)(Hand *h, int64_t rank, const void *arg);
+
+/* Build fn's list on each of N ranks, optimise it, and run both versions
+ * from the same data: every rank must end with the same values.  Returns
+ * rank 0's list after step 6. */
+static const char *hand_case(HandFn fn, const void *arg, int64_t N, int want_changed)
+{
+	Hand *h = xcalloc((size_t)N, sizeof *h);
+	RedistPlan *plain = xcalloc((size_t)N, sizeof *plain);
+	int64_t dl[64];
+	Stats st;
+	memset(&st, 0, sizeof st);
+	stage_base = 0;
+	for (int64_t p = 0; p < N; p++) {
+		fn(&h[p], p, arg);
+		plain[p] = h[p].p;
+		dl[p] = p;
+	}
+	free(h);
+	RedistPlan *opt = copy_plans(plain, N);
+	for (int64_t p = 0; p < N; p++)
+		assert_int_equal(redist_optimize(&opt[p]), want_changed);
+	check_plans(opt, N, dl);
+	Buf *a = xcalloc((size_t)N, sizeof *a), *b = xcalloc((size_t)N, sizeof *b);
+	for (int64_t p = 0; p < N; p++) {
+		const RedistOp *o = &plain[p].ops[0];
+		a[p].rank = b[p].rank = o->rank_in;
+		memcpy(a[p].shape, o->in_shape, sizeof a[p].shape);
+		memcpy(b[p].shape, o->in_shape, sizeof b[p].shape);
+		a[p].pieces = b[p].pieces = 1;
+		int64_t n = total(o->in_shape, o->rank_in);
+		a[p].d = xmalloc((size_t)n * sizeof *a[p].d);
+		b[p].d = xmalloc((size_t)n * sizeof *b[p].d);
+		for (int64_t e = 0; e < n; e++)
+			a[p].d[e] = b[p].d[e] = p * 100000 + e;
+	}
+	exec_plans(plain, N, dl, a, &st);
+	exec_plans(opt, N, dl, b, &st);
+	for (int64_t p = 0; p < N; p++) {
+		assert_true(same(a[p].shape, a[p].rank, b[p].shape, b[p].rank));
+		assert_memory_equal(a[p].d, b[p].d, (size_t)total(a[p].shape, a[p].rank) * sizeof *a[p].d);
+		free(a[p].d);
+		free(b[p].d);
+	}
+	free(a);
+	free(b);
+	fmt_plan(&opt[0], opt_buf, sizeof opt_buf);
+	free_plans(plain, N);
+	free_plans(opt, N);
+	return opt_buf;
+}
+
+/* rule 2: Reshape then Reshape is the second; a Reshape to the same shape goes */
+static void h_reshapes(Hand *h, int64_t rank, const void *arg)
+{
+	(void)arg;
+	h_start(h, "4,8");
+	h_reshape(h, "2,16");
+	h_reshape(h, "4,8");
+	h_gather(h, rank & ~1, 1, 2, 0);
+	h_reshape(h, "8,8"); /* after the gather: (8, 8) already */
+	h_reshape(h, "64");
+}
+
+/* rules 5 and 8: Slice(1) and Slice(2) of (1, 2, 8), then Reshape(4): each
+ * Slice moves behind the Reshape in turn, then the two Slices of axis 0 merge */
+static void h_slices(Hand *h, int64_t rank, const void *arg)
+{
+	(void)arg;
+	h_start(h, "1,2,8");
+	h_slice(h, 1, 2, rank / 2);
+	h_slice(h, 2, 2, rank % 2);
+	h_reshape(h, "4");
+}
+
+/* rule 5 on axis 0: the Slice moves behind the Reshape as well */
+static void h_slice_axis0(Hand *h, int64_t rank, const void *arg)
+{
+	(void)arg;
+	h_start(h, "4,8");
+	h_slice(h, 0, 2, rank % 2);
+	h_reshape(h, "16");
+}
+
+/* Two gathers of (2, 4) over pairs of ranks: arg = {stride of the first
+ * pair (1: {2k, 2k+1}, 2: two apart), its axis, the second pair's axis}. */
+static void h_pairs(Hand *h, int64_t rank, const void *arg)
+{
+	const int *a = arg;
+	int64_t s1 = a[0], s2 = 3 - s1;
+	h_start(h, "2,4");
+	h_gather(h, rank & ~s1, s1, 2, a[1]);
+	h_gather(h, rank & ~s2, s2, 2, a[2]);
+}
+
+/* a Split/Concat without its AllGather; a StridedSlice over two axes */
+static void h_unknown_split(Hand *h, int64_t rank, const void *arg)
+{
+	(void)arg;
+	(void)rank;
+	h_start(h, "4,4");
+	RedistOp *o = h_op(h, RD_SPLIT);
+	o->n = 2;
+	o->out_shape[0] = 2;
+	h_set(h, o);
+	o = h_op(h, RD_CONCAT);
+	o->n = 2;
+	o->axis = 1;
+	o->out_shape[1] = 8;
+	h_set(h, o);
+}
+
+static void h_two_axis_slice(Hand *h, int64_t rank, const void *arg)
+{
+	(void)arg;
+	h_start(h, "4,4");
+	h_slice(h, 0, 2, rank % 2);
+	h->p.ops[0].begin[1] = 0;
+	h->p.ops[0].end[1] = 2;
+	h->p.ops[0].out_shape[1] = 2;
+	h_set(h, &h->p.ops[0]);
+	h_reshape(h, "4");
+}
+
+static void test_opt_hand(void **state)
+{
+	(void)state;
+	static const int two_axes[] = {1, 0, 1}, nested[] = {1, 0, 0}, nested1[] = {1, 1, 1}, outer[] = {2, 0, 0};
+	assert_string_equal(hand_case(h_reshapes, NULL, 4, 1), "AllGather{0,1} Reshape(64)");
+	assert_string_equal(hand_case(h_slices, NULL, 4, 1), "Reshape(16) StridedSlice[0:4]");
+	assert_string_equal(hand_case(h_slice_axis0, NULL, 2, 1), "Reshape(32) StridedSlice[0:16]");
+	/* rule 3: the AllConcat on the larger axis goes first */
+	assert_string_equal(hand_case(h_pairs, two_axes, 4, 1), "AllGather{0,2} Split(0,2) Concat(1) AllGather{0,1}");
+	/* rule 7: the pair {2k, 2k+1}, then the pair two apart: one group of four */
+	assert_string_equal(hand_case(h_pairs, nested, 8, 1), "AllGather{0,1,2,3}");
+	assert_string_equal(hand_case(h_pairs, nested1, 8, 1), "AllGather{0,1,2,3} Split(0,4) Concat(1)");
+	/* the outer pair first: the data order is not a group's order, kept */
+	assert_string_equal(hand_case(h_pairs, outer, 8, 0), "AllGather{0,2} AllGather{0,1}");
+	assert_string_equal(hand_case(h_unknown_split, NULL, 2, 0), "Split(0,2) Concat(1)");
+	assert_string_equal(hand_case(h_two_axis_slice, NULL, 2, 0), "StridedSlice[0,0:2,2] Reshape(4)");
+	/* rank 3's pieces: block 1 then block 1 of it is block 3 of four */
+	Hand h;
+	h_slices(&h, 3, NULL);
+	assert_int_equal(redist_optimize(&h.p), 1);
+	assert_string_equal(fmt_plan(&h.p, opt_buf, sizeof opt_buf), "Reshape(16) StridedSlice[12:16]");
+	redist_plan_free(&h.p);
+	h_pairs(&h, 5, nested);
+	assert_int_equal(redist_optimize(&h.p), 1);
+	assert_string_equal(fmt_plan(&h.p, opt_buf, sizeof opt_buf), "AllGather{4,5,6,7}");
+	expect_op(&h.p.ops[0], "2,4", "8,4");
+	redist_plan_free(&h.p);
 }
 
 static void rnd_layout_shape(Layout *l, int64_t N, int max_elems)
@@ -1083,9 +1509,10 @@ static void test_property(void **state)
 		redist_plan_free(&p);
 	}
 	print_message("property: %d cases run on %d ranks (%lld ops; %d communicate, %d reshape, %d AlltoAll); "
-	              "%d refused (device matrices without a common refinement)\n",
+	              "%d refused (device matrices without a common refinement); step 6 rewrote %d plans, "
+	              "%lld ops fewer\n",
 	              st.cases, st.ranks_checked, (long long)st.ops, st.with_comm, st.with_reshape, st.alltoall_ops,
-	              st.unify_errors);
+	              st.unify_errors, st.optimized, (long long)st.opt_saved);
 	assert_true(st.cases > ncases / 2);
 }
 
@@ -1144,6 +1571,12 @@ int main(void)
 	    cmocka_unit_test(test_errors),
 	    cmocka_unit_test(test_unexpandable),
 	    cmocka_unit_test(test_cost),
+	    cmocka_unit_test(test_stable_sort),
+	    cmocka_unit_test(test_opt_e6),
+	    cmocka_unit_test(test_opt_sort),
+	    cmocka_unit_test(test_opt_allconcat_axis0),
+	    cmocka_unit_test(test_opt_keeps),
+	    cmocka_unit_test(test_opt_hand),
 	    cmocka_unit_test(test_hard_cases),
 	    cmocka_unit_test(test_property),
 	};
