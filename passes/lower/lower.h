@@ -73,6 +73,7 @@ typedef struct LowerCtx {
 	 * tuples are built once and shared by every op of that group */
 	struct LowerGroup *groups;
 	uint32_t gcap, gcount;
+	struct PlanMemo *redist_memo; /* redistribute pass: plans by transfer */
 } LowerCtx;
 
 /* one communication group: derived attributes shared by its ops (never mutated) */

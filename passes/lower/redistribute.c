@@ -71,6 +71,11 @@ static void break_op(RedistOp *o)
 			}
 		}
 	} else if (o->kind == RD_ALLGATHER) {
+		/* the group belongs to a memoised plan: reverse a copy
+		 * (build_plan frees it) */
+		int64_t *g = xmalloc((size_t)(o->ngroup ? o->ngroup : 1) * sizeof *g);
+		memcpy(g, o->group, (size_t)o->ngroup * sizeof *g);
+		o->group = g;
 		for (int i = 0, j = o->ngroup - 1; i < j; i++, j--) {
 			int64_t t = o->group[i];
 			o->group[i] = o->group[j];
@@ -80,14 +85,15 @@ static void break_op(RedistOp *o)
 }
 
 /* Build the nodes of one plan after src; returns the last node. */
-static Node *build_plan(LowerCtx *c, NodeVec *out, RedistPlan *p, Node *src, Node *origin, Node *like)
+static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops, Node *src, Node *origin,
+                        Node *like)
 {
 	Module *m = c->m;
 	Sym dt = src->out.dtype ? src->out.dtype : intern_cstr("Float32");
 	Node *cur = src;
 	int broken = break_redist();
-	for (int i = 0; i < p->nops; i++) {
-		RedistOp bo = p->ops[i];
+	for (int i = 0; i < nops; i++) {
+		RedistOp bo = ops[i];
 		if (broken)
 			break_op(&bo);
 		const RedistOp *o = &bo;
@@ -164,6 +170,8 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, RedistPlan *p, Node *src, Nod
 			keep_value(m, n);
 			break;
 		}
+		if (broken && o->kind == RD_ALLGATHER)
+			free(bo.group); /* break_op's copy */
 		name_op(n, origin, i, rd_name[o->kind]);
 		n->args[0] = value_node(cur);
 		n->in_types[0] = cur->out;
@@ -227,33 +235,150 @@ static int plan(const LowerCtx *c, const Layout *f, const Layout *t, int keep, R
 	return rc;
 }
 
-static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLay *to, Node *src, Node *origin,
-                          Node *user, int keep)
+/* The plan of a (from, to, keep) transfer, worked out once per lowering.
+ * A rank's plan depends on nothing else, and a transformer repeats the
+ * same few transfers in every layer: planning each edge again was most of
+ * the pass.  Entries own their plan (ops trimmed to nops, groupbuf) or the
+ * error text. */
+typedef struct MemoEntry {
+	uint64_t h;
+	int nkey;
+	int64_t *key;
+	int ok, nops;     /* ok = 0: failed with err */
+	RedistOp *ops;    /* group pointers into groupbuf */
+	int64_t *groupbuf;
+	char *err;
+} MemoEntry;
+
+typedef struct PlanMemo {
+	MemoEntry *e;
+	uint32_t cap, n;
+} PlanMemo;
+
+static int memo_key(const TLay *from, const TLay *to, int keep, int fallback, int64_t *k)
+{
+	int n = 0;
+	k[n++] = keep << 1 | fallback;
+	const TLay *t2[2] = {from, to};
+	for (int s = 0; s < 2; s++) {
+		const TLay *t = t2[s];
+		k[n++] = (int64_t)t->ndev << 8 | t->rank;
+		for (int i = 0; i < t->ndev; i++)
+			k[n++] = t->dev[i];
+		for (int i = 0; i < t->rank; i++) {
+			k[n++] = t->map[i];
+			k[n++] = t->shape[i];
+		}
+	}
+	return n;
+}
+
+static MemoEntry *memo_find(PlanMemo *mm, const int64_t *k, int nk, int *fresh)
+{
+	uint64_t h = 1469598103934665603ULL;
+	for (int i = 0; i < nk; i++)
+		h = (h ^ (uint64_t)k[i]) * 1099511628211ULL;
+	if (mm->n * 2 >= mm->cap) {
+		uint32_t ncap = mm->cap ? mm->cap * 2 : 256;
+		MemoEntry *ne = xcalloc(ncap, sizeof *ne);
+		for (uint32_t i = 0; i < mm->cap; i++) {
+			if (!mm->e[i].key)
+				continue;
+			uint32_t j = (uint32_t)mm->e[i].h & (ncap - 1);
+			while (ne[j].key)
+				j = (j + 1) & (ncap - 1);
+			ne[j] = mm->e[i];
+		}
+		free(mm->e);
+		mm->e = ne;
+		mm->cap = ncap;
+	}
+	uint32_t j = (uint32_t)h & (mm->cap - 1);
+	for (; mm->e[j].key; j = (j + 1) & (mm->cap - 1))
+		if (mm->e[j].h == h && mm->e[j].nkey == nk && memcmp(mm->e[j].key, k, (size_t)nk * sizeof *k) == 0) {
+			*fresh = 0;
+			return &mm->e[j];
+		}
+	MemoEntry *e = &mm->e[j];
+	e->h = h;
+	e->nkey = nk;
+	e->key = xmalloc((size_t)nk * sizeof *k);
+	memcpy(e->key, k, (size_t)nk * sizeof *k);
+	mm->n++;
+	*fresh = 1;
+	return e;
+}
+
+static void memo_free(PlanMemo *mm)
+{
+	for (uint32_t i = 0; i < mm->cap; i++) {
+		if (!mm->e[i].key)
+			continue;
+		free(mm->e[i].key);
+		free(mm->e[i].err);
+		free(mm->e[i].ops);
+		free(mm->e[i].groupbuf);
+	}
+	free(mm->e);
+	memset(mm, 0, sizeof *mm);
+}
+
+/* plan a transfer (with the replicated fall-back if asked) into e */
+static void memo_fill(LowerCtx *c, MemoEntry *e, const TLay *from, const TLay *to, int keep, int fallback)
 {
 	Layout f, t;
 	tlay_to_layout(from, &f);
 	tlay_to_layout(to, &t);
-	RedistPlan p;
+	RedistPlan *p = xmalloc(sizeof *p);
 	char err[256];
-	int rc = plan(c, &f, &t, keep, &p, err, sizeof err);
-	if (rc != 0 && (replicated(&f) || replicated(&t))) {
+	int rc = plan(c, &f, &t, keep, p, err, sizeof err);
+	if (rc != 0 && fallback && (replicated(&f) || replicated(&t))) {
 		/* a replicated tensor is the same on any device matrix: on the
 		 * other side's, D=[3,2] and D=[2,3] need no common refinement */
 		if (replicated(&f))
 			on_devices(&f, &t);
 		else
 			on_devices(&t, &f);
-		redist_plan_free(&p);
-		rc = plan(c, &f, &t, keep, &p, err, sizeof err);
+		redist_plan_free(p);
+		rc = plan(c, &f, &t, keep, p, err, sizeof err);
 	}
 	if (rc != 0) {
+		redist_plan_free(p);
+		free(p);
+		e->err = xstrdup(err);
+		return;
+	}
+	/* keep only the ops in use (a RedistPlan has room for REDIST_MAX_OPS) */
+	e->ok = 1;
+	e->nops = p->nops;
+	e->ops = xmalloc((size_t)(p->nops ? p->nops : 1) * sizeof *e->ops);
+	memcpy(e->ops, p->ops, (size_t)p->nops * sizeof *e->ops);
+	e->groupbuf = p->groupbuf; /* the ops' groups point into it */
+	free(p);
+}
+
+/* the memoised plan of a transfer: e->ok and e->ops, or e->err */
+static const MemoEntry *memo_plan(LowerCtx *c, const TLay *from, const TLay *to, int keep, int fallback)
+{
+	int64_t key[4 + 2 * (LAYOUT_MAX_DIM + 2) + 4 * LAYOUT_MAX_DIM];
+	int nk = memo_key(from, to, keep, fallback, key);
+	int fresh;
+	MemoEntry *e = memo_find(c->redist_memo, key, nk, &fresh);
+	if (fresh)
+		memo_fill(c, e, from, to, keep, fallback);
+	return e;
+}
+
+static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLay *to, Node *src, Node *origin,
+                          Node *user, int keep)
+{
+	const MemoEntry *e = memo_plan(c, from, to, keep, 1);
+	if (!e->ok) {
 		diag_error_at(user->loc, "%s (%%%d): cannot redistribute its input: %s", sym_str(user->prim),
-		              user->local, err);
+		              user->local, e->err);
 		return NULL;
 	}
-	Node *last = p.nops ? build_plan(c, out, &p, src, origin, user) : src;
-	redist_plan_free(&p);
-	return last;
+	return e->nops ? build_plan(c, out, e->ops, e->nops, src, origin, user) : src;
 }
 
 static NodeLayout *pass_lay(Module *m, const TLay *t)
@@ -642,6 +767,8 @@ int pass_redistribute(Module *m, const Options *o)
 	LowerCtx c;
 	if (lower_ctx_init(&c, m, o) < 0)
 		return 1;
+	PlanMemo memo = {0};
+	c.redist_memo = &memo;
 	Graph *g = ir_entry(m);
 	NodeVec out = {0};
 	int bad = 0;
@@ -650,34 +777,30 @@ int pass_redistribute(Module *m, const Options *o)
 		lower_subst_args(n);
 		NodeLayout *l = n->lay;
 		if (l && ir_node_is_op(n, OP_Reshape) && l->in[0].ndev && l->out[0].ndev && n->args[0].kind == V_NODE) {
-			Layout f, t;
-			tlay_to_layout(&l->in[0], &f);
-			tlay_to_layout(&l->out[0], &t);
-			RedistPlan p;
-			char err[256];
-			if (plan(&c, &f, &t, 1, &p, err, sizeof err) != 0) {
-				diag_error_at(n->loc, "Reshape (%%%d): %s", n->local, err);
+			const MemoEntry *e = memo_plan(&c, &l->in[0], &l->out[0], 1, 0);
+			if (!e->ok) {
+				diag_error_at(n->loc, "Reshape (%%%d): %s", n->local, e->err);
 				bad = 1;
 				continue;
 			}
-			if (p.nops == 1 && p.ops[0].kind == RD_RESHAPE) {
+			const RedistOp *ops = e->ops;
+			if (e->nops == 1 && ops[0].kind == RD_RESHAPE) {
 				/* the node simply becomes a Reshape to the local target */
 				if (n->nargs >= 2) {
-					n->args[1] = lower_ints(m, p.ops[0].out_shape, p.ops[0].rank_out);
+					n->args[1] = lower_ints(m, ops[0].out_shape, ops[0].rank_out);
 					if (n->nin_types >= 2)
-						n->in_types[1] = lower_abs_tuple_ints(m, p.ops[0].rank_out);
+						n->in_types[1] = lower_abs_tuple_ints(m, ops[0].rank_out);
 				}
 				vec_push(&out, n);
 			} else {
 				Node *last =
-				    p.nops ? build_plan(&c, &out, &p, n->args[0].u.node, n, n) : n->args[0].u.node;
+				    e->nops ? build_plan(&c, &out, ops, e->nops, n->args[0].u.node, n, n) : n->args[0].u.node;
 				n->dead = 1;
 				l->flags |= LAY_REPLACED;
 				l->subst = last;
 				if (last->lay == NULL)
 					last->lay = pass_lay(m, &l->out[0]);
 			}
-			redist_plan_free(&p);
 			continue;
 		}
 		if (l && (l->flags & LAY_OP)) {
@@ -737,6 +860,7 @@ int pass_redistribute(Module *m, const Options *o)
 	}
 	vec_free(&out);
 	lower_clear_subst(g);
+	memo_free(&memo);
 	lower_ctx_free(&c);
 	return bad ? 1 : 0;
 }
