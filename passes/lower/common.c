@@ -50,6 +50,22 @@ void lower_attr_put(Module *m, AttrList *l, const char *key, Value v)
 
 /* ------------------------------------------------------------ context */
 
+/* lower_group_mask's answers: a pass asks for the same few (device
+ * matrix, mask) groups once per operator, and a group can hold every rank */
+typedef struct MaskEntry {
+	uint64_t h;
+	int ndev;
+	uint32_t mask;
+	int32_t dev[LAYOUT_MAX_DIM + 2];
+	int n;
+	int64_t *ranks; /* NULL: empty slot */
+} MaskEntry;
+
+typedef struct MaskMemo {
+	MaskEntry *e;
+	uint32_t cap, n;
+} MaskMemo;
+
 int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 {
 	memset(c, 0, sizeof *c);
@@ -84,11 +100,19 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 			}
 	}
 	c->next_uid = 1;
+	c->mask_memo = xcalloc(1, sizeof *c->mask_memo);
 	return 0;
 }
 
 void lower_ctx_free(LowerCtx *c)
 {
+	if (c->mask_memo) {
+		for (uint32_t i = 0; i < c->mask_memo->cap; i++)
+			free(c->mask_memo->e[i].ranks);
+		free(c->mask_memo->e);
+		free(c->mask_memo);
+		c->mask_memo = NULL;
+	}
 	for (uint32_t i = 0; i < c->gcap; i++)
 		free(c->groups[i].ranks);
 	free(c->groups);
@@ -212,7 +236,7 @@ void tlay_replicated(Module *m, TLay *t, int per_stage, const int64_t *shape, in
 
 /* ------------------------------------------------------------ groups */
 
-int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out)
+static int group_mask_compute(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out)
 {
 	int64_t coord[LAYOUT_MAX_DIM + 2];
 	int64_t p = c->pos;
@@ -240,6 +264,51 @@ int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t m
 		out[k] = c->dev_list[q];
 	}
 	return (int)total;
+}
+
+int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out)
+{
+	MaskMemo *mm = c->mask_memo;
+	if (!mm || ndev > LAYOUT_MAX_DIM + 2)
+		return group_mask_compute(c, dev, ndev, mask, out);
+	uint64_t h = (1469598103934665603ULL ^ mask ^ (uint64_t)ndev << 40) * 1099511628211ULL;
+	for (int i = 0; i < ndev; i++)
+		h = (h ^ (uint64_t)(uint32_t)dev[i]) * 1099511628211ULL;
+	if (mm->n * 2 >= mm->cap) {
+		uint32_t ncap = mm->cap ? mm->cap * 2 : 64;
+		MaskEntry *ne = xcalloc(ncap, sizeof *ne);
+		for (uint32_t i = 0; i < mm->cap; i++) {
+			if (!mm->e[i].ranks)
+				continue;
+			uint32_t j = (uint32_t)mm->e[i].h & (ncap - 1);
+			while (ne[j].ranks)
+				j = (j + 1) & (ncap - 1);
+			ne[j] = mm->e[i];
+		}
+		free(mm->e);
+		mm->e = ne;
+		mm->cap = ncap;
+	}
+	uint32_t j = (uint32_t)h & (mm->cap - 1);
+	for (; mm->e[j].ranks; j = (j + 1) & (mm->cap - 1)) {
+		MaskEntry *e = &mm->e[j];
+		if (e->h == h && e->mask == mask && e->ndev == ndev && memcmp(e->dev, dev, (size_t)ndev * sizeof *dev) == 0) {
+			int k = e->n < LOWER_MAX_GROUP ? e->n : LOWER_MAX_GROUP;
+			memcpy(out, e->ranks, (size_t)k * sizeof *out);
+			return e->n;
+		}
+	}
+	MaskEntry *e = &mm->e[j];
+	e->n = group_mask_compute(c, dev, ndev, mask, out);
+	int k = e->n < LOWER_MAX_GROUP ? e->n : LOWER_MAX_GROUP;
+	e->ranks = xmalloc((size_t)(k ? k : 1) * sizeof *out);
+	memcpy(e->ranks, out, (size_t)k * sizeof *out);
+	e->h = h;
+	e->mask = mask;
+	e->ndev = ndev;
+	memcpy(e->dev, dev, (size_t)ndev * sizeof *dev);
+	mm->n++;
+	return e->n;
 }
 
 int lower_replica_group(const LowerCtx *c, const TLay *t, int64_t *out)

@@ -74,6 +74,7 @@ typedef struct LowerCtx {
 	struct LowerGroup *groups;
 	uint32_t gcap, gcount;
 	struct PlanMemo *redist_memo; /* redistribute pass: plans by transfer */
+	struct MaskMemo *mask_memo;   /* lower_group_mask results by (dev, mask) */
 } LowerCtx;
 
 /* one communication group: derived attributes shared by its ops (never mutated) */
