@@ -31,7 +31,7 @@ static void w_flush(void)
 	sink.flushes++;
 }
 
-static void w_write(FILE *f, const void *p, size_t n)
+static void w_write_slow(FILE *f, const void *p, size_t n)
 {
 	if (f != sink.f) {
 		w_flush();
@@ -48,18 +48,29 @@ static void w_write(FILE *f, const void *p, size_t n)
 	sink.n += n;
 }
 
-static void w_puts(const char *s, FILE *f)
+/* the common case inline: the right stream and room in the buffer */
+static inline void w_write(FILE *f, const void *p, size_t n)
+{
+	if (f == sink.f && n <= sizeof sink.buf - sink.n) {
+		memcpy(sink.buf + sink.n, p, n);
+		sink.n += n;
+	} else {
+		w_write_slow(f, p, n);
+	}
+}
+
+static inline void w_puts(const char *s, FILE *f)
 {
 	w_write(f, s, strlen(s));
 }
 
-static void w_putc(int c, FILE *f)
+static inline void w_putc(int c, FILE *f)
 {
 	if (f == sink.f && sink.n < sizeof sink.buf)
 		sink.buf[sink.n++] = (char)c;
 	else {
 		char ch = (char)c;
-		w_write(f, &ch, 1);
+		w_write_slow(f, &ch, 1);
 	}
 }
 
@@ -73,18 +84,22 @@ static void put_i64(FILE *f, int64_t v)
 	char buf[24];
 	char *p = buf + sizeof buf;
 	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+	if (u < 10 && v >= 0) { /* most numbers printed are small */
+		w_putc('0' + (int)u, f);
+		return;
+	}
 	do {
 		*--p = (char)('0' + u % 10);
 		u /= 10;
 	} while (u);
 	if (v < 0)
 		*--p = '-';
-	fwrite(p, 1, (size_t)(buf + sizeof buf - p), f);
+	w_write(f, p, (size_t)(buf + sizeof buf - p));
 }
 
-static void put_sym(FILE *f, Sym s)
+static inline void put_sym(FILE *f, Sym s)
 {
-	fwrite(sym_str(s), 1, sym_len(s), f);
+	w_write(f, sym_str(s), sym_len(s));
 }
 
 /* the debug name, CNode_<id> when a pass left it unformed */
