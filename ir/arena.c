@@ -1,13 +1,17 @@
 /* arena.c - bump allocation for everything a Module owns, plus the x*alloc
  * wrappers that exit cleanly (status 3) when memory runs out. */
+#define _DEFAULT_SOURCE 1 /* MAP_ANONYMOUS, MADV_HUGEPAGE */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "sappc.h"
 
 typedef struct Chunk {
 	struct Chunk *next;
 	size_t size, used;
+	size_t mapped; /* > 0: mmap'd region of this many bytes starting at the chunk */
 	_Alignas(16) unsigned char data[];
 } Chunk;
 
@@ -57,27 +61,61 @@ Arena *arena_new(void)
 	return xcalloc(1, sizeof(Arena));
 }
 
+/* A chunk of sz usable bytes, zeroed.  Chunks grow with the arena (a
+ * lowered rank graph takes a gigabyte or more); from 2 MiB on they are
+ * mapped on a 2 MiB boundary and offered to transparent huge pages, which
+ * turns hundreds of thousands of page faults into hundreds.  Anything that
+ * fails falls back to calloc. */
+#define HUGE_SZ ((size_t)2 << 20)
+static Chunk *chunk_new(size_t sz)
+{
+	size_t want = sizeof(Chunk) + sz;
+#if defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
+	if (want >= HUGE_SZ) {
+		want = (want + HUGE_SZ - 1) & ~(HUGE_SZ - 1);
+		size_t len = want + HUGE_SZ;
+		unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p != MAP_FAILED) {
+			uintptr_t a = ((uintptr_t)p + HUGE_SZ - 1) & ~(uintptr_t)(HUGE_SZ - 1);
+			unsigned char *q = (unsigned char *)a;
+			if (q > p)
+				munmap(p, (size_t)(q - p));
+			if (p + len > q + want)
+				munmap(q + want, (size_t)(p + len - (q + want)));
+			madvise(q, want, MADV_HUGEPAGE);
+			Chunk *c = (Chunk *)q;
+			c->size = want - sizeof(Chunk);
+			c->mapped = want;
+			return c;
+		}
+	}
+#endif
+	Chunk *c = xcalloc(1, want); /* chunks are never reused: zero once */
+	c->size = sz;
+	return c;
+}
+
 void *arena_alloc(Arena *a, size_t n)
 {
 	n = (n + 15) & ~(size_t)15;
 	Chunk *c = a->head;
 	if (!c || c->size - c->used < n) {
-		size_t sz = n > (1u << 20) / 2 ? n : (size_t)1 << 20;
-		/* calloc: chunks are never reused, so memory handed out is
-		 * zero already (fresh mmap pages are not written twice) */
-		c = xcalloc(1, sizeof(Chunk) + sz);
-		c->size = sz;
+		/* 1 MiB, then half of what the arena holds, up to 64 MiB */
+		size_t grow = a->total / 2;
+		grow = grow < ((size_t)1 << 20) ? (size_t)1 << 20 : grow > ((size_t)64 << 20) ? (size_t)64 << 20 : grow;
+		size_t sz = n > grow / 2 ? n : grow;
+		c = chunk_new(sz);
 		c->used = 0;
 		/* a huge one-off block goes behind the current chunk so the
 		 * current one keeps serving small requests */
-		if (a->head && n > (1u << 20) / 2) {
+		if (a->head && n > grow / 2) {
 			c->next = a->head->next;
 			a->head->next = c;
 		} else {
 			c->next = a->head;
 			a->head = c;
 		}
-		a->total += sz;
+		a->total += c->size;
 	}
 	void *p = c->data + c->used;
 	c->used += n;
@@ -111,7 +149,10 @@ void arena_free(Arena *a)
 		return;
 	for (Chunk *c = a->head, *n; c; c = n) {
 		n = c->next;
-		free(c);
+		if (c->mapped)
+			munmap(c, c->mapped);
+		else
+			free(c);
 	}
 	free(a);
 }

@@ -84,15 +84,65 @@ static void break_op(RedistOp *o)
 	}
 }
 
-/* Build the nodes of one plan after src; returns the last node. */
-static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops, Node *src, Node *origin,
-                        Node *like)
+/* A copy of template node T (an op built earlier from the same plan step)
+ * for a new place: its operand values, attributes, input and output types
+ * are shared (nothing changes them after this pass), only the node, its
+ * operand array, names and place are new.  A rank graph has hundreds of
+ * thousands of these ops and only as many distinct ones as plan steps. */
+static Node *clone_op(LowerCtx *c, const Node *T, const Node *like)
+{
+	Node *n = ir_cnode_new(c->m, like->g, T->op, NULL, T->nargs);
+	memcpy(n->args, T->args, T->nargs * sizeof *n->args);
+	n->primfunc = T->primfunc;
+	n->nin_types = T->nin_types;
+	n->in_types = T->in_types;
+	n->out = T->out;
+	n->pattrs = T->pattrs;
+	n->has_pattrs = T->has_pattrs;
+	n->autoname = 1;
+	n->loc = like->loc;
+	n->stage = like->stage;
+	lower_set_fullname(c, n, like);
+	if ((T->op == OP_MakeTuple || T->op == OP_TupleGetItem) && n->scope_kind == SCOPE_FULLNAME)
+		n->scope_kind = SCOPE_NONE; /* as build_plan makes them */
+	return n;
+}
+
+/* Build the nodes of one plan after src; returns the last node.  tm (NULL:
+ * none) holds 2*nops template nodes of this plan, filled on first use: the
+ * op of step i, and for a Split step its MakeTuple (whose operands are the
+ * TupleGetItem templates). */
+static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops, Node **tm, Node *src,
+                        Node *origin, Node *like)
 {
 	Module *m = c->m;
 	Sym dt = src->out.dtype ? src->out.dtype : intern_cstr("Float32");
 	Node *cur = src;
 	int broken = break_redist();
+	if (broken)
+		tm = NULL;
 	for (int i = 0; i < nops; i++) {
+		Node *T = tm ? tm[i] : NULL;
+		if (T && T->in_types[0].dtype == cur->out.dtype && abs_equal(&T->in_types[0], &cur->out)) {
+			Node *n = clone_op(c, T, like);
+			name_op(n, origin, i, rd_name[ops[i].kind]);
+			n->args[0] = value_node(cur);
+			vec_push(out, n);
+			cur = n;
+			if (ops[i].kind == RD_SPLIT) {
+				const Node *MT = tm[nops + i];
+				Node *mt = clone_op(c, MT, like);
+				for (uint32_t k = 0; k < mt->nargs; k++) {
+					Node *gi = clone_op(c, MT->args[k].u.node, like);
+					gi->args[0] = value_node(n);
+					vec_push(out, gi);
+					mt->args[k] = value_node(gi);
+				}
+				vec_push(out, mt);
+				cur = mt;
+			}
+			continue;
+		}
 		RedistOp bo = ops[i];
 		if (broken)
 			break_op(&bo);
@@ -196,6 +246,10 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 			}
 			mt->out = n->out;
 			vec_push(out, mt);
+			if (tm && !tm[i]) {
+				tm[i] = n;
+				tm[nops + i] = mt;
+			}
 			cur = mt;
 			continue;
 		}
@@ -203,6 +257,8 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 			n->in_types[0] = cur->out;
 		n->out = t;
 		vec_push(out, n);
+		if (tm && !tm[i])
+			tm[i] = n;
 		cur = n;
 	}
 	return cur;
@@ -246,6 +302,7 @@ typedef struct MemoEntry {
 	int64_t *key;
 	int ok, nops;     /* ok = 0: failed with err */
 	RedistOp *ops;    /* group pointers into groupbuf */
+	Node **tmpl;      /* 2*nops template nodes (build_plan) */
 	int64_t *groupbuf;
 	char *err;
 } MemoEntry;
@@ -317,6 +374,7 @@ static void memo_free(PlanMemo *mm)
 		free(mm->e[i].key);
 		free(mm->e[i].err);
 		free(mm->e[i].ops);
+		free(mm->e[i].tmpl);
 		free(mm->e[i].groupbuf);
 	}
 	free(mm->e);
@@ -353,12 +411,13 @@ static void memo_fill(LowerCtx *c, MemoEntry *e, const TLay *from, const TLay *t
 	e->nops = p->nops;
 	e->ops = xmalloc((size_t)(p->nops ? p->nops : 1) * sizeof *e->ops);
 	memcpy(e->ops, p->ops, (size_t)p->nops * sizeof *e->ops);
+	e->tmpl = xcalloc((size_t)(p->nops ? 2 * p->nops : 1), sizeof *e->tmpl);
 	e->groupbuf = p->groupbuf; /* the ops' groups point into it */
 	free(p);
 }
 
 /* the memoised plan of a transfer: e->ok and e->ops, or e->err */
-static const MemoEntry *memo_plan(LowerCtx *c, const TLay *from, const TLay *to, int keep, int fallback)
+static MemoEntry *memo_plan(LowerCtx *c, const TLay *from, const TLay *to, int keep, int fallback)
 {
 	int64_t key[4 + 2 * (LAYOUT_MAX_DIM + 2) + 4 * LAYOUT_MAX_DIM];
 	int nk = memo_key(from, to, keep, fallback, key);
@@ -372,13 +431,13 @@ static const MemoEntry *memo_plan(LowerCtx *c, const TLay *from, const TLay *to,
 static Node *plan_between(LowerCtx *c, NodeVec *out, const TLay *from, const TLay *to, Node *src, Node *origin,
                           Node *user, int keep)
 {
-	const MemoEntry *e = memo_plan(c, from, to, keep, 1);
+	MemoEntry *e = memo_plan(c, from, to, keep, 1);
 	if (!e->ok) {
 		diag_error_at(user->loc, "%s (%%%d): cannot redistribute its input: %s", sym_str(user->prim),
 		              user->local, e->err);
 		return NULL;
 	}
-	return e->nops ? build_plan(c, out, e->ops, e->nops, src, origin, user) : src;
+	return e->nops ? build_plan(c, out, e->ops, e->nops, e->tmpl, src, origin, user) : src;
 }
 
 static NodeLayout *pass_lay(Module *m, const TLay *t)
@@ -777,7 +836,7 @@ int pass_redistribute(Module *m, const Options *o)
 		lower_subst_args(n);
 		NodeLayout *l = n->lay;
 		if (l && ir_node_is_op(n, OP_Reshape) && l->in[0].ndev && l->out[0].ndev && n->args[0].kind == V_NODE) {
-			const MemoEntry *e = memo_plan(&c, &l->in[0], &l->out[0], 1, 0);
+			MemoEntry *e = memo_plan(&c, &l->in[0], &l->out[0], 1, 0);
 			if (!e->ok) {
 				diag_error_at(n->loc, "Reshape (%%%d): %s", n->local, e->err);
 				bad = 1;
@@ -794,7 +853,7 @@ int pass_redistribute(Module *m, const Options *o)
 				vec_push(&out, n);
 			} else {
 				Node *last =
-				    e->nops ? build_plan(&c, &out, ops, e->nops, n->args[0].u.node, n, n) : n->args[0].u.node;
+				    e->nops ? build_plan(&c, &out, ops, e->nops, e->tmpl, n->args[0].u.node, n, n) : n->args[0].u.node;
 				n->dead = 1;
 				l->flags |= LAY_REPLACED;
 				l->subst = last;
