@@ -292,7 +292,8 @@ int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t m
 	uint32_t j = (uint32_t)h & (mm->cap - 1);
 	for (; mm->e[j].ranks; j = (j + 1) & (mm->cap - 1)) {
 		MaskEntry *e = &mm->e[j];
-		if (e->h == h && e->mask == mask && e->ndev == ndev && memcmp(e->dev, dev, (size_t)ndev * sizeof *dev) == 0) {
+		if (e->h == h && e->mask == mask && e->ndev == ndev &&
+		    (!ndev || memcmp(e->dev, dev, (size_t)ndev * sizeof *dev) == 0)) {
 			int k = e->n < LOWER_MAX_GROUP ? e->n : LOWER_MAX_GROUP;
 			memcpy(out, e->ranks, (size_t)k * sizeof *out);
 			return e->n;
@@ -306,7 +307,8 @@ int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t m
 	e->h = h;
 	e->mask = mask;
 	e->ndev = ndev;
-	memcpy(e->dev, dev, (size_t)ndev * sizeof *dev);
+	if (ndev)
+		memcpy(e->dev, dev, (size_t)ndev * sizeof *dev);
 	mm->n++;
 	return e->n;
 }
@@ -372,14 +374,15 @@ static LowerGroup *lower_group(LowerCtx *c, const int64_t *ranks, int n)
 	uint32_t j = (uint32_t)h & (c->gcap - 1);
 	for (; c->groups[j].ranks; j = (j + 1) & (c->gcap - 1)) {
 		LowerGroup *g = &c->groups[j];
-		if (g->h == h && g->n == n && memcmp(g->ranks, ranks, (size_t)n * sizeof *ranks) == 0)
+		if (g->h == h && g->n == n && (!n || memcmp(g->ranks, ranks, (size_t)n * sizeof *ranks) == 0))
 			return g;
 	}
 	LowerGroup *g = &c->groups[j];
 	g->h = h;
 	g->n = n;
 	g->ranks = xmalloc((size_t)(n ? n : 1) * sizeof *ranks);
-	memcpy(g->ranks, ranks, (size_t)n * sizeof *ranks);
+	if (n)
+		memcpy(g->ranks, ranks, (size_t)n * sizeof *ranks);
 	char *buf = xmalloc((size_t)n * 24 + 64);
 	size_t k = join_ranks(ranks, n, buf, (size_t)n * 24 + 64);
 	if (n == c->n_total)
