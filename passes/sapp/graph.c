@@ -452,7 +452,6 @@ static void rec_node_init(Sapp *S, uint32_t x)
 	R->op = x;
 	R->type = X->type;
 	R->pinned = X->pinned;
-	R->lvl = -1;
 	uint32_t na = X->nin < (uint32_t)S->conf.max_inputs ? X->nin : (uint32_t)S->conf.max_inputs;
 	R->nargs = (uint8_t)na;
 	R->arg = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));

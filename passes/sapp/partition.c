@@ -50,10 +50,10 @@ static int wcmp(const void *a, const void *b)
 	return x->idx < y->idx ? 1 : x->idx > y->idx ? -1 : 0;
 }
 
-static void explain_level(const Sapp *S, const RecNode *N, int level, int p, const SappChoice *c)
+static void explain_level(const Sapp *S, const PartNode *N, int level, int p, const SappChoice *c)
 {
 	char lab[256];
-	fprintf(stderr, "sapp: explain: %s: level %d (cut by %d)\n", sapp_op_label(&S->ops[N->op], lab, sizeof lab),
+	fprintf(stderr, "sapp: explain: %s: level %d (cut by %d)\n", sapp_op_label(&S->ops[N->rec], lab, sizeof lab),
 		level, p);
 	if (!c->nopt)
 		fprintf(stderr, "  no options: a %s node is never cut\n", sapp_rectype_name[N->type]);
@@ -76,42 +76,52 @@ static void print_cuts(const RecNode *N, char *buf, size_t n)
 		 (long long)N->ocut.d[2], (long long)N->ocut.d[3]);
 }
 
+/* the cuts of every kept node go back to its rec node: after the last
+ * level, or after the last level the pipeline roll-back keeps (§3.6) */
+static void store_cuts(Sapp *S)
+{
+	for (uint32_t k = 0; k < S->nkept; k++) {
+		const PartNode *P = &S->part[k];
+		RecNode *N = &S->rec[P->rec];
+		N->acut[0] = P->acut[0];
+		if (N->nargs > 1)
+			N->acut[1] = P->acut[1];
+		N->ocut = P->ocut;
+	}
+}
+
 int sapp_partition(Sapp *S)
 {
+	sapp_part_init(S);
 	uint32_t *order = xmalloc((S->nkept + 1) * sizeof *order);
 	WItem *w = xmalloc((S->nkept + 1) * sizeof *w);
 	uint32_t npin = 0;
 	uint32_t *pins = xmalloc((S->nkept + 1) * sizeof *pins);
-	for (uint32_t i = 0; i < S->nkept; i++)
-		if (S->rec[S->kept[i]].pinned)
-			pins[npin++] = S->kept[i];
+	for (uint32_t k = 0; k < S->nkept; k++)
+		if (S->part[k].pinned)
+			pins[npin++] = k;
 	int keep_levels = S->nlevels - S->rollback;
-	if (S->rollback > 0)
-		for (uint32_t i = 0; i < S->nkept; i++)
-			S->rec[S->kept[i]].snap = arena_alloc(S->arena, 3 * sizeof(Dim4));
-	if (keep_levels == 0 && S->rollback > 0)
-		for (uint32_t i = 0; i < S->nkept; i++) {
-			RecNode *N = &S->rec[S->kept[i]];
-			N->snap[0] = N->acut[0];
-			N->snap[1] = N->nargs > 1 ? N->acut[1] : ONES;
-			N->snap[2] = N->ocut;
-		}
+	if (keep_levels == 0)
+		store_cuts(S);
 	for (int level = 0; level < S->nlevels; level++) {
 		int p = S->primes[level];
 		for (uint32_t i = 0; i < npin; i++) {
-			RecNode *N = &S->rec[pins[i]];
-			N->lvl = level;
-			for (int t = 0; t < 3; t++)
-				sapp_decompose_step(&N->pin[3 + t], &N->pin[t], p, &N->one[t]);
+			RecNode *N = &S->rec[S->part[pins[i]].rec];
+			RecVis *V = &S->vis[pins[i]];
+			Dim4 one1;
+			V->lvl = level;
+			sapp_decompose_step(&N->pin[3], &N->pin[0], p, &V->in0);
+			sapp_decompose_step(&N->pin[4], &N->pin[1], p, &one1);
+			sapp_decompose_step(&N->pin[5], &N->pin[2], p, &V->out);
 		}
 		uint32_t n = 0;
 		if (S->weight_order) {
-			for (uint32_t i = 0; i < S->nkept; i++) {
-				RecNode *N = &S->rec[S->kept[i]];
+			for (uint32_t k = 0; k < S->nkept; k++) {
+				const PartNode *N = &S->part[k];
 				if (N->pinned)
 					continue;
 				w[n].w = sapp_weight(S, N, p);
-				w[n].idx = S->kept[i];
+				w[n].idx = k;
 				n++;
 			}
 			qsort(w, n, sizeof *w, wcmp);
@@ -119,47 +129,34 @@ int sapp_partition(Sapp *S)
 				order[i] = w[i].idx;
 		} else {
 			for (int pass = 0; pass < 2; pass++)
-				for (uint32_t i = 0; i < S->nkept; i++) {
-					RecNode *N = &S->rec[S->kept[i]];
+				for (uint32_t k = 0; k < S->nkept; k++) {
+					const PartNode *N = &S->part[k];
 					if (!N->pinned && (N->type == REC_UnknownType) == pass)
-						order[n++] = S->kept[i];
+						order[n++] = k;
 				}
 		}
 		for (uint32_t i = 0; i < n; i++) {
-			RecNode *N = &S->rec[order[i]];
+			PartNode *N = &S->part[order[i]];
+			RecVis *V = &S->vis[order[i]];
 			SappChoice c;
 			sapp_choose(S, N, p, level, &c);
-			if (sapp_explaining(S, N->op))
+			if (sapp_explaining(S, N->rec))
 				explain_level(S, N, level, p, &c);
 			sapp_apply_choice(N, &c);
-			N->lvl = level;
+			V->lvl = level;
+			V->in0 = c.best < 0 ? ONES : c.eff[c.best][0];
+			V->out = c.best < 0 ? ONES : c.eff[c.best][2];
 		}
-		if (level + 1 == keep_levels && S->rollback > 0)
-			for (uint32_t i = 0; i < S->nkept; i++) {
-				RecNode *N = &S->rec[S->kept[i]];
-				N->snap[0] = N->acut[0];
-				N->snap[1] = N->nargs > 1 ? N->acut[1] : ONES;
-				N->snap[2] = N->ocut;
-			}
+		if (level + 1 == keep_levels)
+			store_cuts(S);
 	}
-	/* pipeline roll-back (§3.6): the partition for the per-stage device count */
-	if (S->rollback > 0)
-		for (uint32_t i = 0; i < S->nkept; i++) {
-			RecNode *N = &S->rec[S->kept[i]];
-			if (N->pinned)
-				continue;
-			N->acut[0] = N->snap[0];
-			if (N->nargs > 1)
-				N->acut[1] = N->snap[1];
-			N->ocut = N->snap[2];
-		}
-	for (uint32_t i = 0; i < S->nkept; i++) {
-		RecNode *N = &S->rec[S->kept[i]];
-		if (!N->pinned && sapp_explaining(S, N->op)) {
+	for (uint32_t k = 0; k < S->nkept; k++) {
+		const RecNode *N = &S->rec[S->part[k].rec];
+		if (!N->pinned && sapp_explaining(S, S->part[k].rec)) {
 			char lab[256], cuts[256];
 			print_cuts(N, cuts, sizeof cuts);
 			fprintf(stderr, "sapp: explain: %s: after %d level(s)%s: %s\n",
-				sapp_op_label(&S->ops[N->op], lab, sizeof lab), keep_levels,
+				sapp_op_label(&S->ops[S->part[k].rec], lab, sizeof lab), keep_levels,
 				S->rollback ? " (pipeline roll-back)" : "", cuts);
 		}
 	}

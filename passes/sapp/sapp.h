@@ -93,6 +93,25 @@ typedef struct RecAux {
 	RecMap map;   /* mapping from the aux producer's output to that input */
 } RecAux;
 
+/* A neighbour that can charge a kept node a redistribution (§2.2), found
+ * once after elimination: whether the two tensors are "adjacent" (same
+ * shape through the mapping) does not change between levels, only whether
+ * the neighbour has decided yet.  Links keep the order of the node's input
+ * slots, out edges and aux producers, the order the penalties add up in. */
+typedef struct RecLink {
+	uint32_t nb;   /* the neighbour's position in kept order (Sapp.vis) */
+	uint8_t row;   /* producer: the row of the slot it feeds (0, 1; 3 past input 1); consumer: 2 */
+	uint8_t ident; /* identity mapping: patterns pass unchanged */
+	RecMap map;    /* producer: its output -> the slot; consumer: this node's output -> its input */
+} RecLink;
+
+/* what a kept node shows its neighbours: the level it decided in and that
+ * level's cut factors on input 0 and on its output (one[0], one[2]) */
+typedef struct RecVis {
+	int32_t lvl;
+	Dim4 in0, out;
+} RecVis;
+
 typedef struct EdgeSet {
 	uint64_t *keys;
 	uint32_t *vals;
@@ -127,13 +146,24 @@ typedef struct RecNode {
 	Vec(RecAux) aux;
 	Vec(RecEdge) outs;
 	U32Vec users;    /* nodes that list this one in `in` or `aux` (may repeat) */
-	/* partition state */
-	int32_t lvl;     /* the level this node decided in (-1: not yet) */
-	Dim4 one[3];     /* this level's cut factors: input 0, input 1, output */
-	Dim4 *snap;      /* pipeline: cuts after the last level the roll-back keeps (3) */
+	uint32_t kidx;   /* kept nodes: position in kept order (Sapp.part, Sapp.vis) */
 	Dim4 *pin;       /* pinned: the user's cuts (in0, in1, out), then what
 			  * DecomposeStrategy has not handed out yet (6) */
 } RecNode;
+
+/* Partition state of a kept rec node, dense in kept order: all that one
+ * decision reads of the node itself (§2, §3).  The cuts go back to the rec
+ * node when the levels are done. */
+typedef struct PartNode {
+	uint32_t rec;          /* its rec node */
+	uint8_t type, nargs, pinned;
+	const RecLink *link;   /* neighbours that may charge a redistribution */
+	uint32_t nlink;
+	Dim4 arg[2], out;      /* shapes of inputs 0 and 1 (MatMul operands stored logically), output */
+	Dim4 acut[2], ocut;    /* cuts so far */
+	Dim4 g[3];             /* granularity: shape / cut of input 0, input 1 and the
+				* output, kept with the cuts so that no level divides */
+} PartNode;
 
 /* ---------------------------------------------------------- operators (§4) */
 typedef struct SappOp {
@@ -173,6 +203,8 @@ typedef struct Sapp {
 	int32_t *op_of_node; /* node id -> operator index, -1 */
 	RecNode *rec;        /* one per operator */
 	uint32_t *kept;      /* kept rec nodes in index order */
+	PartNode *part;      /* per kept node: partition state (partition.c) */
+	RecVis *vis;         /* per kept node: what its neighbours see */
 	uint32_t nkept;
 	uint32_t *elim_order; /* eliminated operators in elimination order */
 	uint32_t nelim;
@@ -215,10 +247,12 @@ typedef struct SappChoice {
 	Dim4 eff[8][3];   /* what the option does to input 0, input 1, output */
 	int best;         /* -1: no cut at this level */
 } SappChoice;
-void sapp_choose(Sapp *S, const RecNode *N, int p, int level, SappChoice *c);
-void sapp_apply_choice(RecNode *N, const SappChoice *c);
-double sapp_weight(const Sapp *S, const RecNode *N, int p);
-double sapp_redis(Sapp *S, const RecNode *N, const Dim4 mode[3], int level);
+void sapp_part_init(Sapp *S);
+void sapp_part_gran(PartNode *N);
+void sapp_choose(Sapp *S, const PartNode *N, int p, int level, SappChoice *c);
+void sapp_apply_choice(PartNode *N, const SappChoice *c);
+double sapp_weight(const Sapp *S, const PartNode *N, int p);
+double sapp_redis(Sapp *S, const PartNode *N, const Dim4 mode[3], int level);
 
 /* partition.c */
 int sapp_partition(Sapp *S);
