@@ -89,35 +89,52 @@ static const Value *operand(const Node *n, int i)
 	return i >= 0 && (uint32_t)i < n->nargs ? &n->args[i] : NULL;
 }
 
+void sapp_attr_init(Sapp *S)
+{
+	static const char *const names[SA_COUNT_] = {
+#define X(a) #a,
+		SAPP_ATTRS(X)
+#undef X
+	};
+	for (int i = 0; i < SA_COUNT_; i++)
+		S->attr[i] = intern_cstr(names[i]);
+}
+
+/* attribute SA_* of list l, NULL if absent */
+const Value *sapp_attr(const Sapp *S, const AttrList *l, int attr)
+{
+	return ir_attr_get_sym(l, S->attr[attr]);
+}
+
 /* an integer from operand `opnd` (literal) or primitive attribute `attr`: 1 found */
-int sapp_attr_int(const Node *n, int opnd, const char *attr, int64_t *out)
+int sapp_attr_int(const Sapp *S, const Node *n, int opnd, int attr, int64_t *out)
 {
 	const Value *v = operand(n, opnd);
 	if (v && v->kind != V_NODE && value_get_int(v, out))
 		return 1;
-	v = attr ? ir_attr_get(&n->pattrs, attr) : NULL;
+	v = sapp_attr(S, &n->pattrs, attr);
 	return v && value_get_int(v, out);
 }
 
 /* an int list (tuple, list or one int): count, or -1 if absent */
-int sapp_attr_ints(const Node *n, int opnd, const char *attr, int64_t *out, int max)
+int sapp_attr_ints(const Sapp *S, const Node *n, int opnd, int attr, int64_t *out, int max)
 {
 	const Value *v = operand(n, opnd);
 	int k = -1;
 	if (v && v->kind != V_NODE)
 		k = value_int_list(v, out, max);
-	if (k < 0 && attr && (v = ir_attr_get(&n->pattrs, attr)) != NULL)
+	if (k < 0 && (v = sapp_attr(S, &n->pattrs, attr)) != NULL)
 		k = value_int_list(v, out, max);
 	return k;
 }
 
-int sapp_attr_bool(const Node *n, int opnd, const char *attr, int dflt)
+int sapp_attr_bool(const Sapp *S, const Node *n, int opnd, int attr, int dflt)
 {
 	const Value *v = operand(n, opnd);
 	int b;
 	if (v && v->kind != V_NODE && value_truthy(v, &b))
 		return b;
-	if (attr && (v = ir_attr_get(&n->pattrs, attr)) != NULL && value_truthy(v, &b))
+	if ((v = sapp_attr(S, &n->pattrs, attr)) != NULL && value_truthy(v, &b))
 		return b;
 	return dflt;
 }
@@ -227,8 +244,8 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 			X->odims = os->dims;
 		}
 		if (X->type == REC_MatMul || X->type == REC_BatchMatMul) {
-			X->ta = (uint8_t)(sapp_attr_bool(n, 2, "transpose_a", 0) || sapp_attr_bool(n, -1, "transpose_x1", 0));
-			X->tb = (uint8_t)(sapp_attr_bool(n, 3, "transpose_b", 0) || sapp_attr_bool(n, -1, "transpose_x2", 0));
+			X->ta = (uint8_t)(sapp_attr_bool(S, n, 2, SA_transpose_a, 0) || sapp_attr_bool(S, n, -1, SA_transpose_x1, 0));
+			X->tb = (uint8_t)(sapp_attr_bool(S, n, 3, SA_transpose_b, 0) || sapp_attr_bool(S, n, -1, SA_transpose_x2, 0));
 		}
 	} else {
 		const Graph *g = ir_entry(S->m);
@@ -257,6 +274,7 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 int sapp_build(Sapp *S)
 {
 	Module *m = S->m;
+	sapp_attr_init(S);
 	S->op_of_node = xmalloc((m->next_id + 1) * sizeof *S->op_of_node);
 	for (uint32_t i = 0; i <= m->next_id; i++)
 		S->op_of_node[i] = -1;
@@ -480,7 +498,7 @@ static void rec_node_init(Sapp *S, uint32_t x)
 	R->own = sapp_map_identity();
 	if (X->n && X->n->op == OP_Transpose && X->nin) {
 		int64_t perm[MAX_RANK];
-		int r = sapp_attr_ints(X->n, 1, "perm", perm, MAX_RANK);
+		int r = sapp_attr_ints(S, X->n, 1, SA_perm, perm, MAX_RANK);
 		R->own = r == X->rank[0] ? sapp_map_transpose(perm, r) : map_bad();
 	} else if (X->n && X->n->op == OP_Reshape && X->nin) {
 		sapp_map_reshape(X->dims[0], X->rank[0], X->odims, X->orank, &R->own);

@@ -259,10 +259,10 @@ static void data_parallel(const Sapp *S, SappOp *X)
 }
 
 /* the axes an operator works along: list from operand/attribute, default */
-static int axes_of(const SappOp *X, int opnd, const char *attr, int r, int dflt_all, int64_t dflt, int *mask)
+static int axes_of(const Sapp *S, const SappOp *X, int opnd, int attr, int r, int dflt_all, int64_t dflt, int *mask)
 {
 	int64_t ax[MAX_RANK];
-	int k = sapp_attr_ints(X->n, opnd, attr, ax, MAX_RANK);
+	int k = sapp_attr_ints(S, X->n, opnd, attr, ax, MAX_RANK);
 	*mask = 0;
 	if (k <= 0) {
 		if (dflt_all || k == 0) {
@@ -292,8 +292,8 @@ static void prepare_gather(Prop *P, SappOp *X)
 		return;
 	}
 	int64_t axis = 0, bd = 0;
-	sapp_attr_int(X->n, 2, "axis", &axis);
-	sapp_attr_int(X->n, -1, "batch_dims", &bd);
+	sapp_attr_int(S, X->n, 2, SA_axis, &axis);
+	sapp_attr_int(S, X->n, -1, SA_batch_dims, &bd);
 	int pr = X->rank[0], ir = X->rank[1];
 	axis = norm_axis(axis, pr);
 	int64_t dev = S->stage_devices;
@@ -348,17 +348,17 @@ static void prepare_gather(Prop *P, SappOp *X)
 	}
 }
 
-static void stridedslice(SappOp *X, const Stra *s)
+static void stridedslice(const Sapp *S, SappOp *X, const Stra *s)
 {
 	int r = X->rank[0];
 	int64_t begin[MAX_RANK], end[MAX_RANK], strides[MAX_RANK];
-	int nb = sapp_attr_ints(X->n, 1, "begin", begin, MAX_RANK);
-	int ne = sapp_attr_ints(X->n, 2, "end", end, MAX_RANK);
-	int ns = sapp_attr_ints(X->n, 3, "strides", strides, MAX_RANK);
+	int nb = sapp_attr_ints(S, X->n, 1, SA_begin, begin, MAX_RANK);
+	int ne = sapp_attr_ints(S, X->n, 2, SA_end, end, MAX_RANK);
+	int ns = sapp_attr_ints(S, X->n, 3, SA_strides, strides, MAX_RANK);
 	int64_t bm = 0, em = 0, nm = 0;
-	sapp_attr_int(X->n, 4, "begin_mask", &bm);
-	sapp_attr_int(X->n, 5, "end_mask", &em);
-	sapp_attr_int(X->n, 7, "new_axis_mask", &nm);
+	sapp_attr_int(S, X->n, 4, SA_begin_mask, &bm);
+	sapp_attr_int(S, X->n, 5, SA_end_mask, &em);
+	sapp_attr_int(S, X->n, 7, SA_new_axis_mask, &nm);
 	Stra t = {0, {0}};
 	for (int i = 0; i < s->n && t.n < MAX_RANK; i++) {
 		if (nm & (1 << t.n))
@@ -432,7 +432,7 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 			sin_of(X, 1)[0] = s->n > 1 ? s->v[1] : 1;
 	} else if (f == FAM_SOFTMAX) {
 		int r = X->nin ? X->rank[0] : 0;
-		axes_of(X, 1, "axis", r, 0, -1, &mask);
+		axes_of(S, X, 1, SA_axis, r, 0, -1, &mask);
 		for (int d = 0; d < t.n && d < 31; d++)
 			if (mask & (1 << d))
 				t.v[d] = 1;
@@ -440,7 +440,7 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 	} else if (f == FAM_LAYERNORM) {
 		int r = X->nin ? X->rank[0] : 0;
 		int64_t b = -1;
-		sapp_attr_int(X->n, -1, "begin_norm_axis", &b);
+		sapp_attr_int(S, X->n, -1, SA_begin_norm_axis, &b);
 		int bb = norm_axis(b, r);
 		for (int d = bb < 0 ? 0 : bb; d < t.n; d++)
 			t.v[d] = 1;
@@ -463,7 +463,7 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 		for (uint32_t i = 0; i < X->nin; i++)
 			sapp_set_input(X, i, i == 0 ? t.v : NULL, i == 0 ? t.n : 0, 1);
 	} else if (f == FAM_STRIDEDSLICE) {
-		stridedslice(X, s);
+		stridedslice(S, X, s);
 	} else if (f == FAM_FLATTEN || X->type == REC_BatchParallel) {
 		data_parallel(S, X);
 	} else if (f == FAM_BATCHMATMUL) {
@@ -505,7 +505,7 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 			return 0;
 	} else if (f == FAM_TRANSPOSE && Q->nin) {
 		int64_t perm[MAX_RANK];
-		int r = sapp_attr_ints(Q->n, 1, "perm", perm, MAX_RANK);
+		int r = sapp_attr_ints(S, Q->n, 1, SA_perm, perm, MAX_RANK);
 		if (r != Q->rank[0])
 			return 0;
 		s->n = r;
@@ -517,7 +517,7 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 		}
 	} else if (f == FAM_EXPANDDIMS && Q->nin) {
 		int64_t ax = 0;
-		sapp_attr_int(Q->n, 1, "axis", &ax);
+		sapp_attr_int(S, Q->n, 1, SA_axis, &ax);
 		Stra in;
 		input_stra(Q, 0, &in);
 		int a = norm_axis(ax, in.n + 1);
@@ -537,11 +537,11 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 	}
 	/* the producer's own shape change */
 	int mask;
-	if (f == FAM_SQUEEZE || (f == FAM_REDUCE && !sapp_attr_bool(Q->n, 2, "keep_dims", 0)) ||
-	    (f == FAM_ARGWITHVALUE && !sapp_attr_bool(Q->n, -1, "keep_dims", 0))) {
+	if (f == FAM_SQUEEZE || (f == FAM_REDUCE && !sapp_attr_bool(S, Q->n, 2, SA_keep_dims, 0)) ||
+	    (f == FAM_ARGWITHVALUE && !sapp_attr_bool(S, Q->n, -1, SA_keep_dims, 0))) {
 		if (f == FAM_SQUEEZE) {
 			int64_t ax[MAX_RANK];
-			int k = sapp_attr_ints(Q->n, 1, "axis", ax, MAX_RANK);
+			int k = sapp_attr_ints(S, Q->n, 1, SA_axis, ax, MAX_RANK);
 			mask = 0;
 			if (k <= 0) {
 				for (int d = 0; d < s->n && Q->nin; d++)
@@ -552,9 +552,9 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 					mask |= 1 << norm_axis(ax[i], s->n);
 			}
 		} else if (f == FAM_REDUCE) {
-			axes_of(Q, 1, "axis", s->n, 1, 0, &mask);
+			axes_of(S, Q, 1, SA_axis, s->n, 1, 0, &mask);
 		} else {
-			axes_of(Q, -1, "axis", s->n, 0, 0, &mask);
+			axes_of(S, Q, -1, SA_axis, s->n, 0, 0, &mask);
 		}
 		int k = 0;
 		for (int d = 0; d < s->n; d++)
@@ -563,8 +563,8 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 		s->n = k;
 	} else if (f == FAM_FLATTEN) {
 		int64_t a = 1, b = -1;
-		sapp_attr_int(Q->n, -1, "start_dim", &a);
-		sapp_attr_int(Q->n, -1, "end_dim", &b);
+		sapp_attr_int(S, Q->n, -1, SA_start_dim, &a);
+		sapp_attr_int(S, Q->n, -1, SA_end_dim, &b);
 		int sa = norm_axis(a, s->n), sb = norm_axis(b, s->n);
 		if (sa >= 0 && sb < s->n && sa < sb) {
 			for (int d = sa + 1; d <= sb; d++)
@@ -675,7 +675,7 @@ static int backward(Prop *P, uint32_t x)
 	int mask;
 	if (f == FAM_EXPANDDIMS) {
 		int64_t ax = 0;
-		sapp_attr_int(X->n, 1, "axis", &ax);
+		sapp_attr_int(S, X->n, 1, SA_axis, &ax);
 		int a = norm_axis(ax, t.n);
 		for (int d = 0; d < t.n; d++)
 			if (d != a)
@@ -689,8 +689,8 @@ static int backward(Prop *P, uint32_t x)
 		sapp_gen_gather_stra(C->dims[slot], C->rank[slot], S->stage_devices, s.v);
 	} else if (f == FAM_REDUCE && X->nin) {
 		int r = X->rank[0];
-		axes_of(X, 1, "axis", r, 1, 0, &mask);
-		if (sapp_attr_bool(X->n, 2, "keep_dims", 0)) {
+		axes_of(S, X, 1, SA_axis, r, 1, 0, &mask);
+		if (sapp_attr_bool(S, X->n, 2, SA_keep_dims, 0)) {
 			s = t;
 		} else {
 			int k = 0;
@@ -700,7 +700,7 @@ static int backward(Prop *P, uint32_t x)
 		}
 	} else if (f == FAM_TRANSPOSE && X->nin) {
 		int64_t perm[MAX_RANK];
-		int r = sapp_attr_ints(X->n, 1, "perm", perm, MAX_RANK);
+		int r = sapp_attr_ints(S, X->n, 1, SA_perm, perm, MAX_RANK);
 		if (r != X->rank[0] || r != t.n)
 			return 0;
 		s.n = r;
@@ -717,7 +717,7 @@ static int backward(Prop *P, uint32_t x)
 	if (f == FAM_SQUEEZE && X->nin) {
 		int r = X->rank[0];
 		int64_t ax[MAX_RANK];
-		int k = sapp_attr_ints(X->n, 1, "axis", ax, MAX_RANK);
+		int k = sapp_attr_ints(S, X->n, 1, SA_axis, ax, MAX_RANK);
 		mask = 0;
 		if (k <= 0) {
 			for (int d = 0; d < r; d++)
@@ -924,7 +924,7 @@ static void copy_main(Sapp *S, uint32_t x)
 				sin_of(X, i)[X->rank[i] - 1] = 1;
 	if (X->type == REC_LayerNorm && X->nin) {
 		int64_t b = 1;
-		sapp_attr_int(X->n, -1, "begin_norm_axis", &b);
+		sapp_attr_int(S, X->n, -1, SA_begin_norm_axis, &b);
 		int r = X->rank[0], bb = norm_axis(b, r);
 		for (int d = bb < 0 ? 0 : bb; d < r; d++)
 			sin_of(X, 0)[d] = 1;

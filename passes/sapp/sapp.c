@@ -265,12 +265,12 @@ static int semi_auto(Sapp *S)
 		SappOp *X = &S->ops[x];
 		if (!X->n)
 			continue;
-		const Value *in = ir_attr_get(&X->n->strat, "in_strategy");
-		const Value *out = ir_attr_get(&X->n->strat, "out_strategy");
+		const Value *in = sapp_attr(S, &X->n->strat, SA_in_strategy);
+		const Value *out = sapp_attr(S, &X->n->strat, SA_out_strategy);
 		if (!in) {
-			in = ir_attr_get(&X->n->pattrs, "in_strategy");
+			in = sapp_attr(S, &X->n->pattrs, SA_in_strategy);
 			if (!out)
-				out = ir_attr_get(&X->n->pattrs, "out_strategy");
+				out = sapp_attr(S, &X->n->pattrs, SA_out_strategy);
 		}
 		if (S->o->data_parallel) /* the reference plan of --report */
 			in = out = NULL;
@@ -296,8 +296,8 @@ static int user_strategies(Sapp *S)
 		SappOp *X = &S->ops[x];
 		if (!X->n)
 			continue;
-		const Value *in = ir_attr_get(&X->n->pattrs, "in_strategy");
-		const Value *out = ir_attr_get(&X->n->pattrs, "out_strategy");
+		const Value *in = sapp_attr(S, &X->n->pattrs, SA_in_strategy);
+		const Value *out = sapp_attr(S, &X->n->pattrs, SA_out_strategy);
 		if (!in && !out)
 			continue;
 		if (!S->o->interfered) {

@@ -68,6 +68,21 @@ struct StratInfo {
 	uint8_t source;
 };
 
+/* ---------------------------------------------------------- primitive attributes */
+/* the attributes the search reads, interned once per run (Sapp.attr): the
+ * lookups compare symbols, not strings */
+#define SAPP_ATTRS(X)                                                                              \
+	X(perm) X(axis) X(batch_dims) X(begin) X(end) X(strides) X(begin_mask) X(end_mask)          \
+	X(new_axis_mask) X(begin_norm_axis) X(keep_dims) X(start_dim) X(end_dim) X(transpose_a)    \
+	X(transpose_b) X(transpose_x1) X(transpose_x2) X(in_strategy) X(out_strategy)
+
+enum {
+#define X(a) SA_##a,
+	SAPP_ATTRS(X)
+#undef X
+	SA_COUNT_
+};
+
 /* ---------------------------------------------------------- 4-D tensors (§1.3) */
 typedef struct Dim4 {
 	int64_t d[4]; /* n, c, h, w */
@@ -220,6 +235,7 @@ typedef struct Sapp {
 	int primes[64];      /* the prime of each level */
 	int weight_order;
 	int64_t explain;     /* operator index for --explain, -1 */
+	Sym attr[SA_COUNT_]; /* interned attribute names */
 } Sapp;
 
 /* graph.c */
@@ -234,9 +250,11 @@ RecMap sapp_map_transpose(const int64_t *perm, int r);
 RecMap sapp_map_compose(RecMap first, RecMap then);
 int sapp_map_shape(const RecMap *m, const Dim4 *src, Dim4 *dst);
 Dim4 sapp_dim4(const int64_t *d, int r);
-int sapp_attr_int(const Node *n, int operand, const char *attr, int64_t *out);
-int sapp_attr_ints(const Node *n, int operand, const char *attr, int64_t *out, int max);
-int sapp_attr_bool(const Node *n, int operand, const char *attr, int dflt);
+void sapp_attr_init(Sapp *S);
+const Value *sapp_attr(const Sapp *S, const AttrList *l, int attr);
+int sapp_attr_int(const Sapp *S, const Node *n, int operand, int attr, int64_t *out);
+int sapp_attr_ints(const Sapp *S, const Node *n, int operand, int attr, int64_t *out, int max);
+int sapp_attr_bool(const Sapp *S, const Node *n, int operand, int attr, int dflt);
 
 /* cost.c */
 typedef struct SappChoice {
