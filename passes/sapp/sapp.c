@@ -223,29 +223,147 @@ static int check_absorbable(const Sapp *S)
 
 /* ------------------------------------------------------------ output */
 
-static Value stra_value(Arena *a, const SappOp *X, int out)
+/* Strategies repeat: every layer of a deep network has the same ones.
+ * Each distinct strategy value is built once and shared by the nodes that
+ * have it (nothing writes into a strategy value after this pass; a pass
+ * that changes an attribute value clones it first), and so is the
+ * StratInfo of each source.  Keys are the integers of the value: kind
+ * (0 in, 1 out), entry count, then per entry its rank and counts. */
+typedef struct StraSlot {
+	uint64_t h;
+	uint32_t off, len; /* key in StraTab.key */
+	Value v;
+} StraSlot;
+
+typedef struct StraTab {
+	Module *m;
+	Sym in_key, out_key;
+	StratInfo *si[SRC_COUNT_];
+	StraSlot *slot;
+	uint32_t cap, used;
+	Vec(int64_t) key; /* the keys of the slots, then scratch for the next one */
+} StraTab;
+
+static uint64_t key_hash(const int64_t *k, uint32_t n)
 {
-	uint32_t n = out ? 1 : X->nin;
-	Value *el = arena_alloc(a, (n + 1) * sizeof *el);
+	uint64_t h = 0x9E3779B97F4A7C15ULL;
 	for (uint32_t i = 0; i < n; i++)
-		el[i] = out ? *value_tuple_ints(a, X->os, X->orank, NT_BARE)
-			    : *value_tuple_ints(a, X->s + X->off[i], X->rank[i], NT_BARE);
-	return value_tuple_of(a, el, n);
+		h = (h ^ (uint64_t)k[i]) * 0x100000001B3ULL;
+	return h ^ (h >> 29);
 }
 
-static void write_node(Sapp *S, SappOp *X)
+static Value stra_build(Arena *a, const int64_t *k)
 {
-	Module *m = S->m;
+	uint32_t n = (uint32_t)k[1];
+	Value v = {0};
+	v.kind = V_TUPLE;
+	v.n = n;
+	v.u.elems = n ? arena_alloc(a, n * sizeof(Value)) : NULL;
+	k += 2;
+	for (uint32_t i = 0; i < n; i++) {
+		int r = (int)*k++;
+		v.u.elems[i] = *value_tuple_ints(a, k, r, NT_BARE);
+		k += r;
+	}
+	return v;
+}
+
+static void tab_grow(StraTab *t)
+{
+	StraSlot *old = t->slot;
+	uint32_t oc = t->cap;
+	t->cap = oc ? 2 * oc : 64;
+	t->slot = xcalloc(t->cap, sizeof *t->slot);
+	for (uint32_t i = 0; i < oc; i++)
+		if (old[i].len) {
+			uint32_t j = (uint32_t)old[i].h & (t->cap - 1);
+			while (t->slot[j].len)
+				j = (j + 1) & (t->cap - 1);
+			t->slot[j] = old[i];
+		}
+	free(old);
+}
+
+/* the shared value of the key at t->key.a[base..t->key.n) */
+static Value tab_value(StraTab *t, uint32_t base)
+{
+	const int64_t *k = t->key.a + base;
+	uint32_t len = t->key.n - base;
+	uint64_t h = key_hash(k, len);
+	if ((t->used + 1) * 2 > t->cap)
+		tab_grow(t);
+	uint32_t j = (uint32_t)h & (t->cap - 1);
+	for (; t->slot[j].len; j = (j + 1) & (t->cap - 1))
+		if (t->slot[j].h == h && t->slot[j].len == len &&
+		    memcmp(t->key.a + t->slot[j].off, k, len * sizeof *k) == 0) {
+			t->key.n = base; /* drop the scratch copy */
+			return t->slot[j].v;
+		}
+	StraSlot *sl = &t->slot[j];
+	sl->h = h;
+	sl->off = base;
+	sl->len = len;
+	sl->v = stra_build(t->m->arena, k);
+	t->used++;
+	return sl->v;
+}
+
+static void key_put(StraTab *t, int64_t v)
+{
+	vec_push(&t->key, v);
+}
+
+static Value stra_value(StraTab *t, const SappOp *X, int out)
+{
+	uint32_t base = t->key.n, n = out ? 1 : X->nin;
+	key_put(t, out);
+	key_put(t, n);
+	for (uint32_t i = 0; i < n; i++) {
+		int r = out ? X->orank : X->rank[i];
+		const int64_t *v = out ? X->os : X->s + X->off[i];
+		key_put(t, r);
+		for (int d = 0; d < r; d++)
+			key_put(t, v[d]);
+	}
+	return tab_value(t, base);
+}
+
+/* the node's strategy attributes: in_strategy, then out_strategy if set */
+static void write_node(StraTab *t, SappOp *X)
+{
+	Module *m = t->m;
 	Node *n = X->n;
-	n->strat.n = 0;
-	n->strat.a = NULL;
-	ir_attr_set(m, &n->strat, "in_strategy", stra_value(m->arena, X, 0));
-	if (X->has_os)
-		ir_attr_set(m, &n->strat, "out_strategy", stra_value(m->arena, X, 1));
+	uint32_t na = X->has_os ? 2 : 1;
+	Attr *a = arena_alloc(m->arena, na * sizeof *a);
+	a[0].key = t->in_key;
+	a[0].val = stra_value(t, X, 0);
+	if (X->has_os) {
+		a[1].key = t->out_key;
+		a[1].val = stra_value(t, X, 1);
+	}
+	n->strat.a = a;
+	n->strat.n = na;
 	n->has_strat = 1;
-	StratInfo *si = arena_alloc(m->arena, sizeof *si);
-	si->source = X->loaded ? SRC_LOADED : X->source;
-	n->si = si;
+	uint8_t src = X->loaded ? SRC_LOADED : X->source;
+	if (!t->si[src]) {
+		t->si[src] = arena_alloc(m->arena, sizeof(StratInfo));
+		t->si[src]->source = src;
+	}
+	n->si = t->si[src];
+}
+
+static void write_nodes(Sapp *S)
+{
+	StraTab t;
+	memset(&t, 0, sizeof t);
+	t.m = S->m;
+	t.in_key = S->attr[SA_in_strategy];
+	t.out_key = S->attr[SA_out_strategy];
+	for (uint32_t x = 0; x < S->nops; x++)
+		if (S->ops[x].n && S->ops[x].has_s)
+			write_node(&t, &S->ops[x]);
+	free(t.slot);
+	vec_free(&t.key);
 }
 
 /* CPU time of the process: the phase figures do not depend on the load */
@@ -395,9 +513,7 @@ int pass_sapp(Module *m, const Options *o)
 		sapp_generate(&S);
 	}
 	t[4] = now();
-	for (uint32_t x = 0; x < S.nops; x++)
-		if (S.ops[x].n && S.ops[x].has_s)
-			write_node(&S, &S.ops[x]);
+	write_nodes(&S);
 	if (o->strategy_out)
 		rc = sapp_write_plan(&S, o->strategy_out);
 	t[5] = now();
