@@ -142,8 +142,8 @@ static void add_link(RecLink *l, uint32_t *n, uint32_t nb, int row, const RecMap
 	x->map = *map;
 }
 
-/* The partition view of the kept nodes (S->kept), with their current cuts:
- * the dense state, nothing decided yet, and each node's links to the kept
+/* The partition view of the kept nodes (S->kept): the dense state, cut
+ * only where the user pinned a strategy, nothing decided yet, and each node's links to the kept
  * neighbours that can ever be adjacent, in the order the penalties are
  * summed: input slots, out edges, aux producers.  An eliminated neighbour
  * never decides and a tensor whose shapes differ never costs (§1.7), so
@@ -170,18 +170,18 @@ void sapp_part_init(Sapp *S)
 		P->pinned = N->pinned;
 		for (int t = 0; t < 2; t++) {
 			P->arg[t] = N->arg[t];
-			P->acut[t] = N->acut[t];
+			P->acut[t] = N->pinned && t < N->nargs ? N->pin[t] : ONES;
 		}
 		P->out = N->out;
-		P->ocut = N->ocut;
+		P->ocut = N->pinned ? N->pin[2] : ONES;
 		sapp_part_gran(P);
 		S->vis[k].lvl = -1;
 		P->link = l + n;
 		uint32_t n0 = n;
 		for (uint32_t s = 0; s < N->in.n; s++) {
-			const RecNode *Q = &rec[N->in.a[s]];
-			if (Q->kept && producer_adjacent(S, N, &Q->out, &N->inmap.a[s], s))
-				add_link(l, &n, Q->kidx, s < 2 ? (int)s : 3, &N->inmap.a[s]);
+			const RecNode *Q = &rec[N->in.a[s].node];
+			if (Q->kept && producer_adjacent(S, N, &Q->out, &N->in.a[s].map, s))
+				add_link(l, &n, Q->kidx, s < 2 ? (int)s : 3, &N->in.a[s].map);
 		}
 		for (uint32_t i = 0; i < N->outs.n; i++) {
 			const RecEdge *e = &N->outs.a[i];

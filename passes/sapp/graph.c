@@ -463,37 +463,32 @@ int sapp_map_shape(const RecMap *m, const Dim4 *src, Dim4 *dst)
 
 /* ------------------------------------------------------------ rec graph */
 
-static void rec_node_init(Sapp *S, uint32_t x)
+/* type, shapes and own mapping; input shapes only for a kept node (an
+ * eliminated one is never asked whether a tensor fits one of its inputs) */
+static void rec_node_init(Sapp *S, uint32_t x, int kept)
 {
 	SappOp *X = &S->ops[x];
 	RecNode *R = &S->rec[x];
-	R->op = x;
 	R->type = X->type;
 	R->pinned = X->pinned;
+	R->kept = (uint8_t)kept;
 	uint32_t na = X->nin < (uint32_t)S->conf.max_inputs ? X->nin : (uint32_t)S->conf.max_inputs;
 	R->nargs = (uint8_t)na;
-	R->arg = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
-	R->acut = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
-	Dim4 ones = {{1, 1, 1, 1}};
-	for (uint32_t i = 0; i < na + 2; i++) {
-		R->arg[i] = ones;
-		R->acut[i] = ones;
-	}
-	for (uint32_t i = 0; i < na; i++)
-		if (X->rank[i] <= 4)
-			R->arg[i] = sapp_dim4(X->dims[i], X->rank[i]);
 	R->out = sapp_dim4(X->odims, X->orank <= 4 ? X->orank : 0);
-	R->ocut = ones;
-	R->ta = X->ta;
-	R->tb = X->tb;
-	/* MatMul and BatchMatMul operands are stored logically: A = I x K, B = K x J */
-	if (R->type == REC_MatMul || R->type == REC_BatchMatMul) {
-		for (int i = 0; i < 2 && i < (int)na; i++)
-			if ((i == 0 ? R->ta : R->tb) && X->rank[i] >= 2) {
-				int64_t t = R->arg[i].d[2];
-				R->arg[i].d[2] = R->arg[i].d[3];
-				R->arg[i].d[3] = t;
-			}
+	if (kept) {
+		Dim4 ones = {{1, 1, 1, 1}};
+		R->arg = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
+		for (uint32_t i = 0; i < na + 2; i++)
+			R->arg[i] = i < na && X->rank[i] <= 4 ? sapp_dim4(X->dims[i], X->rank[i]) : ones;
+		/* MatMul and BatchMatMul operands are stored logically: A = I x K, B = K x J */
+		if (R->type == REC_MatMul || R->type == REC_BatchMatMul) {
+			for (int i = 0; i < 2 && i < (int)na; i++)
+				if ((i == 0 ? X->ta : X->tb) && X->rank[i] >= 2) {
+					int64_t t = R->arg[i].d[2];
+					R->arg[i].d[2] = R->arg[i].d[3];
+					R->arg[i].d[3] = t;
+				}
+		}
 	}
 	R->own = sapp_map_identity();
 	if (X->n && X->n->op == OP_Transpose && X->nin) {
@@ -517,73 +512,89 @@ void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n)
 
 /* (producer, consumer) -> position in the producer's out list: edge
  * lookups stay O(1) however many consumers a node collects */
-#define EDGE_EMPTY 0
-#define EDGE_GONE UINT64_MAX
-
 static uint64_t edge_key(uint32_t p, uint32_t c)
 {
 	return (((uint64_t)p << 32) | c) + 1;
 }
 
-static uint32_t edge_slot(const EdgeSet *e, uint64_t k)
+static uint32_t edge_home(const EdgeSet *e, uint64_t k)
 {
 	uint64_t h = k * 0x9E3779B97F4A7C15ULL;
 	return (uint32_t)(h >> 32) & (e->cap - 1);
 }
 
-static int32_t edge_find_i(const EdgeSet *e, uint32_t p, uint32_t c)
+static EdgeSlot *edge_find_i(const EdgeSet *e, uint32_t p, uint32_t c)
 {
 	if (!e->cap)
-		return -1;
+		return NULL;
 	uint64_t k = edge_key(p, c);
-	for (uint32_t i = edge_slot(e, k);; i = (i + 1) & (e->cap - 1)) {
-		if (e->keys[i] == EDGE_EMPTY)
-			return -1;
-		if (e->keys[i] == k)
-			return (int32_t)i;
+	for (uint32_t i = edge_home(e, k);; i = (i + 1) & (e->cap - 1)) {
+		if (e->slot[i].key == 0)
+			return NULL;
+		if (e->slot[i].key == k)
+			return &e->slot[i];
 	}
 }
 
-static void edge_put(EdgeSet *e, uint32_t p, uint32_t c, uint32_t pos);
-
-static void edge_grow(EdgeSet *e)
+static void edge_insert(EdgeSet *e, uint64_t k, uint32_t pos)
 {
+	uint32_t i = edge_home(e, k);
+	while (e->slot[i].key != 0 && e->slot[i].key != k)
+		i = (i + 1) & (e->cap - 1);
+	if (e->slot[i].key == 0)
+		e->live++;
+	e->slot[i].key = k;
+	e->slot[i].val = pos;
+}
+
+/* room for n live edges at most half full */
+static void edge_reserve(EdgeSet *e, uint32_t n)
+{
+	uint32_t cap = 1024;
+	while (cap < 2 * n + 2)
+		cap *= 2;
+	if (cap <= e->cap)
+		return;
 	EdgeSet old = *e;
-	e->cap = old.cap ? old.cap * 2 : 1024;
-	while (e->live * 2 >= e->cap)
-		e->cap *= 2;
-	e->keys = xcalloc(e->cap, sizeof *e->keys);
-	e->vals = xmalloc(e->cap * sizeof *e->vals);
-	e->used = e->live = 0;
+	e->cap = cap;
+	e->slot = xcalloc(cap, sizeof *e->slot);
+	e->live = 0;
 	for (uint32_t i = 0; i < old.cap; i++)
-		if (old.keys[i] != EDGE_EMPTY && old.keys[i] != EDGE_GONE) {
-			uint64_t k = old.keys[i] - 1;
-			edge_put(e, (uint32_t)(k >> 32), (uint32_t)k, old.vals[i]);
-		}
-	free(old.keys);
-	free(old.vals);
+		if (old.slot[i].key)
+			edge_insert(e, old.slot[i].key, old.slot[i].val);
+	free(old.slot);
 }
 
 static void edge_put(EdgeSet *e, uint32_t p, uint32_t c, uint32_t pos)
 {
-	if ((e->used + 1) * 2 > e->cap)
-		edge_grow(e);
-	uint64_t k = edge_key(p, c);
-	uint32_t i = edge_slot(e, k);
-	while (e->keys[i] != EDGE_EMPTY && e->keys[i] != k)
-		i = (i + 1) & (e->cap - 1);
-	if (e->keys[i] == EDGE_EMPTY) {
-		e->used++;
-		e->live++;
+	if ((e->live + 1) * 2 > e->cap)
+		edge_reserve(e, 2 * e->live + 2);
+	edge_insert(e, edge_key(p, c), pos);
+}
+
+/* linear probing without tombstones: pull later entries of the probe run
+ * back into the hole */
+static void edge_delete(EdgeSet *e, EdgeSlot *s)
+{
+	uint32_t m = e->cap - 1, i = (uint32_t)(s - e->slot);
+	e->live--;
+	for (uint32_t j = (i + 1) & m;; j = (j + 1) & m) {
+		if (e->slot[j].key == 0)
+			break;
+		uint32_t h = edge_home(e, e->slot[j].key);
+		/* the entry at j may move to i when its home is not in (i, j] */
+		if (((j - h) & m) >= ((j - i) & m)) {
+			e->slot[i] = e->slot[j];
+			i = j;
+		}
 	}
-	e->keys[i] = k;
-	e->vals[i] = pos;
+	e->slot[i].key = 0;
 }
 
 static RecEdge *find_edge(const Sapp *S, uint32_t p, uint32_t c)
 {
-	int32_t i = edge_find_i(&S->edges, p, c);
-	return i < 0 ? NULL : &S->rec[p].outs.a[S->edges.vals[i]];
+	EdgeSlot *i = edge_find_i(&S->edges, p, c);
+	return i ? &S->rec[p].outs.a[i->val] : NULL;
 }
 
 static void add_edge(Sapp *S, uint32_t p, uint32_t c, RecMap map)
@@ -597,19 +608,17 @@ static void add_edge(Sapp *S, uint32_t p, uint32_t c, RecMap map)
 /* remove p -> c; returns its mapping through *map, 0 if there was none */
 static int remove_edge(Sapp *S, uint32_t p, uint32_t c, RecMap *map)
 {
-	int32_t i = edge_find_i(&S->edges, p, c);
-	if (i < 0)
+	EdgeSlot *i = edge_find_i(&S->edges, p, c);
+	if (!i)
 		return 0;
 	RecNode *P = &S->rec[p];
-	uint32_t pos = S->edges.vals[i];
+	uint32_t pos = i->val;
 	*map = P->outs.a[pos].map;
-	S->edges.keys[i] = EDGE_GONE;
-	S->edges.live--;
+	edge_delete(&S->edges, i);
 	uint32_t last = P->outs.n - 1;
 	if (pos != last) {
 		P->outs.a[pos] = P->outs.a[last];
-		int32_t j = edge_find_i(&S->edges, p, P->outs.a[pos].to);
-		S->edges.vals[j] = pos;
+		edge_find_i(&S->edges, p, P->outs.a[pos].to)->val = pos;
 	}
 	P->outs.n--;
 	return 1;
@@ -642,7 +651,7 @@ static int aux_has(const RecNode *C, uint32_t node)
 static int in_has(const RecNode *C, uint32_t node)
 {
 	for (uint32_t i = 0; i < C->in.n; i++)
-		if (C->in.a[i] == node)
+		if (C->in.a[i].node == node)
 			return 1;
 	return 0;
 }
@@ -681,9 +690,9 @@ static void eliminate(Sapp *S, uint32_t x)
 	for (uint32_t i = 0; i < X->in.n; i++) {
 		int dup = 0;
 		for (uint32_t j = 0; j < S->prods.n; j++)
-			dup |= S->prods.a[j].node == X->in.a[i];
+			dup |= S->prods.a[j].node == X->in.a[i].node;
 		if (!dup) {
-			RecAux a = {X->in.a[i], i, X->inmap.a[i]};
+			RecAux a = {X->in.a[i].node, i, X->in.a[i].map};
 			vec_push(&S->prods, a);
 		}
 	}
@@ -723,20 +732,18 @@ static void eliminate(Sapp *S, uint32_t x)
 		const RecEdge *xc = find_edge(S, x, c);
 		RecMap tail = xc ? sapp_map_compose(X->own, xc->map) : (RecMap){{0, 0, 0, 0}, 1};
 		for (uint32_t s = 0; s < C->in.n; s++) {
-			if (C->in.a[s] != x)
+			if (C->in.a[s].node != x)
 				continue;
 			if (X->in.n) {
-				C->in.a[s] = X->in.a[0];
-				C->inmap.a[s] = sapp_map_compose(X->inmap.a[0], tail);
-				avec_push(S->arena, &nodes[X->in.a[0]].users, c);
-				aux_remove(C, X->in.a[0]);
+				C->in.a[s].node = X->in.a[0].node;
+				C->in.a[s].map = sapp_map_compose(X->in.a[0].map, tail);
+				avec_push(S->arena, &nodes[X->in.a[0].node].users, c);
+				aux_remove(C, X->in.a[0].node);
 				for (uint32_t i = 1; i < S->prods.n; i++)
 					aux_add(S, c, S->prods.a[i].node, s, sapp_map_compose(S->prods.a[i].map, tail));
 			} else {
-				memmove(&C->in.a[s], &C->in.a[s + 1], (C->in.n - s - 1) * sizeof(uint32_t));
-				memmove(&C->inmap.a[s], &C->inmap.a[s + 1], (C->inmap.n - s - 1) * sizeof(RecMap));
+				memmove(&C->in.a[s], &C->in.a[s + 1], (C->in.n - s - 1) * sizeof(RecIn));
 				C->in.n--;
-				C->inmap.n--;
 				s--;
 			}
 		}
@@ -745,10 +752,10 @@ static void eliminate(Sapp *S, uint32_t x)
 				continue;
 			RecAux old = C->aux.a[i];
 			RecMap t2 = sapp_map_compose(X->own, old.map);
-			if (X->in.n && !in_has(C, X->in.a[0]) && !aux_has(C, X->in.a[0])) {
-				C->aux.a[i].node = X->in.a[0];
-				C->aux.a[i].map = sapp_map_compose(X->inmap.a[0], t2);
-				avec_push(S->arena, &nodes[X->in.a[0]].users, c);
+			if (X->in.n && !in_has(C, X->in.a[0].node) && !aux_has(C, X->in.a[0].node)) {
+				C->aux.a[i].node = X->in.a[0].node;
+				C->aux.a[i].map = sapp_map_compose(X->in.a[0].map, t2);
+				avec_push(S->arena, &nodes[X->in.a[0].node].users, c);
 			} else {
 				memmove(&C->aux.a[i], &C->aux.a[i + 1], (C->aux.n - i - 1) * sizeof(RecAux));
 				C->aux.n--;
@@ -760,49 +767,101 @@ static void eliminate(Sapp *S, uint32_t x)
 	}
 	/* X's out edges go away with it */
 	for (uint32_t j = 0; j < X->outs.n; j++) {
-		int32_t i = edge_find_i(&S->edges, x, X->outs.a[j].to);
-		if (i >= 0) {
-			S->edges.keys[i] = EDGE_GONE;
-			S->edges.live--;
-		}
+		EdgeSlot *i = edge_find_i(&S->edges, x, X->outs.a[j].to);
+		if (i)
+			edge_delete(&S->edges, i);
 	}
-	X->outs.n = X->in.n = X->inmap.n = X->aux.n = X->users.n = 0;
+	X->outs.n = X->in.n = X->aux.n = X->users.n = 0;
+}
+
+/* the slot's producer if an earlier slot of x does not already have it */
+static int first_slot(const SappOp *X, uint32_t i)
+{
+	for (uint32_t j = 0; j < i; j++)
+		if (X->prod[j] == X->prod[i])
+			return 0;
+	return 1;
 }
 
 void sapp_rec_build(Sapp *S)
 {
-	S->rec = arena_alloc(S->arena, (S->nops + 1) * sizeof *S->rec);
-	for (uint32_t x = 0; x < S->nops; x++) {
-		rec_node_init(S, x);
-		const SappOp *X = &S->ops[x];
+	uint32_t nops = S->nops;
+	S->rec = arena_alloc(S->arena, (nops + 1) * sizeof *S->rec);
+	for (uint32_t x = 0; x < nops; x++) {
+		SappOp *X = &S->ops[x];
 		int elim = X->n && (ir_opinfo(X->n)->flags & OPF_ELIMINATE) && !X->pinned;
-		S->rec[x].kept = (uint8_t)!elim;
-		S->ops[x].elim = (uint8_t)elim;
+		X->elim = (uint8_t)elim;
+		rec_node_init(S, x, !elim);
 	}
-	/* edges: one per (producer, consumer) pair, slots one per operator input */
-	for (uint32_t x = 0; x < S->nops; x++) {
+	/* edges: one per (producer, consumer) pair, slots one per operator
+	 * input.  Counted first, so that every list starts in one block at its
+	 * exact size: slot s of x is useful (towards an adjacent input) or not */
+	uint32_t *nusers = xcalloc(nops + 1, sizeof *nusers), *nouts = xcalloc(nops + 1, sizeof *nouts);
+	uint32_t nslots = 0, nedges = 0, nuse = 0;
+	for (uint32_t x = 0; x < nops; x++) {
+		const SappOp *X = &S->ops[x];
+		for (uint32_t i = 0; i < X->nin; i++) {
+			int32_t p = X->prod[i];
+			if (p < 0)
+				continue;
+			nslots++;
+			if (!first_slot(X, i))
+				continue;
+			nusers[p]++;
+			nuse++;
+			RecMap id = sapp_map_identity();
+			if (edge_useful(S, &S->rec[p], &S->rec[x], &id)) {
+				nouts[p]++;
+				nedges++;
+			}
+		}
+	}
+	RecIn *ins = arena_alloc(S->arena, (nslots + 1) * sizeof *ins);
+	uint32_t *users = arena_alloc(S->arena, (nuse + 1) * sizeof *users);
+	RecEdge *outs = arena_alloc(S->arena, (nedges + 1) * sizeof *outs);
+	for (uint32_t x = 0; x < nops; x++) {
+		const SappOp *X = &S->ops[x];
+		RecNode *R = &S->rec[x];
+		uint32_t nin = 0;
+		for (uint32_t i = 0; i < X->nin; i++)
+			nin += X->prod[i] >= 0;
+		R->in.a = ins;
+		R->in.cap = nin;
+		ins += nin;
+		R->users.a = users;
+		R->users.cap = nusers[x];
+		users += nusers[x];
+		R->outs.a = outs;
+		R->outs.cap = nouts[x];
+		outs += nouts[x];
+	}
+	free(nusers);
+	free(nouts);
+	edge_reserve(&S->edges, nedges);
+	for (uint32_t x = 0; x < nops; x++) {
 		const SappOp *X = &S->ops[x];
 		RecNode *R = &S->rec[x];
 		for (uint32_t i = 0; i < X->nin; i++) {
 			int32_t p = X->prod[i];
 			if (p < 0)
 				continue;
-			avec_push(S->arena, &R->in, (uint32_t)p);
 			RecNode *P = &S->rec[p];
-			if (!P->users.n || P->users.a[P->users.n - 1] != x)
-				avec_push(S->arena, &P->users, x);
-			RecMap id = sapp_map_identity();
-			if (!edge_useful(S, P, R, &id))
-				id = (RecMap){{0, 0, 0, 0}, 1};
-			avec_push(S->arena, &R->inmap, id);
-			if (!id.bad && !find_edge(S, (uint32_t)p, x))
-				add_edge(S, (uint32_t)p, x, id);
+			RecIn in = {(uint32_t)p, sapp_map_identity()};
+			int useful = edge_useful(S, P, R, &in.map);
+			if (!useful)
+				in.map = map_bad();
+			R->in.a[R->in.n++] = in;
+			if (!first_slot(X, i))
+				continue;
+			P->users.a[P->users.n++] = x;
+			if (useful)
+				add_edge(S, (uint32_t)p, x, in.map);
 		}
 	}
-	S->stamp = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
-	S->elim_order = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
-	S->kept = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
-	for (uint32_t x = 0; x < S->nops; x++) {
+	S->stamp = arena_alloc(S->arena, (nops + 1) * sizeof(uint32_t));
+	S->elim_order = arena_alloc(S->arena, (nops + 1) * sizeof(uint32_t));
+	S->kept = arena_alloc(S->arena, (nops + 1) * sizeof(uint32_t));
+	for (uint32_t x = 0; x < nops; x++) {
 		if (S->rec[x].kept) {
 			S->kept[S->nkept++] = x;
 			continue;
@@ -816,8 +875,7 @@ void sapp_free(Sapp *S)
 {
 	vec_free(&S->prods);
 	free(S->cons);
-	free(S->edges.keys);
-	free(S->edges.vals);
+	free(S->edges.slot);
 	free(S->op_of_node);
 	if (S->arena)
 		arena_free(S->arena);

@@ -67,7 +67,7 @@ static void explain_level(const Sapp *S, const PartNode *N, int level, int p, co
 	fprintf(stderr, "  choice: %s\n", c->best < 0 ? "no cut" : c->name[c->best]);
 }
 
-static void print_cuts(const RecNode *N, char *buf, size_t n)
+static void print_cuts(const PartNode *N, char *buf, size_t n)
 {
 	snprintf(buf, n, "in0 (%lld, %lld, %lld, %lld) in1 (%lld, %lld, %lld, %lld) out (%lld, %lld, %lld, %lld)",
 		 (long long)N->acut[0].d[0], (long long)N->acut[0].d[1], (long long)N->acut[0].d[2],
@@ -76,17 +76,14 @@ static void print_cuts(const RecNode *N, char *buf, size_t n)
 		 (long long)N->ocut.d[2], (long long)N->ocut.d[3]);
 }
 
-/* the cuts of every kept node go back to its rec node: after the last
- * level, or after the last level the pipeline roll-back keeps (§3.6) */
-static void store_cuts(Sapp *S)
+/* pipeline roll-back (§3.6): the cuts after the last level it keeps */
+static void snapshot(const Sapp *S, Dim4 *snap)
 {
 	for (uint32_t k = 0; k < S->nkept; k++) {
 		const PartNode *P = &S->part[k];
-		RecNode *N = &S->rec[P->rec];
-		N->acut[0] = P->acut[0];
-		if (N->nargs > 1)
-			N->acut[1] = P->acut[1];
-		N->ocut = P->ocut;
+		snap[3 * k] = P->acut[0];
+		snap[3 * k + 1] = P->acut[1];
+		snap[3 * k + 2] = P->ocut;
 	}
 }
 
@@ -101,8 +98,9 @@ int sapp_partition(Sapp *S)
 		if (S->part[k].pinned)
 			pins[npin++] = k;
 	int keep_levels = S->nlevels - S->rollback;
-	if (keep_levels == 0)
-		store_cuts(S);
+	Dim4 *snap = S->rollback > 0 ? xmalloc((3 * (size_t)S->nkept + 1) * sizeof *snap) : NULL;
+	if (snap && keep_levels == 0)
+		snapshot(S, snap);
 	for (int level = 0; level < S->nlevels; level++) {
 		int p = S->primes[level];
 		for (uint32_t i = 0; i < npin; i++) {
@@ -147,12 +145,21 @@ int sapp_partition(Sapp *S)
 			V->in0 = c.best < 0 ? ONES : c.eff[c.best][0];
 			V->out = c.best < 0 ? ONES : c.eff[c.best][2];
 		}
-		if (level + 1 == keep_levels)
-			store_cuts(S);
+		if (snap && level + 1 == keep_levels)
+			snapshot(S, snap);
+	}
+	if (snap) {
+		for (uint32_t k = 0; k < S->nkept; k++) {
+			PartNode *P = &S->part[k];
+			P->acut[0] = snap[3 * k];
+			P->acut[1] = snap[3 * k + 1];
+			P->ocut = snap[3 * k + 2];
+		}
+		free(snap);
 	}
 	for (uint32_t k = 0; k < S->nkept; k++) {
-		const RecNode *N = &S->rec[S->part[k].rec];
-		if (!N->pinned && sapp_explaining(S, S->part[k].rec)) {
+		const PartNode *N = &S->part[k];
+		if (!N->pinned && sapp_explaining(S, N->rec)) {
 			char lab[256], cuts[256];
 			print_cuts(N, cuts, sizeof cuts);
 			fprintf(stderr, "sapp: explain: %s: after %d level(s)%s: %s\n",

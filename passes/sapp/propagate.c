@@ -625,7 +625,7 @@ static int forward(Prop *P, uint32_t x)
 	}
 	Stra s = {0, {0}};
 	if (!Q->elim) {
-		const RecNode *R = &S->rec[q];
+		const PartNode *R = &S->part[S->rec[q].kidx];
 		int fi = first_nonscalar(X);
 		if (fi < 0 || !Q->has_s)
 			return 0;
@@ -867,7 +867,7 @@ static uint32_t run_pass(Prop *P, Queue *q, int dir)
 static void copy_main(Sapp *S, uint32_t x)
 {
 	SappOp *X = &S->ops[x];
-	const RecNode *R = &S->rec[x];
+	const PartNode *R = &S->part[S->rec[x].kidx];
 	if (X->pinned) {
 		X->has_s = 1;
 		X->source = SRC_PINNED;
@@ -898,7 +898,7 @@ static void copy_main(Sapp *S, uint32_t x)
 	for (uint32_t i = 0; i < X->nin; i++) {
 		int64_t *v = sin_of(X, i);
 		int r = X->rank[i];
-		Dim4 c = i < R->nargs ? R->acut[i] : (Dim4){{1, 1, 1, 1}};
+		Dim4 c = i < R->nargs && i < 2 ? R->acut[i] : (Dim4){{1, 1, 1, 1}};
 		if ((X->type == REC_MatMul || X->type == REC_BatchMatMul) && i < 2 && (i == 0 ? X->ta : X->tb) && r >= 2) {
 			int64_t tmp = c.d[2];
 			c.d[2] = c.d[3];
@@ -938,7 +938,7 @@ static void extra_shard_matmul(Sapp *S)
 	for (uint32_t i = 0; i < S->nkept; i++) {
 		uint32_t x = S->kept[i];
 		SappOp *X = &S->ops[x];
-		RecNode *R = &S->rec[x];
+		PartNode *R = &S->part[i];
 		if (X->type != REC_MatMul || X->pinned || !R->nargs || X->orank != 2)
 			continue;
 		int64_t a = R->acut[0].d[2] * R->acut[0].d[3];

@@ -125,7 +125,8 @@ static int read_user(const Sapp *S, SappOp *X, const Value *v, int out, const ch
 	return 1;
 }
 
-/* Pinned operator: its rec node holds the user's cuts (§4.9) */
+/* Pinned operator: its rec node holds the user's cuts (§4.9), which are
+ * its cuts in the partition (sapp_part_init) */
 static void pin_rec(Sapp *S, uint32_t x)
 {
 	SappOp *X = &S->ops[x];
@@ -142,8 +143,6 @@ static void pin_rec(Sapp *S, uint32_t x)
 			c.d[3] = t;
 		}
 		user[i] = c;
-		if (i < R->nargs)
-			R->acut[i] = c;
 	}
 	if (X->has_os && X->orank <= 4) {
 		user[2] = sapp_dim4(X->os, X->orank);
@@ -152,7 +151,6 @@ static void pin_rec(Sapp *S, uint32_t x)
 	} else {
 		user[2] = user[0];
 	}
-	R->ocut = user[2];
 	for (int t = 0; t < 3; t++)
 		R->pin[3 + t] = user[t];
 }

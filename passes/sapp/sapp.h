@@ -127,16 +127,25 @@ typedef struct RecVis {
 	Dim4 in0, out;
 } RecVis;
 
+/* (producer, consumer) -> position in the producer's out list, open
+ * addressing with linear probing and backward-shift deletion: no
+ * tombstones, so the table stays sized by the live edges */
+typedef struct EdgeSlot {
+	uint64_t key; /* 0: empty */
+	uint32_t val;
+} EdgeSlot;
+
 typedef struct EdgeSet {
-	uint64_t *keys;
-	uint32_t *vals;
-	uint32_t cap, used, live;
+	EdgeSlot *slot;
+	uint32_t cap, live;
 } EdgeSet;
 
 typedef Vec(uint32_t) U32Vec;
 
 /* growable arrays inside the pass arena (a grown array leaves its old block
- * to the arena): the rec graph has a few small lists per node */
+ * to the arena): the rec graph has a few small lists per node, which start
+ * at their exact size in one block per kind and grow only during
+ * elimination */
 void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n);
 #define avec_push(A, v, x)                                                                 \
 	do {                                                                               \
@@ -145,30 +154,33 @@ void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n);
 		(v)->a[(v)->n++] = (x);                                                    \
 	} while (0)
 
+/* an input slot: its producer and the mapping from the producer's output
+ * to the slot (bad: the two are never adjacent) */
+typedef struct RecIn {
+	uint32_t node;
+	RecMap map;
+} RecIn;
+
 typedef struct RecNode {
-	uint32_t op;
 	uint8_t type;
 	uint8_t kept;    /* not eliminated */
 	uint8_t pinned;  /* interfered SAPP: never re-partitioned */
 	uint8_t nargs;
-	uint8_t ta, tb;  /* transposed MatMul/BatchMatMul operands (stored logically) */
 	RecMap own;      /* Transpose/Reshape: the node's own mapping */
-	Dim4 *arg;       /* input shapes */
-	Dim4 *acut;      /* input shard counts (only inputs 0..1 are ever cut, §1.4) */
-	Dim4 out, ocut;
-	U32Vec in;       /* producer per input slot (positions compress, §1.6) */
-	Vec(RecMap) inmap; /* mapping from that producer's output to the slot */
+	uint32_t kidx;   /* kept nodes: position in kept order (Sapp.part, Sapp.vis) */
+	Dim4 out;        /* output shape */
+	Dim4 *arg;       /* kept nodes: input shapes (MatMul operands stored logically) */
+	Vec(RecIn) in;   /* input slots (positions compress, §1.6) */
 	Vec(RecAux) aux;
 	Vec(RecEdge) outs;
 	U32Vec users;    /* nodes that list this one in `in` or `aux` (may repeat) */
-	uint32_t kidx;   /* kept nodes: position in kept order (Sapp.part, Sapp.vis) */
 	Dim4 *pin;       /* pinned: the user's cuts (in0, in1, out), then what
 			  * DecomposeStrategy has not handed out yet (6) */
 } RecNode;
 
 /* Partition state of a kept rec node, dense in kept order: all that one
- * decision reads of the node itself (§2, §3).  The cuts go back to the rec
- * node when the levels are done. */
+ * decision reads of the node itself (§2, §3), and its cuts, which the
+ * strategy generation reads (§4.2). */
 typedef struct PartNode {
 	uint32_t rec;          /* its rec node */
 	uint8_t type, nargs, pinned;

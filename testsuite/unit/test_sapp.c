@@ -171,19 +171,14 @@ static void test_e17_conv_batch_only(void **state)
 
 /* two kept rec nodes, producer 0 -> input 0 of 1 with the identity
  * mapping, in their partition view; node 0 decided at level 0 cutting h */
-static void redis_graph(Sapp *S, RecNode rec[2], Dim4 pout, Dim4 args[4], Dim4 cuts[4], uint32_t *kept,
-			uint32_t *in0, RecMap *id)
+static void redis_graph(Sapp *S, RecNode rec[2], Dim4 pout, Dim4 args[4], uint32_t *kept, RecIn *in0)
 {
 	init_sapp(S);
 	S->arena = arena_new();
 	memset(rec, 0, 2 * sizeof *rec);
 	for (int x = 0; x < 2; x++) {
-		rec[x].op = (uint32_t)x;
 		rec[x].kept = 1;
 		rec[x].arg = &args[2 * x];
-		rec[x].acut = &cuts[2 * x];
-		cuts[2 * x] = cuts[2 * x + 1] = ONES;
-		rec[x].ocut = ONES;
 		kept[x] = (uint32_t)x;
 	}
 	rec[0].type = REC_Virtual;
@@ -196,12 +191,10 @@ static void redis_graph(Sapp *S, RecNode rec[2], Dim4 pout, Dim4 args[4], Dim4 c
 	args[2] = d4(1, 1, 256, 784);
 	args[3] = d4(1, 1, 784, 512);
 	rec[1].out = d4(1, 1, 256, 512);
-	*in0 = 0;
-	*id = sapp_map_identity();
+	in0->node = 0;
+	in0->map = sapp_map_identity();
 	rec[1].in.a = in0;
 	rec[1].in.n = 1;
-	rec[1].inmap.a = id;
-	rec[1].inmap.n = 1;
 	S->rec = rec;
 	S->nops = S->nkept = 2;
 	S->kept = kept;
@@ -217,19 +210,19 @@ static void test_redistribution_penalty(void **state)
 	(void)state;
 	Sapp S;
 	RecNode rec[2];
-	Dim4 args[4], cuts[4];
-	uint32_t kept[2], in0;
-	RecMap id;
+	Dim4 args[4];
+	uint32_t kept[2];
+	RecIn in0;
 	Dim4 modeI[3] = {d4(1, 1, 2, 1), ONES, d4(1, 1, 2, 1)};
 	Dim4 modeJ[3] = {ONES, d4(1, 1, 1, 2), d4(1, 1, 1, 2)};
-	redis_graph(&S, rec, d4(1, 1, 256, 784), args, cuts, kept, &in0, &id);
+	redis_graph(&S, rec, d4(1, 1, 256, 784), args, kept, &in0);
 	assert_true(sapp_redis(&S, &S.part[1], modeI, 0) == 0);
 	assert_true(sapp_redis(&S, &S.part[1], modeJ, 0) == 256.0 * 784 * 16);
 	/* another level: the producer's choice is not visible any more */
 	assert_true(sapp_redis(&S, &S.part[1], modeJ, 1) == 0);
 	free_sapp(&S);
 	/* a different shape is not adjacent */
-	redis_graph(&S, rec, d4(256, 1, 28, 28), args, cuts, kept, &in0, &id);
+	redis_graph(&S, rec, d4(256, 1, 28, 28), args, kept, &in0);
 	assert_true(sapp_redis(&S, &S.part[1], modeJ, 0) == 0);
 	free_sapp(&S);
 }
