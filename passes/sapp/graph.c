@@ -192,6 +192,8 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 	Arena *a = S->arena;
 	X->n = n;
 	X->type = (uint8_t)sapp_rectype_of(n);
+	X->op = n ? n->op : UINT16_MAX;
+	X->fam = (uint8_t)(n ? op_table[n->op].family : FAM_VIRTUAL);
 	X->nspos = -1;
 	uint32_t nin = 0, total = 0;
 	if (n) {

@@ -11,8 +11,10 @@
  * The passes visit the no-strategy list from its end to its start, as
  * MindSpore does; an operator whose neighbours did not change since it was
  * last looked at would fail again, so only those with a changed neighbour
- * are visited (same visiting order, same result, linear work).
+ * are visited, and at the start of a round only those that failed for want
+ * of a smaller min_devices (same visiting order, same result, linear work).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "sapp.h"
@@ -72,12 +74,12 @@ static int all_ones(const SappOp *X)
 
 static int op_is(const SappOp *X, int op)
 {
-	return X->n && X->n->op == op;
+	return X->op == op;
 }
 
 static int fam(const SappOp *X)
 {
-	return X->n ? op_table[X->n->op].family : FAM_VIRTUAL;
+	return X->fam;
 }
 
 static void fmt_stra(const Stra *s, char *buf, size_t n)
@@ -200,8 +202,17 @@ void sapp_gen_gather_stra(const int64_t *shape, int r, int64_t devices, int64_t 
 
 typedef struct Prop {
 	Sapp *S;
-	int64_t md; /* min_devices of the current round */
+	int64_t md;   /* min_devices of the current round */
+	int32_t need; /* after a failed attempt: the devices its strategy used when
+		       * only min_devices refused it, else 0 */
 } Prop;
+
+/* the attempt fails on min_devices alone: it succeeds once md <= p */
+static int below_md(Prop *P, int64_t p)
+{
+	P->need = p > INT32_MAX ? INT32_MAX : (int32_t)p;
+	return 0;
+}
 
 /* CheckDivisible: per input, 1 where the input dim is 1, else s[d] */
 static void check_divisible(SappOp *X, const Stra *s)
@@ -217,7 +228,7 @@ static void fix_entries(SappOp *X, uint32_t i)
 {
 	int64_t *v = sin_of(X, i);
 	for (int d = 0; d < X->rank[i]; d++)
-		if (v[d] < 1 || v[d] > X->dims[i][d] || X->dims[i][d] % v[d] != 0)
+		if (v[d] != 1 && (v[d] < 1 || v[d] > X->dims[i][d] || X->dims[i][d] % v[d] != 0))
 			v[d] = 1;
 }
 
@@ -636,8 +647,10 @@ static int forward(Prop *P, uint32_t x)
 		if (!Q->has_s || !incoming(P, Q, X, &s))
 			return 0;
 	}
-	if (s.n == 0 || sapp_product(s.v, s.n) < P->md || stop_prop_at(Q))
+	if (s.n == 0 || stop_prop_at(Q))
 		return 0;
+	if (sapp_product(s.v, s.n) < P->md)
+		return below_md(P, sapp_product(s.v, s.n));
 	adapt(P, X, &s);
 	X->source = SRC_PROPAGATED;
 	if (ex)
@@ -735,8 +748,10 @@ static int backward(Prop *P, uint32_t x)
 		if (sapp_product(s.v, s.n) != S->stage_devices)
 			return 0;
 	}
-	if (s.n == 0 || sapp_product(s.v, s.n) < P->md || stop_prop_at(C))
+	if (s.n == 0 || stop_prop_at(C))
 		return 0;
+	if (sapp_product(s.v, s.n) < P->md)
+		return below_md(P, sapp_product(s.v, s.n));
 	adapt(P, X, &s);
 	X->source = SRC_PROPAGATED;
 	if (sapp_explaining(S, x))
@@ -784,12 +799,20 @@ static int32_t heap_pop(Heap *h)
 	return top;
 }
 
+/* The no-strategy list is visited from its end to its start; an operator
+ * is looked at again only when a neighbour got a strategy since (it is
+ * "dirty"), or at the start of a round when a smaller min_devices is
+ * what its last attempt lacked (need[]): every other attempt would fail
+ * exactly as before, so the visits that change anything are MindSpore's,
+ * in its order, and the work is linear. */
 typedef struct Queue {
 	Heap cur[2], next[2]; /* [0] forward, [1] backward */
 	int active;            /* direction of the running pass, -1 none */
 	int32_t cursor;
 	uint32_t *list;        /* no-strategy list: position -> operator */
 	uint32_t n;
+	int32_t *need[2];      /* per position: -1 look again every round, else Prop.need
+				* of the last attempt in that direction */
 } Queue;
 
 static void mark(Sapp *S, Queue *q, uint32_t z, int dir)
@@ -817,11 +840,15 @@ static void decided(Sapp *S, Queue *q, uint32_t y)
 			mark(S, q, (uint32_t)Y->prod[i], 1);
 }
 
-static void mark_all(Sapp *S, Queue *q)
+/* a new round with min_devices md: every operator that may now succeed
+ * (pushed from the end, each push keeps the heap without moving) */
+static void mark_round(Sapp *S, Queue *q, int64_t md)
 {
 	for (int dir = 0; dir < 2; dir++) {
 		q->next[dir].n = 0;
-		for (uint32_t i = 0; i < q->n; i++) {
+		for (uint32_t i = q->n; i-- > 0;) {
+			if (q->need[dir][i] >= 0 && q->need[dir][i] < md)
+				continue;
 			SappOp *Z = &S->ops[q->list[i]];
 			if (Z->has_s)
 				continue;
@@ -853,9 +880,13 @@ static uint32_t run_pass(Prop *P, Queue *q, int dir)
 		if (!*flag || X->has_s)
 			continue;
 		*flag = 0;
+		P->need = 0;
 		if (dir ? backward(P, x) : forward(P, x)) {
 			changed++;
 			decided(S, q, x);
+		} else {
+			/* --explain shows every attempt at its operator */
+			q->need[dir][pos] = sapp_explaining(S, x) ? -1 : P->need;
 		}
 	}
 	q->active = -1;
@@ -955,38 +986,66 @@ static void extra_shard_matmul(Sapp *S)
 }
 
 /* ModifyParamSharingOpsStrategy (§4.7): a Gather sharing its table with a
- * Cast, MatMul or Mul takes that operator's strategy for the table */
+ * Cast, MatMul or Mul takes that operator's strategy for the table.  The
+ * tables (parameters with a value) are few: sorted by node id, the last
+ * Gather of a table in operator order answers for it. */
+typedef struct Table {
+	uint32_t id, seq; /* the parameter's node id; the Gather's rank in operator order */
+	int32_t gather;
+} Table;
+
+static int table_cmp(const void *a, const void *b)
+{
+	const Table *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int32_t gather_of(const Table *t, uint32_t n, uint32_t id)
+{
+	uint32_t lo = 0, hi = n; /* the first entry with a larger id */
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (t[mid].id <= id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo && t[lo - 1].id == id ? t[lo - 1].gather : -1;
+}
+
 static void param_sharing(Sapp *S)
 {
-	Module *m = S->m;
-	int32_t *gather_of = xmalloc((m->next_id + 1) * sizeof *gather_of);
-	for (uint32_t i = 0; i <= m->next_id; i++)
-		gather_of[i] = -1;
-	int any = 0;
+	Vec(Table) tab = {0};
 	for (uint32_t x = 0; x < S->nops; x++) {
 		SappOp *X = &S->ops[x];
 		if (X->type != REC_GatherV2 || X->nin < 2 || !X->n)
 			continue;
 		Node *p = ir_look_through(X->n->args[X->arg[0]].kind == V_NODE ? X->n->args[X->arg[0]].u.node : NULL);
 		if (p && p->kind == NK_PARAM && p->has_default) {
-			gather_of[p->id] = (int32_t)x;
-			any = 1;
+			Table t = {p->id, tab.n, (int32_t)x};
+			vec_push(&tab, t);
 		}
 	}
-	for (uint32_t y = 0; any && y < S->nops; y++) {
+	if (tab.n)
+		qsort(tab.a, tab.n, sizeof *tab.a, table_cmp);
+	for (uint32_t y = 0; tab.n && y < S->nops; y++) {
 		SappOp *Y = &S->ops[y];
 		int slot = -1;
 		if (op_is(Y, OP_Cast) || op_is(Y, OP_Mul))
 			slot = 0;
 		else if (Y->type == REC_MatMul)
 			slot = 1;
-		if (slot < 0 || (uint32_t)slot >= Y->nin || !Y->has_s)
+		/* an operand produced by an operator (or the dataset) is no table */
+		if (slot < 0 || (uint32_t)slot >= Y->nin || !Y->has_s || Y->prod[slot] >= 0)
 			continue;
 		const Value *v = &Y->n->args[Y->arg[slot]];
 		Node *p = v->kind == V_NODE ? ir_look_through(v->u.node) : NULL;
-		if (!p || p->kind != NK_PARAM || gather_of[p->id] < 0)
+		int32_t g = p && p->kind == NK_PARAM ? gather_of(tab.a, tab.n, p->id) : -1;
+		if (g < 0)
 			continue;
-		SappOp *G = &S->ops[gather_of[p->id]];
+		SappOp *G = &S->ops[g];
 		int64_t *ps = sin_of(G, 0), *ys = sin_of(Y, (uint32_t)slot);
 		int r = G->rank[0] < Y->rank[slot] ? G->rank[0] : Y->rank[slot];
 		for (int d = 0; d < G->rank[0]; d++)
@@ -997,13 +1056,13 @@ static void param_sharing(Sapp *S)
 			is[d] = 1;
 		if (G->rank[1] && used > 0)
 			is[0] = S->stage_devices / used > 0 ? S->stage_devices / used : 1;
-		if (sapp_explaining(S, gather_of[p->id])) {
+		if (sapp_explaining(S, (uint32_t)g)) {
 			char a[256], b[256];
 			fprintf(stderr, "sapp: explain: %s: table shared with %s, strategy taken from it\n",
 				sapp_op_label(G, a, sizeof a), sapp_op_label(Y, b, sizeof b));
 		}
 	}
-	free(gather_of);
+	vec_free(&tab);
 }
 
 /* FixInvalidStra (§4.8) */
@@ -1015,6 +1074,8 @@ static void fit_devices(int64_t *v, int n, int64_t devices)
 {
 	int64_t left = devices;
 	for (int d = 0; d < n; d++) {
+		if (v[d] == 1)
+			continue; /* gcd(1, left) = 1 */
 		v[d] = gcd64(v[d], left);
 		left /= v[d];
 	}
@@ -1050,7 +1111,7 @@ static void fix_invalid(Sapp *S)
 
 void sapp_generate(Sapp *S)
 {
-	Prop P = {S, 1};
+	Prop P = {S, 1, 0};
 	if (S->devices > S->conf.extra_shard_devices)
 		extra_shard_matmul(S);
 	for (uint32_t i = 0; i < S->nkept; i++)
@@ -1076,11 +1137,14 @@ void sapp_generate(Sapp *S)
 	for (int dir = 0; dir < 2; dir++) {
 		q.cur[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
 		q.next[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
+		q.need[dir] = xmalloc((q.n + 1) * sizeof(int32_t));
+		for (uint32_t i = 0; i < q.n; i++)
+			q.need[dir][i] = -1;
 	}
 	/* min_devices = stage devices, then smaller (one prime less each round) */
 	for (int64_t md = S->stage_devices; md >= 2;) {
 		P.md = md;
-		mark_all(S, &q);
+		mark_round(S, &q, md);
 		for (;;) {
 			if (run_pass(&P, &q, 0))
 				continue;
@@ -1094,7 +1158,7 @@ void sapp_generate(Sapp *S)
 		md /= sp;
 	}
 	P.md = 1;
-	mark_all(S, &q);
+	mark_round(S, &q, 1);
 	for (;;) {
 		uint32_t c = run_pass(&P, &q, 0);
 		c += run_pass(&P, &q, 1);
@@ -1120,6 +1184,7 @@ void sapp_generate(Sapp *S)
 	for (int dir = 0; dir < 2; dir++) {
 		free(q.cur[dir].a);
 		free(q.next[dir].a);
+		free(q.need[dir]);
 	}
 	free(q.list);
 	param_sharing(S);

@@ -205,6 +205,8 @@ typedef struct SappOp {
 	uint8_t orank;
 	uint8_t fdirty, bdirty; /* propagation: a neighbour changed since last look */
 	uint8_t loaded;   /* strategy read from --strategy-in */
+	uint8_t fam;      /* n's FAM_* (FAM_VIRTUAL for the implicit VirtualDataset) */
+	uint16_t op;      /* n's OP_* (UINT16_MAX for the implicit VirtualDataset) */
 	uint32_t nin;     /* tensor inputs */
 	uint32_t *arg;    /* operand index of each tensor input */
 	uint8_t *rank;
@@ -215,8 +217,8 @@ typedef struct SappOp {
 	int64_t *os;      /* out strategy (orank entries) */
 	const int64_t *odims;
 	uint32_t ncons;   /* consumers (operator, tensor input slot), in operator order */
-	uint32_t *cons_op, *cons_slot;
 	int32_t nspos;    /* position in the no-strategy list, -1 */
+	uint32_t *cons_op, *cons_slot;
 } SappOp;
 
 typedef struct Sapp {
