@@ -504,7 +504,7 @@ static void rec_node_init(Sapp *S, uint32_t x, int kept)
 
 void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n)
 {
-	uint32_t nc = *cap ? *cap * 2 : 4;
+	uint32_t nc = *cap ? *cap * 2 : 2;
 	void *q = arena_alloc(a, nc * elt);
 	if (n)
 		memcpy(q, *p, n * elt);
@@ -667,6 +667,14 @@ static void aux_remove(RecNode *C, uint32_t node)
 	C->aux.n = k;
 }
 
+/* c now lists node q; only an eliminated node ever reads its users
+ * (when it is contracted), so a kept one keeps none */
+static void add_user(Sapp *S, uint32_t q, uint32_t c)
+{
+	if (!S->rec[q].kept)
+		add_user(S, q, c);
+}
+
 static void aux_add(Sapp *S, uint32_t c, uint32_t q, uint32_t idx, RecMap map)
 {
 	RecNode *C = &S->rec[c];
@@ -674,7 +682,7 @@ static void aux_add(Sapp *S, uint32_t c, uint32_t q, uint32_t idx, RecMap map)
 		return;
 	RecAux a = {q, idx, map};
 	avec_push(S->arena, &C->aux, a);
-	avec_push(S->arena, &S->rec[q].users, c);
+	add_user(S, q, c);
 }
 
 /* Contract eliminated node x (§1.6).  Its producers are wired to its
@@ -739,7 +747,7 @@ static void eliminate(Sapp *S, uint32_t x)
 			if (X->in.n) {
 				C->in.a[s].node = X->in.a[0].node;
 				C->in.a[s].map = sapp_map_compose(X->in.a[0].map, tail);
-				avec_push(S->arena, &nodes[X->in.a[0].node].users, c);
+				add_user(S, X->in.a[0].node, c);
 				aux_remove(C, X->in.a[0].node);
 				for (uint32_t i = 1; i < S->prods.n; i++)
 					aux_add(S, c, S->prods.a[i].node, s, sapp_map_compose(S->prods.a[i].map, tail));
@@ -757,7 +765,7 @@ static void eliminate(Sapp *S, uint32_t x)
 			if (X->in.n && !in_has(C, X->in.a[0].node) && !aux_has(C, X->in.a[0].node)) {
 				C->aux.a[i].node = X->in.a[0].node;
 				C->aux.a[i].map = sapp_map_compose(X->in.a[0].map, t2);
-				avec_push(S->arena, &nodes[X->in.a[0].node].users, c);
+				add_user(S, X->in.a[0].node, c);
 			} else {
 				memmove(&C->aux.a[i], &C->aux.a[i + 1], (C->aux.n - i - 1) * sizeof(RecAux));
 				C->aux.n--;
@@ -809,8 +817,10 @@ void sapp_rec_build(Sapp *S)
 			nslots++;
 			if (!first_slot(X, i))
 				continue;
-			nusers[p]++;
-			nuse++;
+			if (S->rec[p].kept == 0) {
+				nusers[p]++;
+				nuse++;
+			}
 			RecMap id = sapp_map_identity();
 			if (edge_useful(S, &S->rec[p], &S->rec[x], &id)) {
 				nouts[p]++;
@@ -855,7 +865,8 @@ void sapp_rec_build(Sapp *S)
 			R->in.a[R->in.n++] = in;
 			if (!first_slot(X, i))
 				continue;
-			P->users.a[P->users.n++] = x;
+			if (!P->kept)
+				P->users.a[P->users.n++] = x;
 			if (useful)
 				add_edge(S, (uint32_t)p, x, in.map);
 		}

@@ -173,7 +173,7 @@ typedef struct RecNode {
 	Vec(RecIn) in;   /* input slots (positions compress, §1.6) */
 	Vec(RecAux) aux;
 	Vec(RecEdge) outs;
-	U32Vec users;    /* nodes that list this one in `in` or `aux` (may repeat) */
+	U32Vec users;    /* eliminated nodes: the nodes that list this one in `in` or `aux` (may repeat) */
 	Dim4 *pin;       /* pinned: the user's cuts (in0, in1, out), then what
 			  * DecomposeStrategy has not handed out yet (6) */
 } RecNode;
