@@ -50,6 +50,84 @@ static int wcmp(const void *a, const void *b)
 	return x->idx < y->idx ? 1 : x->idx > y->idx ? -1 : 0;
 }
 
+/* scratch of weight_sort, sized once for all levels */
+typedef struct WSort {
+	uint32_t cap;  /* hash slots, a power of two */
+	uint64_t *key; /* slot -> weight bits */
+	int32_t *grp;  /* slot -> group, -1 empty */
+	WItem *gs;     /* groups (weight, group), then by decreasing weight */
+	uint32_t *cnt; /* group -> items, then its next free position in order[] */
+	uint32_t *of;  /* item -> group */
+} WSort;
+
+static void wsort_init(WSort *t, uint32_t n)
+{
+	t->cap = 16;
+	while (t->cap < 2 * n + 2)
+		t->cap *= 2;
+	t->key = xmalloc(t->cap * sizeof *t->key);
+	t->grp = xmalloc(t->cap * sizeof *t->grp);
+	t->gs = xmalloc((n + 1) * sizeof *t->gs);
+	t->cnt = xmalloc((n + 1) * sizeof *t->cnt);
+	t->of = xmalloc((n + 1) * sizeof *t->of);
+}
+
+static void wsort_free(WSort *t)
+{
+	free(t->key);
+	free(t->grp);
+	free(t->gs);
+	free(t->cnt);
+	free(t->of);
+}
+
+
+/* order[] = w[] (in increasing idx) by wcmp: decreasing weight, ties by
+ * decreasing index.  Weights repeat (every layer has the same operators),
+ * so the items are bucketed by weight: the distinct weights are sorted,
+ * then each bucket filled walking the items from the last.  Without a NaN
+ * wcmp is a total order and this is the one sorted sequence; with one,
+ * qsort as MindSpore's std::sort would be. */
+static void weight_sort(WSort *t, WItem *w, uint32_t n, uint32_t *order)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (w[i].w != w[i].w) {
+			qsort(w, n, sizeof *w, wcmp);
+			for (uint32_t k = 0; k < n; k++)
+				order[k] = w[k].idx;
+			return;
+		}
+	memset(t->grp, 0xff, t->cap * sizeof *t->grp);
+	uint32_t ng = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		double v = w[i].w == 0 ? 0.0 : w[i].w; /* -0 == 0 */
+		uint64_t k;
+		memcpy(&k, &v, sizeof k);
+		uint32_t j = (uint32_t)((k * 0x9E3779B97F4A7C15ULL) >> 32) & (t->cap - 1);
+		while (t->grp[j] >= 0 && t->key[j] != k)
+			j = (j + 1) & (t->cap - 1);
+		if (t->grp[j] < 0) {
+			t->key[j] = k;
+			t->grp[j] = (int32_t)ng;
+			t->gs[ng].w = v;
+			t->gs[ng].idx = ng;
+			t->cnt[ng] = 0;
+			ng++;
+		}
+		t->of[i] = (uint32_t)t->grp[j];
+		t->cnt[t->of[i]]++;
+	}
+	qsort(t->gs, ng, sizeof *t->gs, wcmp); /* distinct weights: by weight alone */
+	uint32_t pos = 0;
+	for (uint32_t r = 0; r < ng; r++) {
+		uint32_t g = t->gs[r].idx, c = t->cnt[g];
+		t->cnt[g] = pos;
+		pos += c;
+	}
+	for (uint32_t i = n; i-- > 0;)
+		order[t->cnt[t->of[i]]++] = w[i].idx;
+}
+
 static void explain_level(const Sapp *S, const PartNode *N, int level, int p, const SappChoice *c)
 {
 	char lab[256];
@@ -92,6 +170,9 @@ int sapp_partition(Sapp *S)
 	sapp_part_init(S);
 	uint32_t *order = xmalloc((S->nkept + 1) * sizeof *order);
 	WItem *w = xmalloc((S->nkept + 1) * sizeof *w);
+	WSort ws = {0};
+	if (S->weight_order)
+		wsort_init(&ws, S->nkept);
 	uint32_t npin = 0;
 	uint32_t *pins = xmalloc((S->nkept + 1) * sizeof *pins);
 	for (uint32_t k = 0; k < S->nkept; k++)
@@ -122,9 +203,7 @@ int sapp_partition(Sapp *S)
 				w[n].idx = k;
 				n++;
 			}
-			qsort(w, n, sizeof *w, wcmp);
-			for (uint32_t i = 0; i < n; i++)
-				order[i] = w[i].idx;
+			weight_sort(&ws, w, n, order);
 		} else {
 			for (int pass = 0; pass < 2; pass++)
 				for (uint32_t k = 0; k < S->nkept; k++) {
@@ -169,6 +248,8 @@ int sapp_partition(Sapp *S)
 	}
 	free(order);
 	free(w);
+	if (S->weight_order)
+		wsort_free(&ws);
 	free(pins);
 	return 0;
 }
