@@ -87,7 +87,7 @@ static void wsort_free(WSort *t)
  * so the items are bucketed by weight: the distinct weights are sorted,
  * then each bucket filled walking the items from the last.  Without a NaN
  * wcmp is a total order and this is the one sorted sequence; with one,
- * qsort as MindSpore's std::sort would be. */
+ * the qsort of before. */
 static void weight_sort(WSort *t, WItem *w, uint32_t n, uint32_t *order)
 {
 	for (uint32_t i = 0; i < n; i++)
