@@ -512,8 +512,12 @@ void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n)
 	*cap = nc;
 }
 
-/* (producer, consumer) -> position in the producer's out list: edge
- * lookups stay O(1) however many consumers a node collects */
+/* (producer, consumer) -> position in the producer's out list.  Most out
+ * lists are short and are scanned; a list that grows past EDGE_SCAN gets
+ * its edges indexed in a hash table (and keeps them indexed), so edge
+ * lookups stay O(1) however many consumers a node collects. */
+#define EDGE_SCAN 8
+
 static uint64_t edge_key(uint32_t p, uint32_t c)
 {
 	return (((uint64_t)p << 32) | c) + 1;
@@ -525,11 +529,8 @@ static uint32_t edge_home(const EdgeSet *e, uint64_t k)
 	return (uint32_t)(h >> 32) & (e->cap - 1);
 }
 
-static EdgeSlot *edge_find_i(const EdgeSet *e, uint32_t p, uint32_t c)
+static EdgeSlot *edge_slot(const EdgeSet *e, uint64_t k)
 {
-	if (!e->cap)
-		return NULL;
-	uint64_t k = edge_key(p, c);
 	for (uint32_t i = edge_home(e, k);; i = (i + 1) & (e->cap - 1)) {
 		if (e->slot[i].key == 0)
 			return NULL;
@@ -576,8 +577,9 @@ static void edge_put(EdgeSet *e, uint32_t p, uint32_t c, uint32_t pos)
 
 /* linear probing without tombstones: pull later entries of the probe run
  * back into the hole */
-static void edge_delete(EdgeSet *e, EdgeSlot *s)
+static void edge_delete(EdgeSet *e, uint32_t p, uint32_t c)
 {
+	EdgeSlot *s = edge_slot(e, edge_key(p, c));
 	uint32_t m = e->cap - 1, i = (uint32_t)(s - e->slot);
 	e->live--;
 	for (uint32_t j = (i + 1) & m;; j = (j + 1) & m) {
@@ -593,34 +595,55 @@ static void edge_delete(EdgeSet *e, EdgeSlot *s)
 	e->slot[i].key = 0;
 }
 
+/* position of p -> c in p's out list, -1 if there is no such edge */
+static int32_t edge_pos(const Sapp *S, uint32_t p, uint32_t c)
+{
+	const RecNode *P = &S->rec[p];
+	if (P->hashed) {
+		const EdgeSlot *i = edge_slot(&S->edges, edge_key(p, c));
+		return i ? (int32_t)i->val : -1;
+	}
+	for (uint32_t j = 0; j < P->outs.n; j++)
+		if (P->outs.a[j].to == c)
+			return (int32_t)j;
+	return -1;
+}
+
 static RecEdge *find_edge(const Sapp *S, uint32_t p, uint32_t c)
 {
-	EdgeSlot *i = edge_find_i(&S->edges, p, c);
-	return i ? &S->rec[p].outs.a[i->val] : NULL;
+	int32_t i = edge_pos(S, p, c);
+	return i < 0 ? NULL : &S->rec[p].outs.a[i];
 }
 
 static void add_edge(Sapp *S, uint32_t p, uint32_t c, RecMap map)
 {
 	RecNode *P = &S->rec[p];
 	RecEdge e = {c, map};
-	edge_put(&S->edges, p, c, P->outs.n);
 	avec_push(S->arena, &P->outs, e);
+	if (P->hashed) {
+		edge_put(&S->edges, p, c, P->outs.n - 1);
+	} else if (P->outs.n > EDGE_SCAN) {
+		P->hashed = 1;
+		for (uint32_t j = 0; j < P->outs.n; j++)
+			edge_put(&S->edges, p, P->outs.a[j].to, j);
+	}
 }
 
 /* remove p -> c; returns its mapping through *map, 0 if there was none */
 static int remove_edge(Sapp *S, uint32_t p, uint32_t c, RecMap *map)
 {
-	EdgeSlot *i = edge_find_i(&S->edges, p, c);
-	if (!i)
+	int32_t pos = edge_pos(S, p, c);
+	if (pos < 0)
 		return 0;
 	RecNode *P = &S->rec[p];
-	uint32_t pos = i->val;
 	*map = P->outs.a[pos].map;
-	edge_delete(&S->edges, i);
 	uint32_t last = P->outs.n - 1;
-	if (pos != last) {
+	if (P->hashed)
+		edge_delete(&S->edges, p, c);
+	if ((uint32_t)pos != last) {
 		P->outs.a[pos] = P->outs.a[last];
-		edge_find_i(&S->edges, p, P->outs.a[pos].to)->val = pos;
+		if (P->hashed)
+			edge_slot(&S->edges, edge_key(p, P->outs.a[pos].to))->val = (uint32_t)pos;
 	}
 	P->outs.n--;
 	return 1;
@@ -776,11 +799,9 @@ static void eliminate(Sapp *S, uint32_t x)
 		}
 	}
 	/* X's out edges go away with it */
-	for (uint32_t j = 0; j < X->outs.n; j++) {
-		EdgeSlot *i = edge_find_i(&S->edges, x, X->outs.a[j].to);
-		if (i)
-			edge_delete(&S->edges, i);
-	}
+	if (X->hashed)
+		for (uint32_t j = 0; j < X->outs.n; j++)
+			edge_delete(&S->edges, x, X->outs.a[j].to);
 	X->outs.n = X->in.n = X->aux.n = X->users.n = 0;
 }
 
@@ -849,7 +870,6 @@ void sapp_rec_build(Sapp *S)
 	}
 	free(nusers);
 	free(nouts);
-	edge_reserve(&S->edges, nedges);
 	for (uint32_t x = 0; x < nops; x++) {
 		const SappOp *X = &S->ops[x];
 		RecNode *R = &S->rec[x];

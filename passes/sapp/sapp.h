@@ -127,9 +127,10 @@ typedef struct RecVis {
 	Dim4 in0, out;
 } RecVis;
 
-/* (producer, consumer) -> position in the producer's out list, open
- * addressing with linear probing and backward-shift deletion: no
- * tombstones, so the table stays sized by the live edges */
+/* (producer, consumer) -> position in the producer's out list, for the
+ * producers with long out lists (graph.c); open addressing with linear
+ * probing and backward-shift deletion: no tombstones, so the table stays
+ * sized by the live edges */
 typedef struct EdgeSlot {
 	uint64_t key; /* 0: empty */
 	uint32_t val;
@@ -164,6 +165,7 @@ typedef struct RecIn {
 typedef struct RecNode {
 	uint8_t type;
 	uint8_t kept;    /* not eliminated */
+	uint8_t hashed;  /* out edges indexed in Sapp.edges (a long out list) */
 	uint8_t pinned;  /* interfered SAPP: never re-partitioned */
 	uint8_t nargs;
 	RecMap own;      /* Transpose/Reshape: the node's own mapping */
@@ -238,7 +240,7 @@ typedef struct Sapp {
 	uint32_t *elim_order; /* eliminated operators in elimination order */
 	uint32_t nelim;
 	uint32_t *stamp;     /* scratch, one per operator */
-	EdgeSet edges;       /* (producer, consumer) -> out-list position */
+	EdgeSet edges;       /* (producer, consumer) -> out-list position, long lists */
 	Vec(RecAux) prods;   /* scratch of eliminate() */
 	void *cons;          /* scratch of the cost model: constraints of one node */
 	uint32_t ncons_cap;
