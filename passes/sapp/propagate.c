@@ -761,73 +761,71 @@ static int backward(Prop *P, uint32_t x)
 
 /* ------------------------------------------------------------ the no-strategy list */
 
-typedef struct Heap {
-	int32_t *a;
-	uint32_t n;
-} Heap;
-
-static void heap_push(Heap *h, int32_t v)
-{
-	uint32_t i = h->n++;
-	while (i && h->a[(i - 1) / 2] < v) {
-		h->a[i] = h->a[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	h->a[i] = v;
-}
-
-static int32_t heap_pop(Heap *h)
-{
-	int32_t top = h->a[0], v = h->a[--h->n];
-	uint32_t i = 0;
-	for (;;) {
-		uint32_t l = 2 * i + 1, r = l + 1, m = i;
-		int32_t mv = v;
-		if (l < h->n && h->a[l] > mv) {
-			m = l;
-			mv = h->a[l];
-		}
-		if (r < h->n && h->a[r] > mv)
-			m = r;
-		if (m == i)
-			break;
-		h->a[i] = h->a[m];
-		i = m;
-	}
-	if (h->n)
-		h->a[i] = v;
-	return top;
-}
-
 /* The no-strategy list is visited from its end to its start; an operator
  * is looked at again only when a neighbour got a strategy since (it is
  * "dirty"), or at the start of a round when a smaller min_devices is
  * what its last attempt lacked (need[]): every other attempt would fail
  * exactly as before, so the visits that change anything are MindSpore's,
- * in its order, and the work is linear. */
+ * in its order, and the work is linear.
+ *
+ * The dirty positions of a direction are bit sets: `cur`, those the
+ * running pass still reaches (all below its cursor, so the next one is
+ * the highest bit below it), and `next`, those for the following pass. */
+typedef struct Bits {
+	uint64_t *w;
+	uint32_t nw;
+} Bits;
+
+static int bit_get(const Bits *b, uint32_t i)
+{
+	return (int)((b->w[i >> 6] >> (i & 63)) & 1);
+}
+
+static void bit_set(Bits *b, uint32_t i)
+{
+	b->w[i >> 6] |= (uint64_t)1 << (i & 63);
+}
+
+/* the highest set bit below `below`, cleared; -1 if none */
+static int32_t bit_take_below(Bits *b, int64_t below)
+{
+	if (below <= 0)
+		return -1;
+	int64_t k = (below - 1) >> 6;
+	uint64_t m = b->w[k] & (~(uint64_t)0 >> (63 - ((below - 1) & 63)));
+	while (!m) {
+		if (--k < 0)
+			return -1;
+		m = b->w[k];
+	}
+	int32_t i = (int32_t)(k * 64 + 63 - __builtin_clzll(m));
+	b->w[k] &= ~((uint64_t)1 << (i & 63));
+	return i;
+}
+
 typedef struct Queue {
-	Heap cur[2], next[2]; /* [0] forward, [1] backward */
+	Bits cur[2], next[2]; /* [0] forward, [1] backward */
 	int active;            /* direction of the running pass, -1 none */
 	int32_t cursor;
 	uint32_t *list;        /* no-strategy list: position -> operator */
 	uint32_t n;
+	uint8_t *done;         /* per position: has its strategy */
 	int32_t *need[2];      /* per position: -1 look again every round, else Prop.need
 				* of the last attempt in that direction */
 } Queue;
 
 static void mark(Sapp *S, Queue *q, uint32_t z, int dir)
 {
-	SappOp *Z = &S->ops[z];
+	const SappOp *Z = &S->ops[z];
 	if (Z->nspos < 0 || Z->has_s)
 		return;
-	uint8_t *flag = dir ? &Z->bdirty : &Z->fdirty;
-	if (*flag)
-		return;
-	*flag = 1;
+	uint32_t pos = (uint32_t)Z->nspos;
+	if (bit_get(&q->cur[dir], pos) || bit_get(&q->next[dir], pos))
+		return; /* dirty already */
 	if (q->active == dir && Z->nspos < q->cursor)
-		heap_push(&q->cur[dir], Z->nspos);
+		bit_set(&q->cur[dir], pos);
 	else
-		heap_push(&q->next[dir], Z->nspos);
+		bit_set(&q->next[dir], pos);
 }
 
 static void decided(Sapp *S, Queue *q, uint32_t y)
@@ -840,49 +838,37 @@ static void decided(Sapp *S, Queue *q, uint32_t y)
 			mark(S, q, (uint32_t)Y->prod[i], 1);
 }
 
-/* a new round with min_devices md: every operator that may now succeed
- * (pushed from the end, each push keeps the heap without moving) */
-static void mark_round(Sapp *S, Queue *q, int64_t md)
+/* a new round with min_devices md: every operator that may now succeed */
+static void mark_round(Queue *q, int64_t md)
 {
 	for (int dir = 0; dir < 2; dir++) {
-		q->next[dir].n = 0;
-		for (uint32_t i = q->n; i-- > 0;) {
-			if (q->need[dir][i] >= 0 && q->need[dir][i] < md)
-				continue;
-			SappOp *Z = &S->ops[q->list[i]];
-			if (Z->has_s)
-				continue;
-			if (dir)
-				Z->bdirty = 1;
-			else
-				Z->fdirty = 1;
-			heap_push(&q->next[dir], (int32_t)i);
-		}
+		memset(q->next[dir].w, 0, q->next[dir].nw * sizeof(uint64_t));
+		for (uint32_t i = 0; i < q->n; i++)
+			if (!q->done[i] && (q->need[dir][i] < 0 || q->need[dir][i] >= md))
+				bit_set(&q->next[dir], i);
 	}
 }
 
 static uint32_t run_pass(Prop *P, Queue *q, int dir)
 {
 	Sapp *S = P->S;
-	Heap t = q->cur[dir];
+	Bits t = q->cur[dir];
 	q->cur[dir] = q->next[dir];
 	q->next[dir] = t;
-	q->next[dir].n = 0;
+	memset(t.w, 0, t.nw * sizeof(uint64_t));
 	q->active = dir;
 	q->cursor = INT32_MAX;
 	uint32_t changed = 0;
-	while (q->cur[dir].n) {
-		int32_t pos = heap_pop(&q->cur[dir]);
+	int32_t pos;
+	while ((pos = bit_take_below(&q->cur[dir], q->cursor < (int32_t)q->n ? q->cursor : (int32_t)q->n)) >= 0) {
 		uint32_t x = q->list[pos];
-		SappOp *X = &S->ops[x];
-		uint8_t *flag = dir ? &X->bdirty : &X->fdirty;
 		q->cursor = pos;
-		if (!*flag || X->has_s)
+		if (q->done[pos])
 			continue;
-		*flag = 0;
 		P->need = 0;
 		if (dir ? backward(P, x) : forward(P, x)) {
 			changed++;
+			q->done[pos] = 1;
 			decided(S, q, x);
 		} else {
 			/* --explain shows every attempt at its operator */
@@ -1134,9 +1120,11 @@ void sapp_generate(Sapp *S)
 		X->nspos = (int32_t)q.n;
 		q.list[q.n++] = x;
 	}
+	uint32_t nw = q.n / 64 + 1;
+	q.done = xcalloc(q.n + 1, 1);
 	for (int dir = 0; dir < 2; dir++) {
-		q.cur[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
-		q.next[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
+		q.cur[dir] = (Bits){xcalloc(nw, sizeof(uint64_t)), nw};
+		q.next[dir] = (Bits){xcalloc(nw, sizeof(uint64_t)), nw};
 		q.need[dir] = xmalloc((q.n + 1) * sizeof(int32_t));
 		for (uint32_t i = 0; i < q.n; i++)
 			q.need[dir][i] = -1;
@@ -1144,7 +1132,7 @@ void sapp_generate(Sapp *S)
 	/* min_devices = stage devices, then smaller (one prime less each round) */
 	for (int64_t md = S->stage_devices; md >= 2;) {
 		P.md = md;
-		mark_round(S, &q, md);
+		mark_round(&q, md);
 		for (;;) {
 			if (run_pass(&P, &q, 0))
 				continue;
@@ -1158,7 +1146,7 @@ void sapp_generate(Sapp *S)
 		md /= sp;
 	}
 	P.md = 1;
-	mark_round(S, &q, 1);
+	mark_round(&q, 1);
 	for (;;) {
 		uint32_t c = run_pass(&P, &q, 0);
 		c += run_pass(&P, &q, 1);
@@ -1182,10 +1170,11 @@ void sapp_generate(Sapp *S)
 			explain_prop(X, "no neighbour gave a strategy; default", NULL, &s, 1);
 	}
 	for (int dir = 0; dir < 2; dir++) {
-		free(q.cur[dir].a);
-		free(q.next[dir].a);
+		free(q.cur[dir].w);
+		free(q.next[dir].w);
 		free(q.need[dir]);
 	}
+	free(q.done);
 	free(q.list);
 	param_sharing(S);
 	fix_invalid(S);

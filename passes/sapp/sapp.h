@@ -205,7 +205,6 @@ typedef struct SappOp {
 	uint8_t has_os;   /* out strategy set */
 	uint8_t ta, tb;
 	uint8_t orank;
-	uint8_t fdirty, bdirty; /* propagation: a neighbour changed since last look */
 	uint8_t loaded;   /* strategy read from --strategy-in */
 	uint8_t fam;      /* n's FAM_* (FAM_VIRTUAL for the implicit VirtualDataset) */
 	uint16_t op;      /* n's OP_* (UINT16_MAX for the implicit VirtualDataset) */
