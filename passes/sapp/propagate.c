@@ -798,7 +798,13 @@ static int32_t bit_take_below(Bits *b, int64_t below)
 			return -1;
 		m = b->w[k];
 	}
-	int32_t i = (int32_t)(k * 64 + 63 - __builtin_clzll(m));
+	int hi = 0; /* the highest set bit of m */
+	for (int step = 32; step; step /= 2)
+		if (m >> step) {
+			m >>= step;
+			hi += step;
+		}
+	int32_t i = (int32_t)(k * 64 + hi);
 	b->w[k] &= ~((uint64_t)1 << (i & 63));
 	return i;
 }
