@@ -273,6 +273,12 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 		X->s[i] = 1;
 }
 
+static void prefetch_node(const Node *n)
+{
+	for (size_t o = 0; o < sizeof *n; o += 64)
+		sapp_prefetch((const char *)n + o);
+}
+
 int sapp_build(Sapp *S)
 {
 	Module *m = S->m;
@@ -287,6 +293,10 @@ int sapp_build(Sapp *S)
 		Graph *g = m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			Node *n = g->nodes.a[i];
+			if (i + 16 < g->nodes.n)
+				prefetch_node(g->nodes.a[i + 16]);
+			if (i + 8 < g->nodes.n && g->nodes.a[i + 8]->in_types)
+				sapp_prefetch(g->nodes.a[i + 8]->in_types);
 			if (!is_strategy_op(n))
 				continue;
 			vec_push(&opn, n);
@@ -309,6 +319,10 @@ int sapp_build(Sapp *S)
 	}
 	for (uint32_t i = 0; i < opn.n; i++) {
 		Node *n = opn.a[i];
+		if (i + 16 < opn.n)
+			prefetch_node(opn.a[i + 16]);
+		if (i + 8 < opn.n && opn.a[i + 8]->in_types)
+			sapp_prefetch(opn.a[i + 8]->in_types);
 		if (n == explicit_vd)
 			S->vd = (int32_t)k;
 		S->op_of_node[n->id] = (int32_t)k;
@@ -319,6 +333,10 @@ int sapp_build(Sapp *S)
 	uint32_t *ncons = xcalloc(S->nops + 1, sizeof *ncons);
 	for (uint32_t x = 0; x < S->nops; x++) {
 		SappOp *X = &S->ops[x];
+		if (x + 16 < S->nops && S->ops[x + 16].n)
+			sapp_prefetch(&S->ops[x + 16].n->args);
+		if (x + 8 < S->nops && S->ops[x + 8].n)
+			sapp_prefetch(S->ops[x + 8].n->args);
 		for (uint32_t i = 0; i < X->nin; i++) {
 			X->prod[i] = X->n ? producer_of(S, &X->n->args[X->arg[i]]) : -1;
 			if (X->prod[i] == (int32_t)x)

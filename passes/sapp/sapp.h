@@ -68,6 +68,14 @@ struct StratInfo {
 	uint8_t source;
 };
 
+/* the passes walk the IR's nodes in order, each a few cache misses away:
+ * reading a few nodes ahead hides the latency */
+#if defined(__GNUC__) || defined(__clang__)
+#define sapp_prefetch(p) __builtin_prefetch(p)
+#else
+#define sapp_prefetch(p) ((void)(p))
+#endif
+
 /* ---------------------------------------------------------- primitive attributes */
 /* the attributes the search reads, interned once per run (Sapp.attr): the
  * lookups compare symbols, not strings */
