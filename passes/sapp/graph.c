@@ -454,15 +454,25 @@ int sapp_map_reshape(const int64_t *in, int rin, const int64_t *out, int rout, R
 	return 1;
 }
 
+static int map_is_identity(const RecMap *m)
+{
+	return m->g[0] == 1 && m->g[1] == 2 && m->g[2] == 4 && m->g[3] == 8 && !m->bad;
+}
+
 RecMap sapp_map_compose(RecMap first, RecMap then)
 {
 	if (first.bad || then.bad)
 		return map_bad();
-	RecMap r = {{0, 0, 0, 0}, 0};
-	for (int i = 0; i < 4; i++)
-		for (int k = 0; k < 4; k++)
-			if (then.g[i] & (1u << k))
-				r.g[i] |= first.g[k];
+	/* most contracted edges map identically */
+	if (map_is_identity(&first))
+		return then;
+	if (map_is_identity(&then))
+		return first;
+	uint8_t u[16] = {0}; /* u[s] = union of first's groups over the dims in s */
+	for (int k = 0; k < 4; k++)
+		for (int s = 0; s < 1 << k; s++)
+			u[(1 << k) + s] = (uint8_t)(u[s] | first.g[k]);
+	RecMap r = {{u[then.g[0] & 15], u[then.g[1] & 15], u[then.g[2] & 15], u[then.g[3] & 15]}, 0};
 	return r;
 }
 
@@ -511,11 +521,11 @@ static void rec_node_init(Sapp *S, uint32_t x, int kept)
 		}
 	}
 	R->own = sapp_map_identity();
-	if (X->n && X->n->op == OP_Transpose && X->nin) {
+	if (X->op == OP_Transpose && X->nin) {
 		int64_t perm[MAX_RANK];
 		int r = sapp_attr_ints(S, X->n, 1, SA_perm, perm, MAX_RANK);
 		R->own = r == X->rank[0] ? sapp_map_transpose(perm, r) : map_bad();
-	} else if (X->n && X->n->op == OP_Reshape && X->nin) {
+	} else if (X->op == OP_Reshape && X->nin) {
 		sapp_map_reshape(X->dims[0], X->rank[0], X->odims, X->orank, &R->own);
 	}
 }
@@ -838,7 +848,7 @@ void sapp_rec_build(Sapp *S)
 	S->rec = arena_alloc(S->arena, (nops + 1) * sizeof *S->rec);
 	for (uint32_t x = 0; x < nops; x++) {
 		SappOp *X = &S->ops[x];
-		int elim = X->n && (ir_opinfo(X->n)->flags & OPF_ELIMINATE) && !X->pinned;
+		int elim = X->n && (op_table[X->op].flags & OPF_ELIMINATE) && !X->pinned;
 		X->elim = (uint8_t)elim;
 		rec_node_init(S, x, !elim);
 	}
