@@ -165,6 +165,12 @@ static void snapshot(const Sapp *S, Dim4 *snap)
 	}
 }
 
+static void prefetch_part(const PartNode *N)
+{
+	for (size_t o = 0; o < sizeof *N; o += 64)
+		sapp_prefetch((const char *)N + o);
+}
+
 int sapp_partition(Sapp *S)
 {
 	sapp_part_init(S);
@@ -216,6 +222,17 @@ int sapp_partition(Sapp *S)
 			PartNode *N = &S->part[order[i]];
 			RecVis *V = &S->vis[order[i]];
 			SappChoice c;
+			/* the visiting order jumps around: fetch the next nodes, their
+			 * links, then their neighbours ahead of time */
+			if (i + 8 < n)
+				prefetch_part(&S->part[order[i + 8]]);
+			if (i + 4 < n)
+				sapp_prefetch(S->part[order[i + 4]].link);
+			if (i + 2 < n) {
+				const PartNode *M = &S->part[order[i + 2]];
+				for (uint32_t j = 0; j < M->nlink; j++)
+					sapp_prefetch(&S->vis[M->link[j].nb]);
+			}
 			sapp_choose(S, N, p, level, &c);
 			if (sapp_explaining(S, N->rec))
 				explain_level(S, N, level, p, &c);
