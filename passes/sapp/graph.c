@@ -175,15 +175,21 @@ static int is_strategy_op(const Node *n)
 	return 0;
 }
 
-static int32_t producer_of(const Sapp *S, const Value *v)
+/* the operator producing operand v (-1: none); *param: the parameter
+ * with a value it reads, as node id + 1 (0: none) */
+static int32_t producer_of(const Sapp *S, const Value *v, uint32_t *param)
 {
+	*param = 0;
 	if (v->kind != V_NODE || !v->u.node)
 		return -1;
 	Node *p = ir_look_through(v->u.node);
 	if (!p)
 		return -1;
-	if (p->kind == NK_PARAM)
+	if (p->kind == NK_PARAM) {
+		if (p->has_default)
+			*param = p->id + 1;
 		return sapp_dataset_param(p) ? S->vd : -1;
+	}
 	return p->id < S->m->next_id ? S->op_of_node[p->id] : -1;
 }
 
@@ -195,6 +201,8 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 	X->op = n ? n->op : UINT16_MAX;
 	X->fam = (uint8_t)(n ? op_table[n->op].family : FAM_VIRTUAL);
 	X->nspos = -1;
+	X->user = n && n->pattrs.n &&
+		  (sapp_attr(S, &n->pattrs, SA_in_strategy) || sapp_attr(S, &n->pattrs, SA_out_strategy));
 	uint32_t nin = 0, total = 0;
 	if (n) {
 		for (uint32_t i = 0; i < n->nargs; i++) {
@@ -213,17 +221,18 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 			}
 	}
 	X->nin = nin;
-	/* one block: s, os, dims, arg, prod, off, rank */
+	/* one block: s, os, dims, arg, prod, param, off, rank */
 	size_t orank_max = n && n->out.shape.kind == SK_DIMS ? n->out.shape.rank : MAX_RANK;
-	char *blk = arena_alloc(a, (total + 1 + orank_max + 1) * sizeof(int64_t) + (nin + 1) * sizeof(int64_t *) +
-					   3 * (nin + 1) * sizeof(uint32_t) + nin + 1);
+	char *blk = arena_alloc(a, (total + orank_max) * sizeof(int64_t) + nin * sizeof(int64_t *) +
+					   4 * nin * sizeof(uint32_t) + nin);
 	X->s = (int64_t *)blk;
-	X->os = X->s + total + 1;
-	X->dims = (const int64_t **)(X->os + orank_max + 1);
-	X->arg = (uint32_t *)(X->dims + nin + 1);
-	X->prod = (int32_t *)(X->arg + nin + 1);
-	X->off = (uint32_t *)(X->prod + nin + 1);
-	X->rank = (uint8_t *)(X->off + nin + 1);
+	X->os = X->s + total;
+	X->dims = (const int64_t **)(X->os + orank_max);
+	X->arg = (uint32_t *)(X->dims + nin);
+	X->prod = (int32_t *)(X->arg + nin);
+	X->param = (uint32_t *)(X->prod + nin);
+	X->off = X->param + nin;
+	X->rank = (uint8_t *)(X->off + nin);
 	uint32_t k = 0, off = 0;
 	if (n) {
 		for (uint32_t i = 0; i < n->nargs; i++) {
@@ -295,8 +304,10 @@ int sapp_build(Sapp *S)
 			Node *n = g->nodes.a[i];
 			if (i + 16 < g->nodes.n)
 				prefetch_node(g->nodes.a[i + 16]);
-			if (i + 8 < g->nodes.n && g->nodes.a[i + 8]->in_types)
+			if (i + 8 < g->nodes.n) {
 				sapp_prefetch(g->nodes.a[i + 8]->in_types);
+				sapp_prefetch(g->nodes.a[i + 8]->pattrs.a);
+			}
 			if (!is_strategy_op(n))
 				continue;
 			vec_push(&opn, n);
@@ -321,8 +332,10 @@ int sapp_build(Sapp *S)
 		Node *n = opn.a[i];
 		if (i + 16 < opn.n)
 			prefetch_node(opn.a[i + 16]);
-		if (i + 8 < opn.n && opn.a[i + 8]->in_types)
+		if (i + 8 < opn.n) {
 			sapp_prefetch(opn.a[i + 8]->in_types);
+			sapp_prefetch(opn.a[i + 8]->pattrs.a);
+		}
 		if (n == explicit_vd)
 			S->vd = (int32_t)k;
 		S->op_of_node[n->id] = (int32_t)k;
@@ -338,16 +351,24 @@ int sapp_build(Sapp *S)
 		if (x + 8 < S->nops && S->ops[x + 8].n)
 			sapp_prefetch(S->ops[x + 8].n->args);
 		for (uint32_t i = 0; i < X->nin; i++) {
-			X->prod[i] = X->n ? producer_of(S, &X->n->args[X->arg[i]]) : -1;
+			X->param[i] = 0;
+			X->prod[i] = X->n ? producer_of(S, &X->n->args[X->arg[i]], &X->param[i]) : -1;
 			if (X->prod[i] == (int32_t)x)
 				X->prod[i] = -1;
 			if (X->prod[i] >= 0)
 				ncons[X->prod[i]]++;
 		}
 	}
+	uint32_t total = 0;
+	for (uint32_t x = 0; x < S->nops; x++)
+		total += ncons[x];
+	uint32_t *cop = arena_alloc(S->arena, (total + 1) * sizeof *cop);
+	uint32_t *cslot = arena_alloc(S->arena, (total + 1) * sizeof *cslot);
 	for (uint32_t x = 0; x < S->nops; x++) {
-		S->ops[x].cons_op = arena_alloc(S->arena, (ncons[x] + 1) * sizeof(uint32_t));
-		S->ops[x].cons_slot = arena_alloc(S->arena, (ncons[x] + 1) * sizeof(uint32_t));
+		S->ops[x].cons_op = cop;
+		S->ops[x].cons_slot = cslot;
+		cop += ncons[x];
+		cslot += ncons[x];
 	}
 	for (uint32_t y = 0; y < S->nops; y++) {
 		SappOp *Y = &S->ops[y];

@@ -978,9 +978,10 @@ static void extra_shard_matmul(Sapp *S)
 }
 
 /* ModifyParamSharingOpsStrategy (§4.7): a Gather sharing its table with a
- * Cast, MatMul or Mul takes that operator's strategy for the table.  The
- * tables (parameters with a value) are few: sorted by node id, the last
- * Gather of a table in operator order answers for it. */
+ * Cast, MatMul or Mul takes that operator's strategy for the table (the
+ * parameters with a value behind the operands are SappOp.param).  The
+ * tables are few: sorted by node id, the last Gather of a table in
+ * operator order answers for it. */
 typedef struct Table {
 	uint32_t id, seq; /* the parameter's node id; the Gather's rank in operator order */
 	int32_t gather;
@@ -1014,9 +1015,8 @@ static void param_sharing(Sapp *S)
 		SappOp *X = &S->ops[x];
 		if (X->type != REC_GatherV2 || X->nin < 2 || !X->n)
 			continue;
-		Node *p = ir_look_through(X->n->args[X->arg[0]].kind == V_NODE ? X->n->args[X->arg[0]].u.node : NULL);
-		if (p && p->kind == NK_PARAM && p->has_default) {
-			Table t = {p->id, tab.n, (int32_t)x};
+		if (X->param[0]) {
+			Table t = {X->param[0] - 1, tab.n, (int32_t)x};
 			vec_push(&tab, t);
 		}
 	}
@@ -1029,12 +1029,9 @@ static void param_sharing(Sapp *S)
 			slot = 0;
 		else if (Y->type == REC_MatMul)
 			slot = 1;
-		/* an operand produced by an operator (or the dataset) is no table */
-		if (slot < 0 || (uint32_t)slot >= Y->nin || !Y->has_s || Y->prod[slot] >= 0)
+		if (slot < 0 || (uint32_t)slot >= Y->nin || !Y->has_s || !Y->param[slot])
 			continue;
-		const Value *v = &Y->n->args[Y->arg[slot]];
-		Node *p = v->kind == V_NODE ? ir_look_through(v->u.node) : NULL;
-		int32_t g = p && p->kind == NK_PARAM ? gather_of(tab.a, tab.n, p->id) : -1;
+		int32_t g = gather_of(tab.a, tab.n, Y->param[slot] - 1);
 		if (g < 0)
 			continue;
 		SappOp *G = &S->ops[g];

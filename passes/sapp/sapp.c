@@ -410,12 +410,10 @@ static int user_strategies(Sapp *S)
 	int bad = 0;
 	for (uint32_t x = 0; x < S->nops; x++) {
 		SappOp *X = &S->ops[x];
-		if (!X->n)
+		if (!X->user)
 			continue;
 		const Value *in = sapp_attr(S, &X->n->pattrs, SA_in_strategy);
 		const Value *out = sapp_attr(S, &X->n->pattrs, SA_out_strategy);
-		if (!in && !out)
-			continue;
 		if (!S->o->interfered) {
 			ignored++;
 			continue;

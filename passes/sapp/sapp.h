@@ -215,12 +215,14 @@ typedef struct SappOp {
 	uint8_t orank;
 	uint8_t loaded;   /* strategy read from --strategy-in */
 	uint8_t fam;      /* n's FAM_* (FAM_VIRTUAL for the implicit VirtualDataset) */
+	uint8_t user;     /* n has a user strategy attribute (in_strategy / out_strategy) */
 	uint16_t op;      /* n's OP_* (UINT16_MAX for the implicit VirtualDataset) */
 	uint32_t nin;     /* tensor inputs */
 	uint32_t *arg;    /* operand index of each tensor input */
 	uint8_t *rank;
 	const int64_t **dims;
 	int32_t *prod;    /* producer operator of each tensor input, -1 none */
+	uint32_t *param;  /* parameter with a value each tensor input reads: node id + 1, 0 none */
 	uint32_t *off;    /* offset of input i's entries in s[] */
 	int64_t *s;       /* strategy: for each tensor input, one shard count per dim */
 	int64_t *os;      /* out strategy (orank entries) */
