@@ -306,23 +306,22 @@ static Value tab_value(StraTab *t, uint32_t base)
 	return sl->v;
 }
 
-static void key_put(StraTab *t, int64_t v)
-{
-	vec_push(&t->key, v);
-}
-
 static Value stra_value(StraTab *t, const SappOp *X, int out)
 {
 	uint32_t base = t->key.n, n = out ? 1 : X->nin;
-	key_put(t, out);
-	key_put(t, n);
+	uint32_t total = out ? X->orank : X->nin ? X->off[X->nin - 1] + X->rank[X->nin - 1] : 0;
+	vec_grow(&t->key, 2 + n + total);
+	int64_t *k = t->key.a + base;
+	*k++ = out;
+	*k++ = n;
 	for (uint32_t i = 0; i < n; i++) {
 		int r = out ? X->orank : X->rank[i];
 		const int64_t *v = out ? X->os : X->s + X->off[i];
-		key_put(t, r);
-		for (int d = 0; d < r; d++)
-			key_put(t, v[d]);
+		*k++ = r;
+		memcpy(k, v, (size_t)r * sizeof *k);
+		k += r;
 	}
+	t->key.n = (uint32_t)(k - t->key.a);
 	return tab_value(t, base);
 }
 
@@ -357,9 +356,14 @@ static void write_nodes(Sapp *S)
 	t.m = S->m;
 	t.in_key = S->attr[SA_in_strategy];
 	t.out_key = S->attr[SA_out_strategy];
-	for (uint32_t x = 0; x < S->nops; x++)
+	for (uint32_t x = 0; x < S->nops; x++) {
+		if (x + 8 < S->nops && S->ops[x + 8].n) { /* the node's fields this writes */
+			sapp_prefetch(&S->ops[x + 8].n->strat);
+			sapp_prefetch(&S->ops[x + 8].n->si);
+		}
 		if (S->ops[x].n && S->ops[x].has_s)
 			write_node(&t, &S->ops[x]);
+	}
 	free(t.slot);
 	vec_free(&t.key);
 }
