@@ -350,6 +350,12 @@ int sapp_build(Sapp *S)
 			sapp_prefetch(&S->ops[x + 16].n->args);
 		if (x + 8 < S->nops && S->ops[x + 8].n)
 			sapp_prefetch(S->ops[x + 8].n->args);
+		if (x + 4 < S->nops && S->ops[x + 4].n) /* the operand nodes */
+			for (uint32_t i = 0; i < S->ops[x + 4].nin; i++) {
+				const Value *v = &S->ops[x + 4].n->args[S->ops[x + 4].arg[i]];
+				if (v->kind == V_NODE)
+					sapp_prefetch(v->u.node);
+			}
 		for (uint32_t i = 0; i < X->nin; i++) {
 			X->param[i] = 0;
 			X->prod[i] = X->n ? producer_of(S, &X->n->args[X->arg[i]], &X->param[i]) : -1;
@@ -869,6 +875,8 @@ void sapp_rec_build(Sapp *S)
 	S->rec = arena_alloc(S->arena, (nops + 1) * sizeof *S->rec);
 	for (uint32_t x = 0; x < nops; x++) {
 		SappOp *X = &S->ops[x];
+		if (x + 8 < nops) /* the shapes live in the IR */
+			sapp_prefetch(S->ops[x + 8].odims);
 		int elim = X->n && (op_table[X->op].flags & OPF_ELIMINATE) && !X->pinned;
 		X->elim = (uint8_t)elim;
 		rec_node_init(S, x, !elim);
