@@ -96,13 +96,13 @@ static double size4(const Dim4 *g)
 	return s;
 }
 
-/* the granularity from the shapes and cuts (again after setting cuts) */
-void sapp_part_gran(PartNode *N)
+/* the granularity from the shapes (out: the output shape) and the cuts */
+void sapp_part_gran(PartNode *N, const Dim4 *out)
 {
 	for (int d = 0; d < 4; d++) {
 		N->g[0].d[d] = gran(&N->arg[0], &N->acut[0], d);
 		N->g[1].d[d] = gran(&N->arg[1], &N->acut[1], d);
-		N->g[2].d[d] = gran(&N->out, &N->ocut, d);
+		N->g[2].d[d] = gran(out, &N->ocut, d);
 	}
 }
 
@@ -168,13 +168,11 @@ void sapp_part_init(Sapp *S)
 		P->type = N->type;
 		P->nargs = N->nargs;
 		P->pinned = N->pinned;
-		for (int t = 0; t < 2; t++) {
-			P->arg[t] = N->arg[t];
+		P->arg = N->arg;
+		for (int t = 0; t < 2; t++)
 			P->acut[t] = N->pinned && t < N->nargs ? N->pin[t] : ONES;
-		}
-		P->out = N->out;
 		P->ocut = N->pinned ? N->pin[2] : ONES;
-		sapp_part_gran(P);
+		sapp_part_gran(P, &N->out);
 		S->vis[k].lvl = -1;
 		P->link = l + n;
 		uint32_t n0 = n;

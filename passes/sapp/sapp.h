@@ -196,7 +196,7 @@ typedef struct PartNode {
 	uint8_t type, nargs, pinned;
 	const RecLink *link;   /* neighbours that may charge a redistribution */
 	uint32_t nlink;
-	Dim4 arg[2], out;      /* shapes of inputs 0 and 1 (MatMul operands stored logically), output */
+	const Dim4 *arg;       /* input shapes, the rec node's (MatMul operands stored logically) */
 	Dim4 acut[2], ocut;    /* cuts so far */
 	Dim4 g[3];             /* granularity: shape / cut of input 0, input 1 and the
 				* output, kept with the cuts so that no level divides */
@@ -291,7 +291,7 @@ typedef struct SappChoice {
 	int best;         /* -1: no cut at this level */
 } SappChoice;
 void sapp_part_init(Sapp *S);
-void sapp_part_gran(PartNode *N);
+void sapp_part_gran(PartNode *N, const Dim4 *out);
 void sapp_choose(Sapp *S, const PartNode *N, int p, int level, SappChoice *c);
 void sapp_apply_choice(PartNode *N, const SappChoice *c);
 double sapp_weight(const Sapp *S, const PartNode *N, int p);

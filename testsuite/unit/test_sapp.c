@@ -37,18 +37,20 @@ static void init_sapp(Sapp *S)
 	S->explain = -1;
 }
 
-/* a kept node with two inputs and no neighbours */
-static void init_node(PartNode *N, int type, Dim4 a, Dim4 b, Dim4 out)
+/* a kept node with two inputs and no neighbours; shp holds the input
+ * shapes and then the output shape */
+static void init_node(PartNode *N, int type, Dim4 a, Dim4 b, Dim4 out, Dim4 shp[3])
 {
 	memset(N, 0, sizeof *N);
 	N->type = (uint8_t)type;
 	N->nargs = 2;
-	N->arg[0] = a;
-	N->arg[1] = b;
+	shp[0] = a;
+	shp[1] = b;
+	shp[2] = out;
+	N->arg = shp;
 	N->acut[0] = N->acut[1] = ONES;
-	N->out = out;
 	N->ocut = ONES;
-	sapp_part_gran(N);
+	sapp_part_gran(N, &shp[2]);
 }
 
 static void free_sapp(Sapp *S)
@@ -64,8 +66,9 @@ static void test_e1_partition_matmul(void **state)
 	(void)state;
 	Sapp S;
 	PartNode N;
+	Dim4 shp[3];
 	init_sapp(&S);
-	init_node(&N, REC_MatMul, d4(1, 1, 3000, 1000), d4(1, 1, 1000, 4000), d4(1, 1, 3000, 4000));
+	init_node(&N, REC_MatMul, d4(1, 1, 3000, 1000), d4(1, 1, 1000, 4000), d4(1, 1, 3000, 4000), shp);
 	SappChoice c;
 	sapp_choose(&S, &N, 2, 0, &c);
 	assert_int_equal(c.nopt, 4);
@@ -87,9 +90,10 @@ static void test_e9_mlp_matmul_levels(void **state)
 	(void)state;
 	Sapp S;
 	PartNode N;
+	Dim4 shp[3];
 	init_sapp(&S);
 	/* (256, 784) . (512, 784)^T stored logically: B = K x J = (784, 512) */
-	init_node(&N, REC_MatMul, d4(1, 1, 256, 784), d4(1, 1, 784, 512), d4(1, 1, 256, 512));
+	init_node(&N, REC_MatMul, d4(1, 1, 256, 784), d4(1, 1, 784, 512), d4(1, 1, 256, 512), shp);
 	const char *want[] = {"I", "I", "K"};
 	for (int level = 0; level < 3; level++) {
 		SappChoice c;
@@ -110,21 +114,22 @@ static void test_e16_micro_batch_limit(void **state)
 	(void)state;
 	Sapp S;
 	PartNode N;
+	Dim4 shp[3];
 	init_sapp(&S);
 	S.stages = 2;
 	S.mbs = 4;
-	init_node(&N, REC_MatMul, d4(1, 1, 4096, 64), d4(1, 1, 64, 64), d4(1, 1, 4096, 64));
+	init_node(&N, REC_MatMul, d4(1, 1, 4096, 64), d4(1, 1, 64, 64), d4(1, 1, 4096, 64), shp);
 	int64_t allowed[] = {1, 2};
 	for (int i = 0; i < 2; i++) {
 		SappChoice c;
 		N.acut[0].d[2] = N.ocut.d[2] = allowed[i];
-		sapp_part_gran(&N);
+		sapp_part_gran(&N, &shp[2]);
 		sapp_choose(&S, &N, 2, 0, &c);
 		assert_true(c.total[0] != SAPP_INVALID);
 	}
 	SappChoice c;
 	N.acut[0].d[2] = N.ocut.d[2] = 4;
-	sapp_part_gran(&N);
+	sapp_part_gran(&N, &shp[2]);
 	sapp_choose(&S, &N, 2, 0, &c);
 	assert_true(c.total[0] == SAPP_INVALID);
 	free_sapp(&S);
@@ -136,8 +141,9 @@ static void test_e18_batch_matmul(void **state)
 	(void)state;
 	Sapp S;
 	PartNode N;
+	Dim4 shp[3];
 	init_sapp(&S);
-	init_node(&N, REC_BatchMatMul, d4(32, 32, 32, 16), d4(32, 32, 16, 16), d4(32, 32, 32, 16));
+	init_node(&N, REC_BatchMatMul, d4(32, 32, 32, 16), d4(32, 32, 16, 16), d4(32, 32, 32, 16), shp);
 	for (int level = 0; level < 2; level++) {
 		SappChoice c;
 		sapp_choose(&S, &N, 2, level, &c);
@@ -156,8 +162,9 @@ static void test_e17_conv_batch_only(void **state)
 	(void)state;
 	Sapp S;
 	PartNode N;
+	Dim4 shp[3];
 	init_sapp(&S);
-	init_node(&N, REC_Convolution, d4(2, 4, 8, 8), d4(64, 4, 1, 1), d4(2, 64, 8, 8));
+	init_node(&N, REC_Convolution, d4(2, 4, 8, 8), d4(64, 4, 1, 1), d4(2, 64, 8, 8), shp);
 	SappChoice c;
 	sapp_choose(&S, &N, 2, 0, &c);
 	assert_string_equal(c.name[c.best], "B");
@@ -315,8 +322,9 @@ static void test_prime_level(void **state)
 	(void)state;
 	Sapp S;
 	PartNode N;
+	Dim4 shp[3];
 	init_sapp(&S);
-	init_node(&N, REC_MatMul, d4(1, 1, 96, 784), d4(1, 1, 784, 512), d4(1, 1, 96, 512));
+	init_node(&N, REC_MatMul, d4(1, 1, 96, 784), d4(1, 1, 784, 512), d4(1, 1, 96, 512), shp);
 	SappChoice c;
 	sapp_choose(&S, &N, 3, 0, &c);
 	assert_string_equal(c.name[c.best], "I");
