@@ -127,18 +127,12 @@ static int consumer_adjacent(const Sapp *S, const RecNode *N, const RecNode *C, 
 	return 0;
 }
 
-static int is_identity(const RecMap *m)
-{
-	RecMap id = sapp_map_identity();
-	return !m->bad && memcmp(m->g, id.g, sizeof id.g) == 0;
-}
-
 static void add_link(RecLink *l, uint32_t *n, uint32_t nb, int row, const RecMap *map)
 {
 	RecLink *x = &l[(*n)++];
 	x->nb = nb;
 	x->row = (uint8_t)row;
-	x->ident = (uint8_t)is_identity(map);
+	x->ident = (uint8_t)sapp_map_is_identity(map);
 	x->map = *map;
 }
 
@@ -370,11 +364,11 @@ static void choose_bmm(Ctx *x)
 	double c[6];
 	bmm_costs(x->S, N, p, c);
 	const Dim4 *ca = &N->acut[0], *cb = &N->acut[1];
-	int64_t i = N->g[0].d[2], k = N->g[0].d[3], j = N->g[1].d[3];
+	int64_t b = N->g[0].d[0], e = N->g[0].d[1], i = N->g[0].d[2], k = N->g[0].d[3], j = N->g[1].d[3];
 	Dim4 Nn = cut1(0, p), C = cut1(1, p), H = cut1(2, p), W = cut1(3, p);
 	double div = x->S->conf.bmm_coef;
-	add_opt(x, "B", divisible(N->g[0].d[0], p) && pipeline_batch_ok(x->S, ca->d[0]), c[0], Nn, Nn, Nn, NULL, 1, div);
-	add_opt(x, "X", divisible(N->g[0].d[1], p), c[1], C, C, C, NULL, 1, div);
+	add_opt(x, "B", divisible(b, p) && pipeline_batch_ok(x->S, ca->d[0]), c[0], Nn, Nn, Nn, NULL, 1, div);
+	add_opt(x, "X", divisible(e, p), c[1], C, C, C, NULL, 1, div);
 	add_opt(x, "I", divisible(i, p), c[2], H, ONES, H, NULL, 1, div);
 	add_opt(x, "J", divisible(j, p) && ca->d[3] == 1, c[3], ONES, W, W, NULL, 1, div);
 	add_opt(x, "K", divisible(k, p) && cb->d[3] == 1, c[4], W, H, ONES, NULL, 1, div);

@@ -255,8 +255,10 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 			X->odims = os->dims;
 		}
 		if (X->type == REC_MatMul || X->type == REC_BatchMatMul) {
-			X->ta = (uint8_t)(sapp_attr_bool(S, n, 2, SA_transpose_a, 0) || sapp_attr_bool(S, n, -1, SA_transpose_x1, 0));
-			X->tb = (uint8_t)(sapp_attr_bool(S, n, 3, SA_transpose_b, 0) || sapp_attr_bool(S, n, -1, SA_transpose_x2, 0));
+			X->ta = (uint8_t)(sapp_attr_bool(S, n, 2, SA_transpose_a, 0) ||
+					  sapp_attr_bool(S, n, -1, SA_transpose_x1, 0));
+			X->tb = (uint8_t)(sapp_attr_bool(S, n, 3, SA_transpose_b, 0) ||
+					  sapp_attr_bool(S, n, -1, SA_transpose_x2, 0));
 		}
 	} else {
 		const Graph *g = ir_entry(S->m);
@@ -282,12 +284,6 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 		X->s[i] = 1;
 }
 
-static void prefetch_node(const Node *n)
-{
-	for (size_t o = 0; o < sizeof *n; o += 64)
-		sapp_prefetch((const char *)n + o);
-}
-
 int sapp_build(Sapp *S)
 {
 	Module *m = S->m;
@@ -303,7 +299,7 @@ int sapp_build(Sapp *S)
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			Node *n = g->nodes.a[i];
 			if (i + 16 < g->nodes.n)
-				prefetch_node(g->nodes.a[i + 16]);
+				sapp_prefetch_bytes(g->nodes.a[i + 16], sizeof(Node));
 			if (i + 8 < g->nodes.n) {
 				sapp_prefetch(g->nodes.a[i + 8]->in_types);
 				sapp_prefetch(g->nodes.a[i + 8]->pattrs.a);
@@ -331,7 +327,7 @@ int sapp_build(Sapp *S)
 	for (uint32_t i = 0; i < opn.n; i++) {
 		Node *n = opn.a[i];
 		if (i + 16 < opn.n)
-			prefetch_node(opn.a[i + 16]);
+			sapp_prefetch_bytes(opn.a[i + 16], sizeof(Node));
 		if (i + 8 < opn.n) {
 			sapp_prefetch(opn.a[i + 8]->in_types);
 			sapp_prefetch(opn.a[i + 8]->pattrs.a);
@@ -481,7 +477,7 @@ int sapp_map_reshape(const int64_t *in, int rin, const int64_t *out, int rout, R
 	return 1;
 }
 
-static int map_is_identity(const RecMap *m)
+int sapp_map_is_identity(const RecMap *m)
 {
 	return m->g[0] == 1 && m->g[1] == 2 && m->g[2] == 4 && m->g[3] == 8 && !m->bad;
 }
@@ -491,9 +487,9 @@ RecMap sapp_map_compose(RecMap first, RecMap then)
 	if (first.bad || then.bad)
 		return map_bad();
 	/* most contracted edges map identically */
-	if (map_is_identity(&first))
+	if (sapp_map_is_identity(&first))
 		return then;
-	if (map_is_identity(&then))
+	if (sapp_map_is_identity(&then))
 		return first;
 	uint8_t u[16] = {0}; /* u[s] = union of first's groups over the dims in s */
 	for (int k = 0; k < 4; k++)

@@ -13,6 +13,9 @@
  * `weight_order_mbs`, decreasing GetWeights (ties: higher index first).
  * Pinned (user) nodes are never re-partitioned; at each level they show
  * their neighbours one step of their strategy (DecomposeStrategy).
+ * The levels work on the dense partition view of the kept nodes (PartNode,
+ * RecVis, RecLink; sapp_part_init in cost.c): one node's decision reads its
+ * own state and its linked neighbours' visible state, nothing else.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +83,6 @@ static void wsort_free(WSort *t)
 	free(t->cnt);
 	free(t->of);
 }
-
 
 /* order[] = w[] (in increasing idx) by wcmp: decreasing weight, ties by
  * decreasing index.  Weights repeat (every layer has the same operators),
@@ -165,12 +167,6 @@ static void snapshot(const Sapp *S, Dim4 *snap)
 	}
 }
 
-static void prefetch_part(const PartNode *N)
-{
-	for (size_t o = 0; o < sizeof *N; o += 64)
-		sapp_prefetch((const char *)N + o);
-}
-
 int sapp_partition(Sapp *S)
 {
 	sapp_part_init(S);
@@ -193,7 +189,7 @@ int sapp_partition(Sapp *S)
 		for (uint32_t i = 0; i < npin; i++) {
 			RecNode *N = &S->rec[S->part[pins[i]].rec];
 			RecVis *V = &S->vis[pins[i]];
-			Dim4 one1;
+			Dim4 one1; /* input 1's step: no neighbour looks at it */
 			V->lvl = level;
 			sapp_decompose_step(&N->pin[3], &N->pin[0], p, &V->in0);
 			sapp_decompose_step(&N->pin[4], &N->pin[1], p, &one1);
@@ -225,7 +221,7 @@ int sapp_partition(Sapp *S)
 			/* the visiting order jumps around: fetch the next nodes, their
 			 * links, then their neighbours ahead of time */
 			if (i + 8 < n)
-				prefetch_part(&S->part[order[i + 8]]);
+				sapp_prefetch_bytes(&S->part[order[i + 8]], sizeof(PartNode));
 			if (i + 4 < n)
 				sapp_prefetch(S->part[order[i + 4]].link);
 			if (i + 2 < n) {
@@ -244,7 +240,7 @@ int sapp_partition(Sapp *S)
 		if (snap && level + 1 == keep_levels)
 			snapshot(S, snap);
 	}
-	if (snap) {
+	if (snap) { /* the partition for the per-stage device count */
 		for (uint32_t k = 0; k < S->nkept; k++) {
 			PartNode *P = &S->part[k];
 			P->acut[0] = snap[3 * k];

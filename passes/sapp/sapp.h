@@ -6,7 +6,8 @@
  *     §4: "framework operators"); strategies are per tensor input;
  *   - the rec graph (RecNode, one per operator, same index): tensors squeezed
  *     to 4-D (§1.3), eliminated operators contracted out (§1.5-1.7), kept
- *     operators partitioned level by level (§2, §3).
+ *     operators partitioned level by level (§2, §3) in a dense view of their
+ *     own (PartNode, RecVis, RecLink, in kept order).
  * Shard counts are exact integers (the product of the primes of the levels
  * that cut the dimension), never fractions: two cuts are compared as
  * integers (§8.6).  One level cuts a dimension by one prime p; for a power
@@ -75,6 +76,12 @@ struct StratInfo {
 #else
 #define sapp_prefetch(p) ((void)(p))
 #endif
+
+static inline void sapp_prefetch_bytes(const void *p, size_t n)
+{
+	for (size_t o = 0; o < n; o += 64)
+		sapp_prefetch((const char *)p + o);
+}
 
 /* ---------------------------------------------------------- primitive attributes */
 /* the attributes the search reads, interned once per run (Sapp.attr): the
@@ -273,6 +280,7 @@ int sapp_map_reshape(const int64_t *in, int rin, const int64_t *out, int rout, R
 RecMap sapp_map_identity(void);
 RecMap sapp_map_transpose(const int64_t *perm, int r);
 RecMap sapp_map_compose(RecMap first, RecMap then);
+int sapp_map_is_identity(const RecMap *m);
 int sapp_map_shape(const RecMap *m, const Dim4 *src, Dim4 *dst);
 Dim4 sapp_dim4(const int64_t *d, int r);
 void sapp_attr_init(Sapp *S);
