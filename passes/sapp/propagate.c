@@ -1074,6 +1074,9 @@ static void fix_invalid(Sapp *S)
 {
 	for (uint32_t x = 0; x < S->nops; x++) {
 		SappOp *X = &S->ops[x];
+		if (x + 8 < S->nops) /* the shapes live in the IR */
+			for (uint32_t i = 0; i < S->ops[x + 8].nin; i++)
+				sapp_prefetch(S->ops[x + 8].dims[i]);
 		if (!X->has_s || X->pinned)
 			continue;
 		for (uint32_t i = 0; i < X->nin; i++) {
