@@ -89,35 +89,52 @@ static const Value *operand(const Node *n, int i)
 	return i >= 0 && (uint32_t)i < n->nargs ? &n->args[i] : NULL;
 }
 
+void sapp_attr_init(Sapp *S)
+{
+	static const char *const names[SA_COUNT_] = {
+#define X(a) #a,
+		SAPP_ATTRS(X)
+#undef X
+	};
+	for (int i = 0; i < SA_COUNT_; i++)
+		S->attr[i] = intern_cstr(names[i]);
+}
+
+/* attribute SA_* of list l, NULL if absent */
+const Value *sapp_attr(const Sapp *S, const AttrList *l, int attr)
+{
+	return ir_attr_get_sym(l, S->attr[attr]);
+}
+
 /* an integer from operand `opnd` (literal) or primitive attribute `attr`: 1 found */
-int sapp_attr_int(const Node *n, int opnd, const char *attr, int64_t *out)
+int sapp_attr_int(const Sapp *S, const Node *n, int opnd, int attr, int64_t *out)
 {
 	const Value *v = operand(n, opnd);
 	if (v && v->kind != V_NODE && value_get_int(v, out))
 		return 1;
-	v = attr ? ir_attr_get(&n->pattrs, attr) : NULL;
+	v = sapp_attr(S, &n->pattrs, attr);
 	return v && value_get_int(v, out);
 }
 
 /* an int list (tuple, list or one int): count, or -1 if absent */
-int sapp_attr_ints(const Node *n, int opnd, const char *attr, int64_t *out, int max)
+int sapp_attr_ints(const Sapp *S, const Node *n, int opnd, int attr, int64_t *out, int max)
 {
 	const Value *v = operand(n, opnd);
 	int k = -1;
 	if (v && v->kind != V_NODE)
 		k = value_int_list(v, out, max);
-	if (k < 0 && attr && (v = ir_attr_get(&n->pattrs, attr)) != NULL)
+	if (k < 0 && (v = sapp_attr(S, &n->pattrs, attr)) != NULL)
 		k = value_int_list(v, out, max);
 	return k;
 }
 
-int sapp_attr_bool(const Node *n, int opnd, const char *attr, int dflt)
+int sapp_attr_bool(const Sapp *S, const Node *n, int opnd, int attr, int dflt)
 {
 	const Value *v = operand(n, opnd);
 	int b;
 	if (v && v->kind != V_NODE && value_truthy(v, &b))
 		return b;
-	if (attr && (v = ir_attr_get(&n->pattrs, attr)) != NULL && value_truthy(v, &b))
+	if ((v = sapp_attr(S, &n->pattrs, attr)) != NULL && value_truthy(v, &b))
 		return b;
 	return dflt;
 }
@@ -158,15 +175,21 @@ static int is_strategy_op(const Node *n)
 	return 0;
 }
 
-static int32_t producer_of(const Sapp *S, const Value *v)
+/* the operator producing operand v (-1: none); *param: the parameter
+ * with a value it reads, as node id + 1 (0: none) */
+static int32_t producer_of(const Sapp *S, const Value *v, uint32_t *param)
 {
+	*param = 0;
 	if (v->kind != V_NODE || !v->u.node)
 		return -1;
 	Node *p = ir_look_through(v->u.node);
 	if (!p)
 		return -1;
-	if (p->kind == NK_PARAM)
+	if (p->kind == NK_PARAM) {
+		if (p->has_default)
+			*param = p->id + 1;
 		return sapp_dataset_param(p) ? S->vd : -1;
+	}
 	return p->id < S->m->next_id ? S->op_of_node[p->id] : -1;
 }
 
@@ -175,7 +198,11 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 	Arena *a = S->arena;
 	X->n = n;
 	X->type = (uint8_t)sapp_rectype_of(n);
+	X->op = n ? n->op : UINT16_MAX;
+	X->fam = (uint8_t)(n ? op_table[n->op].family : FAM_VIRTUAL);
 	X->nspos = -1;
+	X->user = n && n->pattrs.n &&
+		  (sapp_attr(S, &n->pattrs, SA_in_strategy) || sapp_attr(S, &n->pattrs, SA_out_strategy));
 	uint32_t nin = 0, total = 0;
 	if (n) {
 		for (uint32_t i = 0; i < n->nargs; i++) {
@@ -194,17 +221,18 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 			}
 	}
 	X->nin = nin;
-	/* one block: s, os, dims, arg, prod, off, rank */
+	/* one block: s, os, dims, arg, prod, param, off, rank */
 	size_t orank_max = n && n->out.shape.kind == SK_DIMS ? n->out.shape.rank : MAX_RANK;
-	char *blk = arena_alloc(a, (total + 1 + orank_max + 1) * sizeof(int64_t) + (nin + 1) * sizeof(int64_t *) +
-					   3 * (nin + 1) * sizeof(uint32_t) + nin + 1);
+	char *blk = arena_alloc(a, (total + orank_max) * sizeof(int64_t) + nin * sizeof(int64_t *) +
+					   4 * nin * sizeof(uint32_t) + nin);
 	X->s = (int64_t *)blk;
-	X->os = X->s + total + 1;
-	X->dims = (const int64_t **)(X->os + orank_max + 1);
-	X->arg = (uint32_t *)(X->dims + nin + 1);
-	X->prod = (int32_t *)(X->arg + nin + 1);
-	X->off = (uint32_t *)(X->prod + nin + 1);
-	X->rank = (uint8_t *)(X->off + nin + 1);
+	X->os = X->s + total;
+	X->dims = (const int64_t **)(X->os + orank_max);
+	X->arg = (uint32_t *)(X->dims + nin);
+	X->prod = (int32_t *)(X->arg + nin);
+	X->param = (uint32_t *)(X->prod + nin);
+	X->off = X->param + nin;
+	X->rank = (uint8_t *)(X->off + nin);
 	uint32_t k = 0, off = 0;
 	if (n) {
 		for (uint32_t i = 0; i < n->nargs; i++) {
@@ -227,8 +255,10 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 			X->odims = os->dims;
 		}
 		if (X->type == REC_MatMul || X->type == REC_BatchMatMul) {
-			X->ta = (uint8_t)(sapp_attr_bool(n, 2, "transpose_a", 0) || sapp_attr_bool(n, -1, "transpose_x1", 0));
-			X->tb = (uint8_t)(sapp_attr_bool(n, 3, "transpose_b", 0) || sapp_attr_bool(n, -1, "transpose_x2", 0));
+			X->ta = (uint8_t)(sapp_attr_bool(S, n, 2, SA_transpose_a, 0) ||
+					  sapp_attr_bool(S, n, -1, SA_transpose_x1, 0));
+			X->tb = (uint8_t)(sapp_attr_bool(S, n, 3, SA_transpose_b, 0) ||
+					  sapp_attr_bool(S, n, -1, SA_transpose_x2, 0));
 		}
 	} else {
 		const Graph *g = ir_entry(S->m);
@@ -257,6 +287,7 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 int sapp_build(Sapp *S)
 {
 	Module *m = S->m;
+	sapp_attr_init(S);
 	S->op_of_node = xmalloc((m->next_id + 1) * sizeof *S->op_of_node);
 	for (uint32_t i = 0; i <= m->next_id; i++)
 		S->op_of_node[i] = -1;
@@ -267,6 +298,12 @@ int sapp_build(Sapp *S)
 		Graph *g = m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			Node *n = g->nodes.a[i];
+			if (i + 16 < g->nodes.n)
+				sapp_prefetch_bytes(g->nodes.a[i + 16], sizeof(Node));
+			if (i + 8 < g->nodes.n) {
+				sapp_prefetch(g->nodes.a[i + 8]->in_types);
+				sapp_prefetch(g->nodes.a[i + 8]->pattrs.a);
+			}
 			if (!is_strategy_op(n))
 				continue;
 			vec_push(&opn, n);
@@ -289,6 +326,12 @@ int sapp_build(Sapp *S)
 	}
 	for (uint32_t i = 0; i < opn.n; i++) {
 		Node *n = opn.a[i];
+		if (i + 16 < opn.n)
+			sapp_prefetch_bytes(opn.a[i + 16], sizeof(Node));
+		if (i + 8 < opn.n) {
+			sapp_prefetch(opn.a[i + 8]->in_types);
+			sapp_prefetch(opn.a[i + 8]->pattrs.a);
+		}
 		if (n == explicit_vd)
 			S->vd = (int32_t)k;
 		S->op_of_node[n->id] = (int32_t)k;
@@ -299,17 +342,35 @@ int sapp_build(Sapp *S)
 	uint32_t *ncons = xcalloc(S->nops + 1, sizeof *ncons);
 	for (uint32_t x = 0; x < S->nops; x++) {
 		SappOp *X = &S->ops[x];
+		if (x + 16 < S->nops && S->ops[x + 16].n)
+			sapp_prefetch(&S->ops[x + 16].n->args);
+		if (x + 8 < S->nops && S->ops[x + 8].n)
+			sapp_prefetch(S->ops[x + 8].n->args);
+		if (x + 4 < S->nops && S->ops[x + 4].n) /* the operand nodes */
+			for (uint32_t i = 0; i < S->ops[x + 4].nin; i++) {
+				const Value *v = &S->ops[x + 4].n->args[S->ops[x + 4].arg[i]];
+				if (v->kind == V_NODE)
+					sapp_prefetch(v->u.node);
+			}
 		for (uint32_t i = 0; i < X->nin; i++) {
-			X->prod[i] = X->n ? producer_of(S, &X->n->args[X->arg[i]]) : -1;
+			X->param[i] = 0;
+			X->prod[i] = X->n ? producer_of(S, &X->n->args[X->arg[i]], &X->param[i]) : -1;
 			if (X->prod[i] == (int32_t)x)
 				X->prod[i] = -1;
 			if (X->prod[i] >= 0)
 				ncons[X->prod[i]]++;
 		}
 	}
+	uint32_t total = 0;
+	for (uint32_t x = 0; x < S->nops; x++)
+		total += ncons[x];
+	uint32_t *cop = arena_alloc(S->arena, (total + 1) * sizeof *cop);
+	uint32_t *cslot = arena_alloc(S->arena, (total + 1) * sizeof *cslot);
 	for (uint32_t x = 0; x < S->nops; x++) {
-		S->ops[x].cons_op = arena_alloc(S->arena, (ncons[x] + 1) * sizeof(uint32_t));
-		S->ops[x].cons_slot = arena_alloc(S->arena, (ncons[x] + 1) * sizeof(uint32_t));
+		S->ops[x].cons_op = cop;
+		S->ops[x].cons_slot = cslot;
+		cop += ncons[x];
+		cslot += ncons[x];
 	}
 	for (uint32_t y = 0; y < S->nops; y++) {
 		SappOp *Y = &S->ops[y];
@@ -416,15 +477,25 @@ int sapp_map_reshape(const int64_t *in, int rin, const int64_t *out, int rout, R
 	return 1;
 }
 
+int sapp_map_is_identity(const RecMap *m)
+{
+	return m->g[0] == 1 && m->g[1] == 2 && m->g[2] == 4 && m->g[3] == 8 && !m->bad;
+}
+
 RecMap sapp_map_compose(RecMap first, RecMap then)
 {
 	if (first.bad || then.bad)
 		return map_bad();
-	RecMap r = {{0, 0, 0, 0}, 0};
-	for (int i = 0; i < 4; i++)
-		for (int k = 0; k < 4; k++)
-			if (then.g[i] & (1u << k))
-				r.g[i] |= first.g[k];
+	/* most contracted edges map identically */
+	if (sapp_map_is_identity(&first))
+		return then;
+	if (sapp_map_is_identity(&then))
+		return first;
+	uint8_t u[16] = {0}; /* u[s] = union of first's groups over the dims in s */
+	for (int k = 0; k < 4; k++)
+		for (int s = 0; s < 1 << k; s++)
+			u[(1 << k) + s] = (uint8_t)(u[s] | first.g[k]);
+	RecMap r = {{u[then.g[0] & 15], u[then.g[1] & 15], u[then.g[2] & 15], u[then.g[3] & 15]}, 0};
 	return r;
 }
 
@@ -445,52 +516,46 @@ int sapp_map_shape(const RecMap *m, const Dim4 *src, Dim4 *dst)
 
 /* ------------------------------------------------------------ rec graph */
 
-static void rec_node_init(Sapp *S, uint32_t x)
+/* type, shapes and own mapping; input shapes only for a kept node (an
+ * eliminated one is never asked whether a tensor fits one of its inputs) */
+static void rec_node_init(Sapp *S, uint32_t x, int kept)
 {
 	SappOp *X = &S->ops[x];
 	RecNode *R = &S->rec[x];
-	R->op = x;
 	R->type = X->type;
 	R->pinned = X->pinned;
-	R->lvl = -1;
+	R->kept = (uint8_t)kept;
 	uint32_t na = X->nin < (uint32_t)S->conf.max_inputs ? X->nin : (uint32_t)S->conf.max_inputs;
 	R->nargs = (uint8_t)na;
-	R->arg = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
-	R->acut = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
-	Dim4 ones = {{1, 1, 1, 1}};
-	for (uint32_t i = 0; i < na + 2; i++) {
-		R->arg[i] = ones;
-		R->acut[i] = ones;
-	}
-	for (uint32_t i = 0; i < na; i++)
-		if (X->rank[i] <= 4)
-			R->arg[i] = sapp_dim4(X->dims[i], X->rank[i]);
 	R->out = sapp_dim4(X->odims, X->orank <= 4 ? X->orank : 0);
-	R->ocut = ones;
-	R->ta = X->ta;
-	R->tb = X->tb;
-	/* MatMul and BatchMatMul operands are stored logically: A = I x K, B = K x J */
-	if (R->type == REC_MatMul || R->type == REC_BatchMatMul) {
-		for (int i = 0; i < 2 && i < (int)na; i++)
-			if ((i == 0 ? R->ta : R->tb) && X->rank[i] >= 2) {
-				int64_t t = R->arg[i].d[2];
-				R->arg[i].d[2] = R->arg[i].d[3];
-				R->arg[i].d[3] = t;
-			}
+	if (kept) {
+		Dim4 ones = {{1, 1, 1, 1}};
+		R->arg = arena_alloc(S->arena, (na + 2) * sizeof(Dim4));
+		for (uint32_t i = 0; i < na + 2; i++)
+			R->arg[i] = i < na && X->rank[i] <= 4 ? sapp_dim4(X->dims[i], X->rank[i]) : ones;
+		/* MatMul and BatchMatMul operands are stored logically: A = I x K, B = K x J */
+		if (R->type == REC_MatMul || R->type == REC_BatchMatMul) {
+			for (int i = 0; i < 2 && i < (int)na; i++)
+				if ((i == 0 ? X->ta : X->tb) && X->rank[i] >= 2) {
+					int64_t t = R->arg[i].d[2];
+					R->arg[i].d[2] = R->arg[i].d[3];
+					R->arg[i].d[3] = t;
+				}
+		}
 	}
 	R->own = sapp_map_identity();
-	if (X->n && X->n->op == OP_Transpose && X->nin) {
+	if (X->op == OP_Transpose && X->nin) {
 		int64_t perm[MAX_RANK];
-		int r = sapp_attr_ints(X->n, 1, "perm", perm, MAX_RANK);
+		int r = sapp_attr_ints(S, X->n, 1, SA_perm, perm, MAX_RANK);
 		R->own = r == X->rank[0] ? sapp_map_transpose(perm, r) : map_bad();
-	} else if (X->n && X->n->op == OP_Reshape && X->nin) {
+	} else if (X->op == OP_Reshape && X->nin) {
 		sapp_map_reshape(X->dims[0], X->rank[0], X->odims, X->orank, &R->own);
 	}
 }
 
 void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n)
 {
-	uint32_t nc = *cap ? *cap * 2 : 4;
+	uint32_t nc = *cap ? *cap * 2 : 2;
 	void *q = arena_alloc(a, nc * elt);
 	if (n)
 		memcpy(q, *p, n * elt);
@@ -498,101 +563,138 @@ void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n)
 	*cap = nc;
 }
 
-/* (producer, consumer) -> position in the producer's out list: edge
- * lookups stay O(1) however many consumers a node collects */
-#define EDGE_EMPTY 0
-#define EDGE_GONE UINT64_MAX
+/* (producer, consumer) -> position in the producer's out list.  Most out
+ * lists are short and are scanned; a list that grows past EDGE_SCAN gets
+ * its edges indexed in a hash table (and keeps them indexed), so edge
+ * lookups stay O(1) however many consumers a node collects. */
+#define EDGE_SCAN 8
 
 static uint64_t edge_key(uint32_t p, uint32_t c)
 {
 	return (((uint64_t)p << 32) | c) + 1;
 }
 
-static uint32_t edge_slot(const EdgeSet *e, uint64_t k)
+static uint32_t edge_home(const EdgeSet *e, uint64_t k)
 {
 	uint64_t h = k * 0x9E3779B97F4A7C15ULL;
 	return (uint32_t)(h >> 32) & (e->cap - 1);
 }
 
-static int32_t edge_find_i(const EdgeSet *e, uint32_t p, uint32_t c)
+static EdgeSlot *edge_slot(const EdgeSet *e, uint64_t k)
 {
-	if (!e->cap)
-		return -1;
-	uint64_t k = edge_key(p, c);
-	for (uint32_t i = edge_slot(e, k);; i = (i + 1) & (e->cap - 1)) {
-		if (e->keys[i] == EDGE_EMPTY)
-			return -1;
-		if (e->keys[i] == k)
-			return (int32_t)i;
+	for (uint32_t i = edge_home(e, k);; i = (i + 1) & (e->cap - 1)) {
+		if (e->slot[i].key == 0)
+			return NULL;
+		if (e->slot[i].key == k)
+			return &e->slot[i];
 	}
 }
 
-static void edge_put(EdgeSet *e, uint32_t p, uint32_t c, uint32_t pos);
-
-static void edge_grow(EdgeSet *e)
+static void edge_insert(EdgeSet *e, uint64_t k, uint32_t pos)
 {
+	uint32_t i = edge_home(e, k);
+	while (e->slot[i].key != 0 && e->slot[i].key != k)
+		i = (i + 1) & (e->cap - 1);
+	if (e->slot[i].key == 0)
+		e->live++;
+	e->slot[i].key = k;
+	e->slot[i].val = pos;
+}
+
+/* room for n live edges at most half full */
+static void edge_reserve(EdgeSet *e, uint32_t n)
+{
+	uint32_t cap = 1024;
+	while (cap < 2 * n + 2)
+		cap *= 2;
+	if (cap <= e->cap)
+		return;
 	EdgeSet old = *e;
-	e->cap = old.cap ? old.cap * 2 : 1024;
-	while (e->live * 2 >= e->cap)
-		e->cap *= 2;
-	e->keys = xcalloc(e->cap, sizeof *e->keys);
-	e->vals = xmalloc(e->cap * sizeof *e->vals);
-	e->used = e->live = 0;
+	e->cap = cap;
+	e->slot = xcalloc(cap, sizeof *e->slot);
+	e->live = 0;
 	for (uint32_t i = 0; i < old.cap; i++)
-		if (old.keys[i] != EDGE_EMPTY && old.keys[i] != EDGE_GONE) {
-			uint64_t k = old.keys[i] - 1;
-			edge_put(e, (uint32_t)(k >> 32), (uint32_t)k, old.vals[i]);
-		}
-	free(old.keys);
-	free(old.vals);
+		if (old.slot[i].key)
+			edge_insert(e, old.slot[i].key, old.slot[i].val);
+	free(old.slot);
 }
 
 static void edge_put(EdgeSet *e, uint32_t p, uint32_t c, uint32_t pos)
 {
-	if ((e->used + 1) * 2 > e->cap)
-		edge_grow(e);
-	uint64_t k = edge_key(p, c);
-	uint32_t i = edge_slot(e, k);
-	while (e->keys[i] != EDGE_EMPTY && e->keys[i] != k)
-		i = (i + 1) & (e->cap - 1);
-	if (e->keys[i] == EDGE_EMPTY) {
-		e->used++;
-		e->live++;
+	if ((e->live + 1) * 2 > e->cap)
+		edge_reserve(e, 2 * e->live + 2);
+	edge_insert(e, edge_key(p, c), pos);
+}
+
+/* linear probing without tombstones: pull later entries of the probe run
+ * back into the hole */
+static void edge_delete(EdgeSet *e, uint32_t p, uint32_t c)
+{
+	EdgeSlot *s = edge_slot(e, edge_key(p, c));
+	uint32_t m = e->cap - 1, i = (uint32_t)(s - e->slot);
+	e->live--;
+	for (uint32_t j = (i + 1) & m;; j = (j + 1) & m) {
+		if (e->slot[j].key == 0)
+			break;
+		uint32_t h = edge_home(e, e->slot[j].key);
+		/* the entry at j may move to i when its home is not in (i, j] */
+		if (((j - h) & m) >= ((j - i) & m)) {
+			e->slot[i] = e->slot[j];
+			i = j;
+		}
 	}
-	e->keys[i] = k;
-	e->vals[i] = pos;
+	e->slot[i].key = 0;
+}
+
+/* position of p -> c in p's out list, -1 if there is no such edge */
+static int32_t edge_pos(const Sapp *S, uint32_t p, uint32_t c)
+{
+	const RecNode *P = &S->rec[p];
+	if (P->hashed) {
+		const EdgeSlot *i = edge_slot(&S->edges, edge_key(p, c));
+		return i ? (int32_t)i->val : -1;
+	}
+	for (uint32_t j = 0; j < P->outs.n; j++)
+		if (P->outs.a[j].to == c)
+			return (int32_t)j;
+	return -1;
 }
 
 static RecEdge *find_edge(const Sapp *S, uint32_t p, uint32_t c)
 {
-	int32_t i = edge_find_i(&S->edges, p, c);
-	return i < 0 ? NULL : &S->rec[p].outs.a[S->edges.vals[i]];
+	int32_t i = edge_pos(S, p, c);
+	return i < 0 ? NULL : &S->rec[p].outs.a[i];
 }
 
 static void add_edge(Sapp *S, uint32_t p, uint32_t c, RecMap map)
 {
 	RecNode *P = &S->rec[p];
 	RecEdge e = {c, map};
-	edge_put(&S->edges, p, c, P->outs.n);
 	avec_push(S->arena, &P->outs, e);
+	if (P->hashed) {
+		edge_put(&S->edges, p, c, P->outs.n - 1);
+	} else if (P->outs.n > EDGE_SCAN) {
+		P->hashed = 1;
+		for (uint32_t j = 0; j < P->outs.n; j++)
+			edge_put(&S->edges, p, P->outs.a[j].to, j);
+	}
 }
 
 /* remove p -> c; returns its mapping through *map, 0 if there was none */
 static int remove_edge(Sapp *S, uint32_t p, uint32_t c, RecMap *map)
 {
-	int32_t i = edge_find_i(&S->edges, p, c);
-	if (i < 0)
+	int32_t pos = edge_pos(S, p, c);
+	if (pos < 0)
 		return 0;
 	RecNode *P = &S->rec[p];
-	uint32_t pos = S->edges.vals[i];
 	*map = P->outs.a[pos].map;
-	S->edges.keys[i] = EDGE_GONE;
-	S->edges.live--;
 	uint32_t last = P->outs.n - 1;
-	if (pos != last) {
+	if (P->hashed)
+		edge_delete(&S->edges, p, c);
+	if ((uint32_t)pos != last) {
 		P->outs.a[pos] = P->outs.a[last];
-		int32_t j = edge_find_i(&S->edges, p, P->outs.a[pos].to);
-		S->edges.vals[j] = pos;
+		if (P->hashed)
+			edge_slot(&S->edges, edge_key(p, P->outs.a[pos].to))->val = (uint32_t)pos;
 	}
 	P->outs.n--;
 	return 1;
@@ -625,7 +727,7 @@ static int aux_has(const RecNode *C, uint32_t node)
 static int in_has(const RecNode *C, uint32_t node)
 {
 	for (uint32_t i = 0; i < C->in.n; i++)
-		if (C->in.a[i] == node)
+		if (C->in.a[i].node == node)
 			return 1;
 	return 0;
 }
@@ -639,6 +741,14 @@ static void aux_remove(RecNode *C, uint32_t node)
 	C->aux.n = k;
 }
 
+/* c now lists node q; only an eliminated node ever reads its users
+ * (when it is contracted), so a kept one keeps none */
+static void add_user(Sapp *S, uint32_t q, uint32_t c)
+{
+	if (!S->rec[q].kept)
+		add_user(S, q, c);
+}
+
 static void aux_add(Sapp *S, uint32_t c, uint32_t q, uint32_t idx, RecMap map)
 {
 	RecNode *C = &S->rec[c];
@@ -646,7 +756,7 @@ static void aux_add(Sapp *S, uint32_t c, uint32_t q, uint32_t idx, RecMap map)
 		return;
 	RecAux a = {q, idx, map};
 	avec_push(S->arena, &C->aux, a);
-	avec_push(S->arena, &S->rec[q].users, c);
+	add_user(S, q, c);
 }
 
 /* Contract eliminated node x (§1.6).  Its producers are wired to its
@@ -664,9 +774,9 @@ static void eliminate(Sapp *S, uint32_t x)
 	for (uint32_t i = 0; i < X->in.n; i++) {
 		int dup = 0;
 		for (uint32_t j = 0; j < S->prods.n; j++)
-			dup |= S->prods.a[j].node == X->in.a[i];
+			dup |= S->prods.a[j].node == X->in.a[i].node;
 		if (!dup) {
-			RecAux a = {X->in.a[i], i, X->inmap.a[i]};
+			RecAux a = {X->in.a[i].node, i, X->in.a[i].map};
 			vec_push(&S->prods, a);
 		}
 	}
@@ -706,20 +816,18 @@ static void eliminate(Sapp *S, uint32_t x)
 		const RecEdge *xc = find_edge(S, x, c);
 		RecMap tail = xc ? sapp_map_compose(X->own, xc->map) : (RecMap){{0, 0, 0, 0}, 1};
 		for (uint32_t s = 0; s < C->in.n; s++) {
-			if (C->in.a[s] != x)
+			if (C->in.a[s].node != x)
 				continue;
 			if (X->in.n) {
-				C->in.a[s] = X->in.a[0];
-				C->inmap.a[s] = sapp_map_compose(X->inmap.a[0], tail);
-				avec_push(S->arena, &nodes[X->in.a[0]].users, c);
-				aux_remove(C, X->in.a[0]);
+				C->in.a[s].node = X->in.a[0].node;
+				C->in.a[s].map = sapp_map_compose(X->in.a[0].map, tail);
+				add_user(S, X->in.a[0].node, c);
+				aux_remove(C, X->in.a[0].node);
 				for (uint32_t i = 1; i < S->prods.n; i++)
 					aux_add(S, c, S->prods.a[i].node, s, sapp_map_compose(S->prods.a[i].map, tail));
 			} else {
-				memmove(&C->in.a[s], &C->in.a[s + 1], (C->in.n - s - 1) * sizeof(uint32_t));
-				memmove(&C->inmap.a[s], &C->inmap.a[s + 1], (C->inmap.n - s - 1) * sizeof(RecMap));
+				memmove(&C->in.a[s], &C->in.a[s + 1], (C->in.n - s - 1) * sizeof(RecIn));
 				C->in.n--;
-				C->inmap.n--;
 				s--;
 			}
 		}
@@ -728,10 +836,10 @@ static void eliminate(Sapp *S, uint32_t x)
 				continue;
 			RecAux old = C->aux.a[i];
 			RecMap t2 = sapp_map_compose(X->own, old.map);
-			if (X->in.n && !in_has(C, X->in.a[0]) && !aux_has(C, X->in.a[0])) {
-				C->aux.a[i].node = X->in.a[0];
-				C->aux.a[i].map = sapp_map_compose(X->inmap.a[0], t2);
-				avec_push(S->arena, &nodes[X->in.a[0]].users, c);
+			if (X->in.n && !in_has(C, X->in.a[0].node) && !aux_has(C, X->in.a[0].node)) {
+				C->aux.a[i].node = X->in.a[0].node;
+				C->aux.a[i].map = sapp_map_compose(X->in.a[0].map, t2);
+				add_user(S, X->in.a[0].node, c);
 			} else {
 				memmove(&C->aux.a[i], &C->aux.a[i + 1], (C->aux.n - i - 1) * sizeof(RecAux));
 				C->aux.n--;
@@ -742,50 +850,104 @@ static void eliminate(Sapp *S, uint32_t x)
 		}
 	}
 	/* X's out edges go away with it */
-	for (uint32_t j = 0; j < X->outs.n; j++) {
-		int32_t i = edge_find_i(&S->edges, x, X->outs.a[j].to);
-		if (i >= 0) {
-			S->edges.keys[i] = EDGE_GONE;
-			S->edges.live--;
-		}
-	}
-	X->outs.n = X->in.n = X->inmap.n = X->aux.n = X->users.n = 0;
+	if (X->hashed)
+		for (uint32_t j = 0; j < X->outs.n; j++)
+			edge_delete(&S->edges, x, X->outs.a[j].to);
+	X->outs.n = X->in.n = X->aux.n = X->users.n = 0;
+}
+
+/* the slot's producer if an earlier slot of x does not already have it */
+static int first_slot(const SappOp *X, uint32_t i)
+{
+	for (uint32_t j = 0; j < i; j++)
+		if (X->prod[j] == X->prod[i])
+			return 0;
+	return 1;
 }
 
 void sapp_rec_build(Sapp *S)
 {
-	S->rec = arena_alloc(S->arena, (S->nops + 1) * sizeof *S->rec);
-	for (uint32_t x = 0; x < S->nops; x++) {
-		rec_node_init(S, x);
-		const SappOp *X = &S->ops[x];
-		int elim = X->n && (ir_opinfo(X->n)->flags & OPF_ELIMINATE) && !X->pinned;
-		S->rec[x].kept = (uint8_t)!elim;
-		S->ops[x].elim = (uint8_t)elim;
+	uint32_t nops = S->nops;
+	S->rec = arena_alloc(S->arena, (nops + 1) * sizeof *S->rec);
+	for (uint32_t x = 0; x < nops; x++) {
+		SappOp *X = &S->ops[x];
+		if (x + 8 < nops) /* the shapes live in the IR */
+			sapp_prefetch(S->ops[x + 8].odims);
+		int elim = X->n && (op_table[X->op].flags & OPF_ELIMINATE) && !X->pinned;
+		X->elim = (uint8_t)elim;
+		rec_node_init(S, x, !elim);
 	}
-	/* edges: one per (producer, consumer) pair, slots one per operator input */
-	for (uint32_t x = 0; x < S->nops; x++) {
+	/* edges: one per (producer, consumer) pair, slots one per operator
+	 * input.  Counted first, so that every list starts in one block at its
+	 * exact size: slot s of x is useful (towards an adjacent input) or not */
+	uint32_t *nusers = xcalloc(nops + 1, sizeof *nusers), *nouts = xcalloc(nops + 1, sizeof *nouts);
+	uint32_t nslots = 0, nedges = 0, nuse = 0;
+	for (uint32_t x = 0; x < nops; x++) {
+		const SappOp *X = &S->ops[x];
+		for (uint32_t i = 0; i < X->nin; i++) {
+			int32_t p = X->prod[i];
+			if (p < 0)
+				continue;
+			nslots++;
+			if (!first_slot(X, i))
+				continue;
+			if (S->rec[p].kept == 0) {
+				nusers[p]++;
+				nuse++;
+			}
+			RecMap id = sapp_map_identity();
+			if (edge_useful(S, &S->rec[p], &S->rec[x], &id)) {
+				nouts[p]++;
+				nedges++;
+			}
+		}
+	}
+	RecIn *ins = arena_alloc(S->arena, (nslots + 1) * sizeof *ins);
+	uint32_t *users = arena_alloc(S->arena, (nuse + 1) * sizeof *users);
+	RecEdge *outs = arena_alloc(S->arena, (nedges + 1) * sizeof *outs);
+	for (uint32_t x = 0; x < nops; x++) {
+		const SappOp *X = &S->ops[x];
+		RecNode *R = &S->rec[x];
+		uint32_t nin = 0;
+		for (uint32_t i = 0; i < X->nin; i++)
+			nin += X->prod[i] >= 0;
+		R->in.a = ins;
+		R->in.cap = nin;
+		ins += nin;
+		R->users.a = users;
+		R->users.cap = nusers[x];
+		users += nusers[x];
+		R->outs.a = outs;
+		R->outs.cap = nouts[x];
+		outs += nouts[x];
+	}
+	free(nusers);
+	free(nouts);
+	for (uint32_t x = 0; x < nops; x++) {
 		const SappOp *X = &S->ops[x];
 		RecNode *R = &S->rec[x];
 		for (uint32_t i = 0; i < X->nin; i++) {
 			int32_t p = X->prod[i];
 			if (p < 0)
 				continue;
-			avec_push(S->arena, &R->in, (uint32_t)p);
 			RecNode *P = &S->rec[p];
-			if (!P->users.n || P->users.a[P->users.n - 1] != x)
-				avec_push(S->arena, &P->users, x);
-			RecMap id = sapp_map_identity();
-			if (!edge_useful(S, P, R, &id))
-				id = (RecMap){{0, 0, 0, 0}, 1};
-			avec_push(S->arena, &R->inmap, id);
-			if (!id.bad && !find_edge(S, (uint32_t)p, x))
-				add_edge(S, (uint32_t)p, x, id);
+			RecIn in = {(uint32_t)p, sapp_map_identity()};
+			int useful = edge_useful(S, P, R, &in.map);
+			if (!useful)
+				in.map = map_bad();
+			R->in.a[R->in.n++] = in;
+			if (!first_slot(X, i))
+				continue;
+			if (!P->kept)
+				P->users.a[P->users.n++] = x;
+			if (useful)
+				add_edge(S, (uint32_t)p, x, in.map);
 		}
 	}
-	S->stamp = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
-	S->elim_order = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
-	S->kept = arena_alloc(S->arena, (S->nops + 1) * sizeof(uint32_t));
-	for (uint32_t x = 0; x < S->nops; x++) {
+	S->stamp = arena_alloc(S->arena, (nops + 1) * sizeof(uint32_t));
+	S->elim_order = arena_alloc(S->arena, (nops + 1) * sizeof(uint32_t));
+	S->kept = arena_alloc(S->arena, (nops + 1) * sizeof(uint32_t));
+	for (uint32_t x = 0; x < nops; x++) {
 		if (S->rec[x].kept) {
 			S->kept[S->nkept++] = x;
 			continue;
@@ -799,8 +961,7 @@ void sapp_free(Sapp *S)
 {
 	vec_free(&S->prods);
 	free(S->cons);
-	free(S->edges.keys);
-	free(S->edges.vals);
+	free(S->edges.slot);
 	free(S->op_of_node);
 	if (S->arena)
 		arena_free(S->arena);

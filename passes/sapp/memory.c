@@ -68,9 +68,8 @@ double sapp_memory_check(Sapp *S)
 	double sum = 0;
 	const Node *first = NULL;
 	for (uint32_t k = 0; k < S->nkept; k++) {
-		uint32_t x = S->kept[k];
-		const RecNode *R = &S->rec[x];
-		const SappOp *X = &S->ops[x];
+		const PartNode *R = &S->part[k];
+		const SappOp *X = &S->ops[R->rec];
 		if (R->pinned)
 			continue;
 		if (!first && X->n)
@@ -222,13 +221,14 @@ int sapp_read_model(const Sapp *S, SappModel *M, char *why, size_t n)
 			M->heads = X->dims[0][1];
 	}
 	for (uint32_t k = 0; k < S->nkept; k++) {
-		const RecNode *R = &S->rec[S->kept[k]];
+		const PartNode *R = &S->part[k];
 		if (R->type != REC_MatMul || R->nargs < 2)
 			continue;
 		if (!M->act_elt && !emb_dtype)
-			M->act_elt = dtype_size(input_dtype(S, &S->ops[S->kept[k]], 0));
-		const Dim4 *a = S->rollback > 0 ? &R->snap[0] : &R->acut[0];
-		const Dim4 *b = S->rollback > 0 ? &R->snap[1] : &R->acut[1];
+			M->act_elt = dtype_size(input_dtype(S, &S->ops[R->rec], 0));
+		/* the cuts at the level --pipeline-stages rolls back to */
+		const Dim4 *a = S->rollback > 0 ? &S->snap[3 * k] : &R->acut[0];
+		const Dim4 *b = S->rollback > 0 ? &S->snap[3 * k + 1] : &R->acut[1];
 		int64_t dp = a->d[2], mp = b->d[2] * b->d[3];
 		uint32_t j = 0;
 		while (j < npairs && (pd[j] != dp || pm[j] != mp))

@@ -17,6 +17,9 @@
  * the roll-back may return to (MindSpore's strs history, §3.6): the memory
  * check sees the whole partition and --auto-pipeline (§5) may roll back
  * fewer levels than --pipeline-stages asks; sapp_rollback() does it.
+ * The levels work on the dense partition view of the kept nodes (PartNode,
+ * RecVis, RecLink; sapp_part_init in cost.c): one node's decision reads its
+ * own state and its linked neighbours' visible state, nothing else.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -54,10 +57,87 @@ static int wcmp(const void *a, const void *b)
 	return x->idx < y->idx ? 1 : x->idx > y->idx ? -1 : 0;
 }
 
-static void explain_level(const Sapp *S, const RecNode *N, int level, int p, const SappChoice *c)
+/* scratch of weight_sort, sized once for all levels */
+typedef struct WSort {
+	uint32_t cap;  /* hash slots, a power of two */
+	uint64_t *key; /* slot -> weight bits */
+	int32_t *grp;  /* slot -> group, -1 empty */
+	WItem *gs;     /* groups (weight, group), then by decreasing weight */
+	uint32_t *cnt; /* group -> items, then its next free position in order[] */
+	uint32_t *of;  /* item -> group */
+} WSort;
+
+static void wsort_init(WSort *t, uint32_t n)
+{
+	t->cap = 16;
+	while (t->cap < 2 * n + 2)
+		t->cap *= 2;
+	t->key = xmalloc(t->cap * sizeof *t->key);
+	t->grp = xmalloc(t->cap * sizeof *t->grp);
+	t->gs = xmalloc((n + 1) * sizeof *t->gs);
+	t->cnt = xmalloc((n + 1) * sizeof *t->cnt);
+	t->of = xmalloc((n + 1) * sizeof *t->of);
+}
+
+static void wsort_free(WSort *t)
+{
+	free(t->key);
+	free(t->grp);
+	free(t->gs);
+	free(t->cnt);
+	free(t->of);
+}
+
+/* order[] = w[] (in increasing idx) by wcmp: decreasing weight, ties by
+ * decreasing index.  Weights repeat (every layer has the same operators),
+ * so the items are bucketed by weight: the distinct weights are sorted,
+ * then each bucket filled walking the items from the last.  Without a NaN
+ * wcmp is a total order and this is the one sorted sequence; with one,
+ * the qsort of before. */
+static void weight_sort(WSort *t, WItem *w, uint32_t n, uint32_t *order)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (w[i].w != w[i].w) {
+			qsort(w, n, sizeof *w, wcmp);
+			for (uint32_t k = 0; k < n; k++)
+				order[k] = w[k].idx;
+			return;
+		}
+	memset(t->grp, 0xff, t->cap * sizeof *t->grp);
+	uint32_t ng = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		double v = w[i].w == 0 ? 0.0 : w[i].w; /* -0 == 0 */
+		uint64_t k;
+		memcpy(&k, &v, sizeof k);
+		uint32_t j = (uint32_t)((k * 0x9E3779B97F4A7C15ULL) >> 32) & (t->cap - 1);
+		while (t->grp[j] >= 0 && t->key[j] != k)
+			j = (j + 1) & (t->cap - 1);
+		if (t->grp[j] < 0) {
+			t->key[j] = k;
+			t->grp[j] = (int32_t)ng;
+			t->gs[ng].w = v;
+			t->gs[ng].idx = ng;
+			t->cnt[ng] = 0;
+			ng++;
+		}
+		t->of[i] = (uint32_t)t->grp[j];
+		t->cnt[t->of[i]]++;
+	}
+	qsort(t->gs, ng, sizeof *t->gs, wcmp); /* distinct weights: by weight alone */
+	uint32_t pos = 0;
+	for (uint32_t r = 0; r < ng; r++) {
+		uint32_t g = t->gs[r].idx, c = t->cnt[g];
+		t->cnt[g] = pos;
+		pos += c;
+	}
+	for (uint32_t i = n; i-- > 0;)
+		order[t->cnt[t->of[i]]++] = w[i].idx;
+}
+
+static void explain_level(const Sapp *S, const PartNode *N, int level, int p, const SappChoice *c)
 {
 	char lab[256];
-	fprintf(stderr, "sapp: explain: %s: level %d (cut by %d)\n", sapp_op_label(&S->ops[N->op], lab, sizeof lab),
+	fprintf(stderr, "sapp: explain: %s: level %d (cut by %d)\n", sapp_op_label(&S->ops[N->rec], lab, sizeof lab),
 		level, p);
 	if (!c->nopt)
 		fprintf(stderr, "  no options: a %s node is never cut\n", sapp_rectype_name[N->type]);
@@ -71,7 +151,7 @@ static void explain_level(const Sapp *S, const RecNode *N, int level, int p, con
 	fprintf(stderr, "  choice: %s\n", c->best < 0 ? "no cut" : c->name[c->best]);
 }
 
-static void print_cuts(const RecNode *N, char *buf, size_t n)
+static void print_cuts(const PartNode *N, char *buf, size_t n)
 {
 	snprintf(buf, n, "in0 (%lld, %lld, %lld, %lld) in1 (%lld, %lld, %lld, %lld) out (%lld, %lld, %lld, %lld)",
 		 (long long)N->acut[0].d[0], (long long)N->acut[0].d[1], (long long)N->acut[0].d[2],
@@ -80,76 +160,96 @@ static void print_cuts(const RecNode *N, char *buf, size_t n)
 		 (long long)N->ocut.d[2], (long long)N->ocut.d[3]);
 }
 
-/* cuts after keep_levels + j levels (j = 0 .. rollback - 1) */
+/* cuts after keep_levels + j levels (j = 0 .. rollback - 1), in S->snap */
 static void snapshot(Sapp *S, int j)
 {
-	for (uint32_t i = 0; i < S->nkept; i++) {
-		RecNode *N = &S->rec[S->kept[i]];
-		Dim4 *sn = N->snap + 3 * j;
-		sn[0] = N->acut[0];
-		sn[1] = N->nargs > 1 ? N->acut[1] : ONES;
-		sn[2] = N->ocut;
+	Dim4 *sn = S->snap + 3 * (size_t)S->nkept * (size_t)j;
+	for (uint32_t k = 0; k < S->nkept; k++) {
+		const PartNode *P = &S->part[k];
+		sn[3 * k] = P->acut[0];
+		sn[3 * k + 1] = P->acut[1];
+		sn[3 * k + 2] = P->ocut;
 	}
 }
 
 int sapp_partition(Sapp *S)
 {
+	sapp_part_init(S);
 	uint32_t *order = xmalloc((S->nkept + 1) * sizeof *order);
 	WItem *w = xmalloc((S->nkept + 1) * sizeof *w);
+	WSort ws = {0};
+	if (S->weight_order)
+		wsort_init(&ws, S->nkept);
 	uint32_t npin = 0;
 	uint32_t *pins = xmalloc((S->nkept + 1) * sizeof *pins);
-	for (uint32_t i = 0; i < S->nkept; i++)
-		if (S->rec[S->kept[i]].pinned)
-			pins[npin++] = S->kept[i];
+	for (uint32_t k = 0; k < S->nkept; k++)
+		if (S->part[k].pinned)
+			pins[npin++] = k;
 	int keep_levels = S->nlevels - S->rollback;
 	if (S->rollback > 0)
-		for (uint32_t i = 0; i < S->nkept; i++)
-			S->rec[S->kept[i]].snap = arena_alloc(S->arena, 3 * (size_t)S->rollback * sizeof(Dim4));
+		S->snap = arena_alloc(S->arena, (3 * (size_t)S->nkept * (size_t)S->rollback + 1) * sizeof(Dim4));
 	if (keep_levels == 0 && S->rollback > 0)
 		snapshot(S, 0);
 	for (int level = 0; level < S->nlevels; level++) {
 		int p = S->primes[level];
 		for (uint32_t i = 0; i < npin; i++) {
-			RecNode *N = &S->rec[pins[i]];
-			N->lvl = level;
-			for (int t = 0; t < 3; t++)
-				sapp_decompose_step(&N->pin[3 + t], &N->pin[t], p, &N->one[t]);
+			RecNode *N = &S->rec[S->part[pins[i]].rec];
+			RecVis *V = &S->vis[pins[i]];
+			Dim4 one1; /* input 1's step: no neighbour looks at it */
+			V->lvl = level;
+			sapp_decompose_step(&N->pin[3], &N->pin[0], p, &V->in0);
+			sapp_decompose_step(&N->pin[4], &N->pin[1], p, &one1);
+			sapp_decompose_step(&N->pin[5], &N->pin[2], p, &V->out);
 		}
 		uint32_t n = 0;
 		if (S->weight_order) {
-			for (uint32_t i = 0; i < S->nkept; i++) {
-				RecNode *N = &S->rec[S->kept[i]];
+			for (uint32_t k = 0; k < S->nkept; k++) {
+				const PartNode *N = &S->part[k];
 				if (N->pinned)
 					continue;
 				w[n].w = sapp_weight(S, N, p);
-				w[n].idx = S->kept[i];
+				w[n].idx = k;
 				n++;
 			}
-			qsort(w, n, sizeof *w, wcmp);
-			for (uint32_t i = 0; i < n; i++)
-				order[i] = w[i].idx;
+			weight_sort(&ws, w, n, order);
 		} else {
 			for (int pass = 0; pass < 2; pass++)
-				for (uint32_t i = 0; i < S->nkept; i++) {
-					RecNode *N = &S->rec[S->kept[i]];
+				for (uint32_t k = 0; k < S->nkept; k++) {
+					const PartNode *N = &S->part[k];
 					if (!N->pinned && (N->type == REC_UnknownType) == pass)
-						order[n++] = S->kept[i];
+						order[n++] = k;
 				}
 		}
 		for (uint32_t i = 0; i < n; i++) {
-			RecNode *N = &S->rec[order[i]];
+			PartNode *N = &S->part[order[i]];
+			RecVis *V = &S->vis[order[i]];
 			SappChoice c;
+			/* the visiting order jumps around: fetch the next nodes, their
+			 * links, then their neighbours ahead of time */
+			if (i + 8 < n)
+				sapp_prefetch_bytes(&S->part[order[i + 8]], sizeof(PartNode));
+			if (i + 4 < n)
+				sapp_prefetch(S->part[order[i + 4]].link);
+			if (i + 2 < n) {
+				const PartNode *M = &S->part[order[i + 2]];
+				for (uint32_t j = 0; j < M->nlink; j++)
+					sapp_prefetch(&S->vis[M->link[j].nb]);
+			}
 			sapp_choose(S, N, p, level, &c);
-			if (sapp_explaining(S, N->op))
+			if (sapp_explaining(S, N->rec))
 				explain_level(S, N, level, p, &c);
 			sapp_apply_choice(N, &c);
-			N->lvl = level;
+			V->lvl = level;
+			V->in0 = c.best < 0 ? ONES : c.eff[c.best][0];
+			V->out = c.best < 0 ? ONES : c.eff[c.best][2];
 		}
 		if (level + 1 >= keep_levels && level + 1 < S->nlevels)
 			snapshot(S, level + 1 - keep_levels);
 	}
 	free(order);
 	free(w);
+	if (S->weight_order)
+		wsort_free(&ws);
 	free(pins);
 	return 0;
 }
@@ -160,24 +260,24 @@ int sapp_partition(Sapp *S)
 void sapp_rollback(Sapp *S, int levels)
 {
 	int keep_levels = S->nlevels - levels;
-	if (levels > 0)
-		for (uint32_t i = 0; i < S->nkept; i++) {
-			RecNode *N = &S->rec[S->kept[i]];
-			if (N->pinned)
+	if (levels > 0) {
+		const Dim4 *sn = S->snap + 3 * (size_t)S->nkept * (size_t)(S->rollback - levels);
+		for (uint32_t k = 0; k < S->nkept; k++) {
+			PartNode *P = &S->part[k];
+			if (P->pinned)
 				continue;
-			const Dim4 *sn = N->snap + 3 * (S->rollback - levels);
-			N->acut[0] = sn[0];
-			if (N->nargs > 1)
-				N->acut[1] = sn[1];
-			N->ocut = sn[2];
+			P->acut[0] = sn[3 * k];
+			P->acut[1] = sn[3 * k + 1];
+			P->ocut = sn[3 * k + 2];
 		}
-	for (uint32_t i = 0; i < S->nkept; i++) {
-		RecNode *N = &S->rec[S->kept[i]];
-		if (!N->pinned && sapp_explaining(S, N->op)) {
+	}
+	for (uint32_t k = 0; k < S->nkept; k++) {
+		const PartNode *N = &S->part[k];
+		if (!N->pinned && sapp_explaining(S, N->rec)) {
 			char lab[256], cuts[256];
 			print_cuts(N, cuts, sizeof cuts);
 			fprintf(stderr, "sapp: explain: %s: after %d level(s)%s: %s\n",
-				sapp_op_label(&S->ops[N->op], lab, sizeof lab), keep_levels,
+				sapp_op_label(&S->ops[N->rec], lab, sizeof lab), keep_levels,
 				levels ? " (pipeline roll-back)" : "", cuts);
 		}
 	}

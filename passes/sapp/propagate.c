@@ -20,8 +20,10 @@
  * The passes visit the no-strategy list from its end to its start, as
  * MindSpore does; an operator whose neighbours did not change since it was
  * last looked at would fail again, so only those with a changed neighbour
- * are visited (same visiting order, same result, linear work).
+ * are visited, and at the start of a round only those that failed for want
+ * of a smaller min_devices (same visiting order, same result, linear work).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "sapp.h"
@@ -81,12 +83,12 @@ static int all_ones(const SappOp *X)
 
 static int op_is(const SappOp *X, int op)
 {
-	return X->n && X->n->op == op;
+	return X->op == op;
 }
 
 static int fam(const SappOp *X)
 {
-	return X->n ? op_table[X->n->op].family : FAM_VIRTUAL;
+	return X->fam;
 }
 
 static void fmt_stra(const Stra *s, char *buf, size_t n)
@@ -209,8 +211,17 @@ void sapp_gen_gather_stra(const int64_t *shape, int r, int64_t devices, int64_t 
 
 typedef struct Prop {
 	Sapp *S;
-	int64_t md; /* min_devices of the current round */
+	int64_t md;   /* min_devices of the current round */
+	int32_t need; /* after a failed attempt: the devices its strategy used when
+		       * only min_devices refused it, else 0 */
 } Prop;
+
+/* the attempt fails on min_devices alone: it succeeds once md <= p */
+static int below_md(Prop *P, int64_t p)
+{
+	P->need = p > INT32_MAX ? INT32_MAX : (int32_t)p;
+	return 0;
+}
 
 /* CheckDivisible: per input, 1 where the input dim is 1, else s[d] */
 static void check_divisible(SappOp *X, const Stra *s)
@@ -226,7 +237,7 @@ static void fix_entries(SappOp *X, uint32_t i)
 {
 	int64_t *v = sin_of(X, i);
 	for (int d = 0; d < X->rank[i]; d++)
-		if (v[d] < 1 || v[d] > X->dims[i][d] || X->dims[i][d] % v[d] != 0)
+		if (v[d] != 1 && (v[d] < 1 || v[d] > X->dims[i][d] || X->dims[i][d] % v[d] != 0))
 			v[d] = 1;
 }
 
@@ -268,10 +279,10 @@ static void data_parallel(const Sapp *S, SappOp *X)
 }
 
 /* the axes an operator works along: list from operand/attribute, default */
-static int axes_of(const SappOp *X, int opnd, const char *attr, int r, int dflt_all, int64_t dflt, int *mask)
+static int axes_of(const Sapp *S, const SappOp *X, int opnd, int attr, int r, int dflt_all, int64_t dflt, int *mask)
 {
 	int64_t ax[MAX_RANK];
-	int k = sapp_attr_ints(X->n, opnd, attr, ax, MAX_RANK);
+	int k = sapp_attr_ints(S, X->n, opnd, attr, ax, MAX_RANK);
 	*mask = 0;
 	if (k <= 0) {
 		if (dflt_all || k == 0) {
@@ -301,8 +312,8 @@ static void prepare_gather(Prop *P, SappOp *X)
 		return;
 	}
 	int64_t axis = 0, bd = 0;
-	sapp_attr_int(X->n, 2, "axis", &axis);
-	sapp_attr_int(X->n, -1, "batch_dims", &bd);
+	sapp_attr_int(S, X->n, 2, SA_axis, &axis);
+	sapp_attr_int(S, X->n, -1, SA_batch_dims, &bd);
 	int pr = X->rank[0], ir = X->rank[1];
 	axis = norm_axis(axis, pr);
 	int64_t dev = S->stage_devices;
@@ -357,17 +368,17 @@ static void prepare_gather(Prop *P, SappOp *X)
 	}
 }
 
-static void stridedslice(SappOp *X, const Stra *s)
+static void stridedslice(const Sapp *S, SappOp *X, const Stra *s)
 {
 	int r = X->rank[0];
 	int64_t begin[MAX_RANK], end[MAX_RANK], strides[MAX_RANK];
-	int nb = sapp_attr_ints(X->n, 1, "begin", begin, MAX_RANK);
-	int ne = sapp_attr_ints(X->n, 2, "end", end, MAX_RANK);
-	int ns = sapp_attr_ints(X->n, 3, "strides", strides, MAX_RANK);
+	int nb = sapp_attr_ints(S, X->n, 1, SA_begin, begin, MAX_RANK);
+	int ne = sapp_attr_ints(S, X->n, 2, SA_end, end, MAX_RANK);
+	int ns = sapp_attr_ints(S, X->n, 3, SA_strides, strides, MAX_RANK);
 	int64_t bm = 0, em = 0, nm = 0;
-	sapp_attr_int(X->n, 4, "begin_mask", &bm);
-	sapp_attr_int(X->n, 5, "end_mask", &em);
-	sapp_attr_int(X->n, 7, "new_axis_mask", &nm);
+	sapp_attr_int(S, X->n, 4, SA_begin_mask, &bm);
+	sapp_attr_int(S, X->n, 5, SA_end_mask, &em);
+	sapp_attr_int(S, X->n, 7, SA_new_axis_mask, &nm);
 	Stra t = {0, {0}};
 	for (int i = 0; i < s->n && t.n < MAX_RANK; i++) {
 		if (nm & (1 << t.n))
@@ -441,7 +452,7 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 			sin_of(X, 1)[0] = s->n > 1 ? s->v[1] : 1;
 	} else if (f == FAM_SOFTMAX) {
 		int r = X->nin ? X->rank[0] : 0;
-		axes_of(X, 1, "axis", r, 0, -1, &mask);
+		axes_of(S, X, 1, SA_axis, r, 0, -1, &mask);
 		for (int d = 0; d < t.n && d < 31; d++)
 			if (mask & (1 << d))
 				t.v[d] = 1;
@@ -449,7 +460,7 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 	} else if (f == FAM_LAYERNORM) {
 		int r = X->nin ? X->rank[0] : 0;
 		int64_t b = -1;
-		sapp_attr_int(X->n, -1, "begin_norm_axis", &b);
+		sapp_attr_int(S, X->n, -1, SA_begin_norm_axis, &b);
 		int bb = norm_axis(b, r);
 		for (int d = bb < 0 ? 0 : bb; d < t.n; d++)
 			t.v[d] = 1;
@@ -472,7 +483,7 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 		for (uint32_t i = 0; i < X->nin; i++)
 			sapp_set_input(X, i, i == 0 ? t.v : NULL, i == 0 ? t.n : 0, 1);
 	} else if (f == FAM_STRIDEDSLICE) {
-		stridedslice(X, s);
+		stridedslice(S, X, s);
 	} else if (f == FAM_FLATTEN || X->type == REC_BatchParallel) {
 		data_parallel(S, X);
 	} else if (f == FAM_BATCHMATMUL) {
@@ -514,7 +525,7 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 			return 0;
 	} else if (f == FAM_TRANSPOSE && Q->nin) {
 		int64_t perm[MAX_RANK];
-		int r = sapp_attr_ints(Q->n, 1, "perm", perm, MAX_RANK);
+		int r = sapp_attr_ints(S, Q->n, 1, SA_perm, perm, MAX_RANK);
 		if (r != Q->rank[0])
 			return 0;
 		s->n = r;
@@ -526,7 +537,7 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 		}
 	} else if (f == FAM_EXPANDDIMS && Q->nin) {
 		int64_t ax = 0;
-		sapp_attr_int(Q->n, 1, "axis", &ax);
+		sapp_attr_int(S, Q->n, 1, SA_axis, &ax);
 		Stra in;
 		input_stra(Q, 0, &in);
 		int a = norm_axis(ax, in.n + 1);
@@ -546,11 +557,11 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 	}
 	/* the producer's own shape change */
 	int mask;
-	if (f == FAM_SQUEEZE || (f == FAM_REDUCE && !sapp_attr_bool(Q->n, 2, "keep_dims", 0)) ||
-	    (f == FAM_ARGWITHVALUE && !sapp_attr_bool(Q->n, -1, "keep_dims", 0))) {
+	if (f == FAM_SQUEEZE || (f == FAM_REDUCE && !sapp_attr_bool(S, Q->n, 2, SA_keep_dims, 0)) ||
+	    (f == FAM_ARGWITHVALUE && !sapp_attr_bool(S, Q->n, -1, SA_keep_dims, 0))) {
 		if (f == FAM_SQUEEZE) {
 			int64_t ax[MAX_RANK];
-			int k = sapp_attr_ints(Q->n, 1, "axis", ax, MAX_RANK);
+			int k = sapp_attr_ints(S, Q->n, 1, SA_axis, ax, MAX_RANK);
 			mask = 0;
 			if (k <= 0) {
 				for (int d = 0; d < s->n && Q->nin; d++)
@@ -561,9 +572,9 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 					mask |= 1 << norm_axis(ax[i], s->n);
 			}
 		} else if (f == FAM_REDUCE) {
-			axes_of(Q, 1, "axis", s->n, 1, 0, &mask);
+			axes_of(S, Q, 1, SA_axis, s->n, 1, 0, &mask);
 		} else {
-			axes_of(Q, -1, "axis", s->n, 0, 0, &mask);
+			axes_of(S, Q, -1, SA_axis, s->n, 0, 0, &mask);
 		}
 		int k = 0;
 		for (int d = 0; d < s->n; d++)
@@ -572,8 +583,8 @@ static int incoming(Prop *P, SappOp *Q, const SappOp *X, Stra *s)
 		s->n = k;
 	} else if (f == FAM_FLATTEN) {
 		int64_t a = 1, b = -1;
-		sapp_attr_int(Q->n, -1, "start_dim", &a);
-		sapp_attr_int(Q->n, -1, "end_dim", &b);
+		sapp_attr_int(S, Q->n, -1, SA_start_dim, &a);
+		sapp_attr_int(S, Q->n, -1, SA_end_dim, &b);
 		int sa = norm_axis(a, s->n), sb = norm_axis(b, s->n);
 		if (sa >= 0 && sb < s->n && sa < sb) {
 			for (int d = sa + 1; d <= sb; d++)
@@ -634,7 +645,7 @@ static int forward(Prop *P, uint32_t x)
 	}
 	Stra s = {0, {0}};
 	if (!Q->elim) {
-		const RecNode *R = &S->rec[q];
+		const PartNode *R = &S->part[S->rec[q].kidx];
 		int fi = first_nonscalar(X);
 		if (fi < 0 || !Q->has_s)
 			return 0;
@@ -645,8 +656,10 @@ static int forward(Prop *P, uint32_t x)
 		if (!Q->has_s || !incoming(P, Q, X, &s))
 			return 0;
 	}
-	if (s.n == 0 || sapp_product(s.v, s.n) < P->md || stop_prop_at(Q))
+	if (s.n == 0 || stop_prop_at(Q))
 		return 0;
+	if (sapp_product(s.v, s.n) < P->md)
+		return below_md(P, sapp_product(s.v, s.n));
 	adapt(P, X, &s);
 	X->source = SRC_PROPAGATED;
 	if (ex)
@@ -684,7 +697,7 @@ static int backward(Prop *P, uint32_t x)
 	int mask;
 	if (f == FAM_EXPANDDIMS) {
 		int64_t ax = 0;
-		sapp_attr_int(X->n, 1, "axis", &ax);
+		sapp_attr_int(S, X->n, 1, SA_axis, &ax);
 		int a = norm_axis(ax, t.n);
 		for (int d = 0; d < t.n; d++)
 			if (d != a)
@@ -698,8 +711,8 @@ static int backward(Prop *P, uint32_t x)
 		sapp_gen_gather_stra(C->dims[slot], C->rank[slot], S->stage_devices, s.v);
 	} else if (f == FAM_REDUCE && X->nin) {
 		int r = X->rank[0];
-		axes_of(X, 1, "axis", r, 1, 0, &mask);
-		if (sapp_attr_bool(X->n, 2, "keep_dims", 0)) {
+		axes_of(S, X, 1, SA_axis, r, 1, 0, &mask);
+		if (sapp_attr_bool(S, X->n, 2, SA_keep_dims, 0)) {
 			s = t;
 		} else {
 			int k = 0;
@@ -709,7 +722,7 @@ static int backward(Prop *P, uint32_t x)
 		}
 	} else if (f == FAM_TRANSPOSE && X->nin) {
 		int64_t perm[MAX_RANK];
-		int r = sapp_attr_ints(X->n, 1, "perm", perm, MAX_RANK);
+		int r = sapp_attr_ints(S, X->n, 1, SA_perm, perm, MAX_RANK);
 		if (r != X->rank[0] || r != t.n)
 			return 0;
 		s.n = r;
@@ -726,7 +739,7 @@ static int backward(Prop *P, uint32_t x)
 	if (f == FAM_SQUEEZE && X->nin) {
 		int r = X->rank[0];
 		int64_t ax[MAX_RANK];
-		int k = sapp_attr_ints(X->n, 1, "axis", ax, MAX_RANK);
+		int k = sapp_attr_ints(S, X->n, 1, SA_axis, ax, MAX_RANK);
 		mask = 0;
 		if (k <= 0) {
 			for (int d = 0; d < r; d++)
@@ -744,8 +757,10 @@ static int backward(Prop *P, uint32_t x)
 		if (sapp_product(s.v, s.n) != S->stage_devices)
 			return 0;
 	}
-	if (s.n == 0 || sapp_product(s.v, s.n) < P->md || stop_prop_at(C))
+	if (s.n == 0 || stop_prop_at(C))
 		return 0;
+	if (sapp_product(s.v, s.n) < P->md)
+		return below_md(P, sapp_product(s.v, s.n));
 	adapt(P, X, &s);
 	X->source = SRC_PROPAGATED;
 	if (sapp_explaining(S, x))
@@ -755,65 +770,77 @@ static int backward(Prop *P, uint32_t x)
 
 /* ------------------------------------------------------------ the no-strategy list */
 
-typedef struct Heap {
-	int32_t *a;
-	uint32_t n;
-} Heap;
+/* The no-strategy list is visited from its end to its start; an operator
+ * is looked at again only when a neighbour got a strategy since (it is
+ * "dirty"), or at the start of a round when a smaller min_devices is
+ * what its last attempt lacked (need[]): every other attempt would fail
+ * exactly as before, so the visits that change anything are MindSpore's,
+ * in its order, and the work is linear.
+ *
+ * The dirty positions of a direction are bit sets: `cur`, those the
+ * running pass still reaches (all below its cursor, so the next one is
+ * the highest bit below it), and `next`, those for the following pass. */
+typedef struct Bits {
+	uint64_t *w;
+	uint32_t nw;
+} Bits;
 
-static void heap_push(Heap *h, int32_t v)
+static int bit_get(const Bits *b, uint32_t i)
 {
-	uint32_t i = h->n++;
-	while (i && h->a[(i - 1) / 2] < v) {
-		h->a[i] = h->a[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	h->a[i] = v;
+	return (int)((b->w[i >> 6] >> (i & 63)) & 1);
 }
 
-static int32_t heap_pop(Heap *h)
+static void bit_set(Bits *b, uint32_t i)
 {
-	int32_t top = h->a[0], v = h->a[--h->n];
-	uint32_t i = 0;
-	for (;;) {
-		uint32_t l = 2 * i + 1, r = l + 1, m = i;
-		int32_t mv = v;
-		if (l < h->n && h->a[l] > mv) {
-			m = l;
-			mv = h->a[l];
-		}
-		if (r < h->n && h->a[r] > mv)
-			m = r;
-		if (m == i)
-			break;
-		h->a[i] = h->a[m];
-		i = m;
+	b->w[i >> 6] |= (uint64_t)1 << (i & 63);
+}
+
+/* the highest set bit below `below`, cleared; -1 if none */
+static int32_t bit_take_below(Bits *b, int64_t below)
+{
+	if (below <= 0)
+		return -1;
+	int64_t k = (below - 1) >> 6;
+	uint64_t m = b->w[k] & (~(uint64_t)0 >> (63 - ((below - 1) & 63)));
+	while (!m) {
+		if (--k < 0)
+			return -1;
+		m = b->w[k];
 	}
-	if (h->n)
-		h->a[i] = v;
-	return top;
+	int hi = 0; /* the highest set bit of m */
+	for (int step = 32; step; step /= 2)
+		if (m >> step) {
+			m >>= step;
+			hi += step;
+		}
+	int32_t i = (int32_t)(k * 64 + hi);
+	b->w[k] &= ~((uint64_t)1 << (i & 63));
+	return i;
 }
 
 typedef struct Queue {
-	Heap cur[2], next[2]; /* [0] forward, [1] backward */
+	Bits cur[2], next[2]; /* [0] forward, [1] backward */
 	int active;            /* direction of the running pass, -1 none */
 	int32_t cursor;
 	uint32_t *list;        /* no-strategy list: position -> operator */
 	uint32_t n;
+	uint8_t *done;         /* per position: has its strategy */
+	int32_t *need[2];      /* per position: -1 look again every round, else Prop.need
+				* of the last attempt in that direction */
 } Queue;
 
 static void mark(Sapp *S, Queue *q, uint32_t z, int dir)
 {
-	SappOp *Z = &S->ops[z];
+	const SappOp *Z = &S->ops[z];
 	if (Z->nspos < 0 || Z->has_s)
 		return;
-	uint8_t *flag = dir ? &Z->bdirty : &Z->fdirty;
-	if (*flag)
-		return;
-	*flag = 1;
+	uint32_t pos = (uint32_t)Z->nspos;
+	if (bit_get(&q->cur[dir], pos) || bit_get(&q->next[dir], pos))
+		return; /* dirty already */
 	if (q->active == dir && Z->nspos < q->cursor)
-		heap_push(&q->cur[dir], Z->nspos);
+		bit_set(&q->cur[dir], pos);
 	else
-		heap_push(&q->next[dir], Z->nspos);
+		bit_set(&q->next[dir], pos);
 }
 
 static void decided(Sapp *S, Queue *q, uint32_t y)
@@ -826,45 +853,43 @@ static void decided(Sapp *S, Queue *q, uint32_t y)
 			mark(S, q, (uint32_t)Y->prod[i], 1);
 }
 
-static void mark_all(Sapp *S, Queue *q)
+/* a new round with min_devices md: every operator that may now succeed.
+ * The ones still dirty from the passes before stay marked: a V3 round ends
+ * with none, but V1's single forward pass leaves the consumers of what its
+ * backward pass decided. */
+static void mark_round(Queue *q, int64_t md)
 {
 	for (int dir = 0; dir < 2; dir++) {
-		q->next[dir].n = 0;
-		for (uint32_t i = 0; i < q->n; i++) {
-			SappOp *Z = &S->ops[q->list[i]];
-			if (Z->has_s)
-				continue;
-			if (dir)
-				Z->bdirty = 1;
-			else
-				Z->fdirty = 1;
-			heap_push(&q->next[dir], (int32_t)i);
-		}
+		for (uint32_t i = 0; i < q->n; i++)
+			if (!q->done[i] && (q->need[dir][i] < 0 || q->need[dir][i] >= md))
+				bit_set(&q->next[dir], i);
 	}
 }
 
 static uint32_t run_pass(Prop *P, Queue *q, int dir)
 {
 	Sapp *S = P->S;
-	Heap t = q->cur[dir];
+	Bits t = q->cur[dir];
 	q->cur[dir] = q->next[dir];
 	q->next[dir] = t;
-	q->next[dir].n = 0;
+	memset(t.w, 0, t.nw * sizeof(uint64_t));
 	q->active = dir;
 	q->cursor = INT32_MAX;
 	uint32_t changed = 0;
-	while (q->cur[dir].n) {
-		int32_t pos = heap_pop(&q->cur[dir]);
+	int32_t pos;
+	while ((pos = bit_take_below(&q->cur[dir], q->cursor < (int32_t)q->n ? q->cursor : (int32_t)q->n)) >= 0) {
 		uint32_t x = q->list[pos];
-		SappOp *X = &S->ops[x];
-		uint8_t *flag = dir ? &X->bdirty : &X->fdirty;
 		q->cursor = pos;
-		if (!*flag || X->has_s)
+		if (q->done[pos])
 			continue;
-		*flag = 0;
+		P->need = 0;
 		if (dir ? backward(P, x) : forward(P, x)) {
 			changed++;
+			q->done[pos] = 1;
 			decided(S, q, x);
+		} else {
+			/* --explain shows every attempt at its operator */
+			q->need[dir][pos] = sapp_explaining(S, x) ? -1 : P->need;
 		}
 	}
 	q->active = -1;
@@ -876,7 +901,7 @@ static uint32_t run_pass(Prop *P, Queue *q, int dir)
 static void copy_main(Sapp *S, uint32_t x)
 {
 	SappOp *X = &S->ops[x];
-	const RecNode *R = &S->rec[x];
+	const PartNode *R = &S->part[S->rec[x].kidx];
 	if (X->pinned) {
 		X->has_s = 1;
 		X->source = SRC_PINNED;
@@ -907,7 +932,7 @@ static void copy_main(Sapp *S, uint32_t x)
 	for (uint32_t i = 0; i < X->nin; i++) {
 		int64_t *v = sin_of(X, i);
 		int r = X->rank[i];
-		Dim4 c = i < R->nargs ? R->acut[i] : (Dim4){{1, 1, 1, 1}};
+		Dim4 c = i < R->nargs && i < 2 ? R->acut[i] : (Dim4){{1, 1, 1, 1}};
 		if ((X->type == REC_MatMul || X->type == REC_BatchMatMul) && i < 2 && (i == 0 ? X->ta : X->tb) && r >= 2) {
 			int64_t tmp = c.d[2];
 			c.d[2] = c.d[3];
@@ -933,7 +958,7 @@ static void copy_main(Sapp *S, uint32_t x)
 				sin_of(X, i)[X->rank[i] - 1] = 1;
 	if (X->type == REC_LayerNorm && X->nin) {
 		int64_t b = 1;
-		sapp_attr_int(X->n, -1, "begin_norm_axis", &b);
+		sapp_attr_int(S, X->n, -1, SA_begin_norm_axis, &b);
 		int r = X->rank[0], bb = norm_axis(b, r);
 		for (int d = bb < 0 ? 0 : bb; d < r; d++)
 			sin_of(X, 0)[d] = 1;
@@ -947,7 +972,7 @@ static void extra_shard_matmul(Sapp *S)
 	for (uint32_t i = 0; i < S->nkept; i++) {
 		uint32_t x = S->kept[i];
 		SappOp *X = &S->ops[x];
-		RecNode *R = &S->rec[x];
+		PartNode *R = &S->part[i];
 		if (X->type != REC_MatMul || X->pinned || !R->nargs || X->orank != 2)
 			continue;
 		int64_t a = R->acut[0].d[2] * R->acut[0].d[3];
@@ -964,38 +989,63 @@ static void extra_shard_matmul(Sapp *S)
 }
 
 /* ModifyParamSharingOpsStrategy (§4.7): a Gather sharing its table with a
- * Cast, MatMul or Mul takes that operator's strategy for the table */
+ * Cast, MatMul or Mul takes that operator's strategy for the table (the
+ * parameters with a value behind the operands are SappOp.param).  The
+ * tables are few: sorted by node id, the last Gather of a table in
+ * operator order answers for it. */
+typedef struct Table {
+	uint32_t id, seq; /* the parameter's node id; the Gather's rank in operator order */
+	int32_t gather;
+} Table;
+
+static int table_cmp(const void *a, const void *b)
+{
+	const Table *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int32_t gather_of(const Table *t, uint32_t n, uint32_t id)
+{
+	uint32_t lo = 0, hi = n; /* the first entry with a larger id */
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (t[mid].id <= id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo && t[lo - 1].id == id ? t[lo - 1].gather : -1;
+}
+
 static void param_sharing(Sapp *S)
 {
-	Module *m = S->m;
-	int32_t *gather_of = xmalloc((m->next_id + 1) * sizeof *gather_of);
-	for (uint32_t i = 0; i <= m->next_id; i++)
-		gather_of[i] = -1;
-	int any = 0;
+	Vec(Table) tab = {0};
 	for (uint32_t x = 0; x < S->nops; x++) {
 		SappOp *X = &S->ops[x];
 		if (X->type != REC_GatherV2 || X->nin < 2 || !X->n)
 			continue;
-		Node *p = ir_look_through(X->n->args[X->arg[0]].kind == V_NODE ? X->n->args[X->arg[0]].u.node : NULL);
-		if (p && p->kind == NK_PARAM && p->has_default) {
-			gather_of[p->id] = (int32_t)x;
-			any = 1;
+		if (X->param[0]) {
+			Table t = {X->param[0] - 1, tab.n, (int32_t)x};
+			vec_push(&tab, t);
 		}
 	}
-	for (uint32_t y = 0; any && y < S->nops; y++) {
+	if (tab.n)
+		qsort(tab.a, tab.n, sizeof *tab.a, table_cmp);
+	for (uint32_t y = 0; tab.n && y < S->nops; y++) {
 		SappOp *Y = &S->ops[y];
 		int slot = -1;
 		if (op_is(Y, OP_Cast) || op_is(Y, OP_Mul))
 			slot = 0;
 		else if (Y->type == REC_MatMul)
 			slot = 1;
-		if (slot < 0 || (uint32_t)slot >= Y->nin || !Y->has_s)
+		if (slot < 0 || (uint32_t)slot >= Y->nin || !Y->has_s || !Y->param[slot])
 			continue;
-		const Value *v = &Y->n->args[Y->arg[slot]];
-		Node *p = v->kind == V_NODE ? ir_look_through(v->u.node) : NULL;
-		if (!p || p->kind != NK_PARAM || gather_of[p->id] < 0)
+		int32_t g = gather_of(tab.a, tab.n, Y->param[slot] - 1);
+		if (g < 0)
 			continue;
-		SappOp *G = &S->ops[gather_of[p->id]];
+		SappOp *G = &S->ops[g];
 		int64_t *ps = sin_of(G, 0), *ys = sin_of(Y, (uint32_t)slot);
 		int r = G->rank[0] < Y->rank[slot] ? G->rank[0] : Y->rank[slot];
 		for (int d = 0; d < G->rank[0]; d++)
@@ -1006,13 +1056,13 @@ static void param_sharing(Sapp *S)
 			is[d] = 1;
 		if (G->rank[1] && used > 0)
 			is[0] = S->stage_devices / used > 0 ? S->stage_devices / used : 1;
-		if (sapp_explaining(S, gather_of[p->id])) {
+		if (sapp_explaining(S, (uint32_t)g)) {
 			char a[256], b[256];
 			fprintf(stderr, "sapp: explain: %s: table shared with %s, strategy taken from it\n",
 				sapp_op_label(G, a, sizeof a), sapp_op_label(Y, b, sizeof b));
 		}
 	}
-	free(gather_of);
+	vec_free(&tab);
 }
 
 /* SetParamStrategy + ApplyParamStrategy (§4.7, inference): the operators
@@ -1048,7 +1098,7 @@ static void apply_param(Prop *P, SappOp *U, const Stra *w, const SappOp *from)
 	uint32_t slot = (uint32_t)param_slot(U);
 	if (U->type == REC_GatherV2 && U->nin >= 2) {
 		int64_t axis = 0;
-		sapp_attr_int(U->n, 2, "axis", &axis);
+		sapp_attr_int(S, U->n, 2, SA_axis, &axis);
 		int a = norm_axis(axis, w->n);
 		sapp_set_input(U, 0, w->v, w->n, 1);
 		int64_t used = sapp_product(w->v, w->n), *is = sin_of(U, 1);
@@ -1183,6 +1233,8 @@ static void fit_devices(int64_t *v, int n, int64_t devices)
 {
 	int64_t left = devices;
 	for (int d = 0; d < n; d++) {
+		if (v[d] == 1)
+			continue; /* gcd(1, left) = 1 */
 		v[d] = gcd64(v[d], left);
 		left /= v[d];
 	}
@@ -1192,6 +1244,9 @@ static void fix_invalid(Sapp *S)
 {
 	for (uint32_t x = 0; x < S->nops; x++) {
 		SappOp *X = &S->ops[x];
+		if (x + 8 < S->nops) /* the shapes live in the IR */
+			for (uint32_t i = 0; i < S->ops[x + 8].nin; i++)
+				sapp_prefetch(S->ops[x + 8].dims[i]);
 		if (!X->has_s || X->pinned)
 			continue;
 		for (uint32_t i = 0; i < X->nin; i++) {
@@ -1218,7 +1273,7 @@ static void fix_invalid(Sapp *S)
 
 void sapp_generate(Sapp *S)
 {
-	Prop P = {S, 1};
+	Prop P = {S, 1, 0};
 	if (S->devices > S->conf.extra_shard_devices)
 		extra_shard_matmul(S);
 	for (uint32_t i = 0; i < S->nkept; i++)
@@ -1242,21 +1297,26 @@ void sapp_generate(Sapp *S)
 		X->nspos = (int32_t)q.n;
 		q.list[q.n++] = x;
 	}
+	uint32_t nw = q.n / 64 + 1;
+	q.done = xcalloc(q.n + 1, 1);
 	for (int dir = 0; dir < 2; dir++) {
-		q.cur[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
-		q.next[dir].a = xmalloc((q.n + 1) * sizeof(int32_t));
+		q.cur[dir] = (Bits){xcalloc(nw, sizeof(uint64_t)), nw};
+		q.next[dir] = (Bits){xcalloc(nw, sizeof(uint64_t)), nw};
+		q.need[dir] = xmalloc((q.n + 1) * sizeof(int32_t));
+		for (uint32_t i = 0; i < q.n; i++)
+			q.need[dir][i] = -1;
 	}
 	/* V1: one forward pass, then one backward pass, any device count */
 	if (S->predict) {
-		mark_all(S, &q);
+		mark_round(&q, 1);
 		run_pass(&P, &q, 0);
-		mark_all(S, &q);
+		mark_round(&q, 1);
 		run_pass(&P, &q, 1);
 	}
 	/* V3: min_devices = stage devices, then smaller (one prime less each round) */
 	for (int64_t md = S->stage_devices; !S->predict && md >= 2;) {
 		P.md = md;
-		mark_all(S, &q);
+		mark_round(&q, md);
 		for (;;) {
 			if (run_pass(&P, &q, 0))
 				continue;
@@ -1270,7 +1330,7 @@ void sapp_generate(Sapp *S)
 		md /= sp;
 	}
 	P.md = 1;
-	mark_all(S, &q);
+	mark_round(&q, 1);
 	for (;;) {
 		uint32_t c = run_pass(&P, &q, 0);
 		c += run_pass(&P, &q, 1);
@@ -1294,9 +1354,11 @@ void sapp_generate(Sapp *S)
 			explain_prop(X, "no neighbour gave a strategy; default", NULL, &s, 1);
 	}
 	for (int dir = 0; dir < 2; dir++) {
-		free(q.cur[dir].a);
-		free(q.next[dir].a);
+		free(q.cur[dir].w);
+		free(q.next[dir].w);
+		free(q.need[dir]);
 	}
+	free(q.done);
 	free(q.list);
 	if (S->predict)
 		param_strategy_v1(&P);

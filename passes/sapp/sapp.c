@@ -131,7 +131,8 @@ static int read_user(const Sapp *S, SappOp *X, const Value *v, int out, const ch
 	return 1;
 }
 
-/* Pinned operator: its rec node holds the user's cuts (§4.9) */
+/* Pinned operator: its rec node holds the user's cuts (§4.9), which are
+ * its cuts in the partition (sapp_part_init) */
 static void pin_rec(Sapp *S, uint32_t x)
 {
 	SappOp *X = &S->ops[x];
@@ -148,8 +149,6 @@ static void pin_rec(Sapp *S, uint32_t x)
 			c.d[3] = t;
 		}
 		user[i] = c;
-		if (i < R->nargs)
-			R->acut[i] = c;
 	}
 	if (X->has_os && X->orank <= 4) {
 		user[2] = sapp_dim4(X->os, X->orank);
@@ -158,7 +157,6 @@ static void pin_rec(Sapp *S, uint32_t x)
 	} else {
 		user[2] = user[0];
 	}
-	R->ocut = user[2];
 	for (int t = 0; t < 3; t++)
 		R->pin[3 + t] = user[t];
 }
@@ -356,29 +354,151 @@ static int log2_exact(int64_t n)
 
 /* ------------------------------------------------------------ output */
 
-static Value stra_value(Arena *a, const SappOp *X, int out)
+/* Strategies repeat: every layer of a deep network has the same ones.
+ * Each distinct strategy value is built once and shared by the nodes that
+ * have it (nothing writes into a strategy value after this pass; a pass
+ * that changes an attribute value clones it first), and so is the
+ * StratInfo of each source.  Keys are the integers of the value: kind
+ * (0 in, 1 out), entry count, then per entry its rank and counts. */
+typedef struct StraSlot {
+	uint64_t h;
+	uint32_t off, len; /* key in StraTab.key */
+	Value v;
+} StraSlot;
+
+typedef struct StraTab {
+	Module *m;
+	Sym in_key, out_key;
+	StratInfo *si[SRC_COUNT_];
+	StraSlot *slot;
+	uint32_t cap, used;
+	Vec(int64_t) key; /* the keys of the slots, then scratch for the next one */
+} StraTab;
+
+static uint64_t key_hash(const int64_t *k, uint32_t n)
 {
-	uint32_t n = out ? 1 : X->nin;
-	Value *el = arena_alloc(a, (n + 1) * sizeof *el);
+	uint64_t h = 0x9E3779B97F4A7C15ULL;
 	for (uint32_t i = 0; i < n; i++)
-		el[i] = out ? *value_tuple_ints(a, X->os, X->orank, NT_BARE)
-			    : *value_tuple_ints(a, X->s + X->off[i], X->rank[i], NT_BARE);
-	return value_tuple_of(a, el, n);
+		h = (h ^ (uint64_t)k[i]) * 0x100000001B3ULL;
+	return h ^ (h >> 29);
 }
 
-static void write_node(Sapp *S, SappOp *X)
+static Value stra_build(Arena *a, const int64_t *k)
 {
-	Module *m = S->m;
+	uint32_t n = (uint32_t)k[1];
+	Value v = {0};
+	v.kind = V_TUPLE;
+	v.n = n;
+	v.u.elems = n ? arena_alloc(a, n * sizeof(Value)) : NULL;
+	k += 2;
+	for (uint32_t i = 0; i < n; i++) {
+		int r = (int)*k++;
+		v.u.elems[i] = *value_tuple_ints(a, k, r, NT_BARE);
+		k += r;
+	}
+	return v;
+}
+
+static void tab_grow(StraTab *t)
+{
+	StraSlot *old = t->slot;
+	uint32_t oc = t->cap;
+	t->cap = oc ? 2 * oc : 64;
+	t->slot = xcalloc(t->cap, sizeof *t->slot);
+	for (uint32_t i = 0; i < oc; i++)
+		if (old[i].len) {
+			uint32_t j = (uint32_t)old[i].h & (t->cap - 1);
+			while (t->slot[j].len)
+				j = (j + 1) & (t->cap - 1);
+			t->slot[j] = old[i];
+		}
+	free(old);
+}
+
+/* the shared value of the key at t->key.a[base..t->key.n) */
+static Value tab_value(StraTab *t, uint32_t base)
+{
+	const int64_t *k = t->key.a + base;
+	uint32_t len = t->key.n - base;
+	uint64_t h = key_hash(k, len);
+	if ((t->used + 1) * 2 > t->cap)
+		tab_grow(t);
+	uint32_t j = (uint32_t)h & (t->cap - 1);
+	for (; t->slot[j].len; j = (j + 1) & (t->cap - 1))
+		if (t->slot[j].h == h && t->slot[j].len == len &&
+		    memcmp(t->key.a + t->slot[j].off, k, len * sizeof *k) == 0) {
+			t->key.n = base; /* drop the scratch copy */
+			return t->slot[j].v;
+		}
+	StraSlot *sl = &t->slot[j];
+	sl->h = h;
+	sl->off = base;
+	sl->len = len;
+	sl->v = stra_build(t->m->arena, k);
+	t->used++;
+	return sl->v;
+}
+
+static Value stra_value(StraTab *t, const SappOp *X, int out)
+{
+	uint32_t base = t->key.n, n = out ? 1 : X->nin;
+	uint32_t total = out ? X->orank : X->nin ? X->off[X->nin - 1] + X->rank[X->nin - 1] : 0;
+	vec_grow(&t->key, 2 + n + total);
+	int64_t *k = t->key.a + base;
+	*k++ = out;
+	*k++ = n;
+	for (uint32_t i = 0; i < n; i++) {
+		int r = out ? X->orank : X->rank[i];
+		const int64_t *v = out ? X->os : X->s + X->off[i];
+		*k++ = r;
+		memcpy(k, v, (size_t)r * sizeof *k);
+		k += r;
+	}
+	t->key.n = (uint32_t)(k - t->key.a);
+	return tab_value(t, base);
+}
+
+/* the node's strategy attributes: in_strategy, then out_strategy if set */
+static void write_node(StraTab *t, SappOp *X)
+{
+	Module *m = t->m;
 	Node *n = X->n;
-	n->strat.n = 0;
-	n->strat.a = NULL;
-	ir_attr_set(m, &n->strat, "in_strategy", stra_value(m->arena, X, 0));
-	if (X->has_os)
-		ir_attr_set(m, &n->strat, "out_strategy", stra_value(m->arena, X, 1));
+	uint32_t na = X->has_os ? 2 : 1;
+	Attr *a = arena_alloc(m->arena, na * sizeof *a);
+	a[0].key = t->in_key;
+	a[0].val = stra_value(t, X, 0);
+	if (X->has_os) {
+		a[1].key = t->out_key;
+		a[1].val = stra_value(t, X, 1);
+	}
+	n->strat.a = a;
+	n->strat.n = na;
 	n->has_strat = 1;
-	StratInfo *si = arena_alloc(m->arena, sizeof *si);
-	si->source = X->loaded ? SRC_LOADED : X->source;
-	n->si = si;
+	uint8_t src = X->loaded ? SRC_LOADED : X->source;
+	if (!t->si[src]) {
+		t->si[src] = arena_alloc(m->arena, sizeof(StratInfo));
+		t->si[src]->source = src;
+	}
+	n->si = t->si[src];
+}
+
+static void write_nodes(Sapp *S)
+{
+	StraTab t;
+	memset(&t, 0, sizeof t);
+	t.m = S->m;
+	t.in_key = S->attr[SA_in_strategy];
+	t.out_key = S->attr[SA_out_strategy];
+	for (uint32_t x = 0; x < S->nops; x++) {
+		if (x + 8 < S->nops && S->ops[x + 8].n) { /* the node's fields this writes */
+			sapp_prefetch(&S->ops[x + 8].n->strat);
+			sapp_prefetch(&S->ops[x + 8].n->si);
+		}
+		if (S->ops[x].n && S->ops[x].has_s)
+			write_node(&t, &S->ops[x]);
+	}
+	free(t.slot);
+	vec_free(&t.key);
 }
 
 /* CPU time of the process: the phase figures do not depend on the load */
@@ -398,12 +518,12 @@ static int semi_auto(Sapp *S)
 		SappOp *X = &S->ops[x];
 		if (!X->n)
 			continue;
-		const Value *in = ir_attr_get(&X->n->strat, "in_strategy");
-		const Value *out = ir_attr_get(&X->n->strat, "out_strategy");
+		const Value *in = sapp_attr(S, &X->n->strat, SA_in_strategy);
+		const Value *out = sapp_attr(S, &X->n->strat, SA_out_strategy);
 		if (!in) {
-			in = ir_attr_get(&X->n->pattrs, "in_strategy");
+			in = sapp_attr(S, &X->n->pattrs, SA_in_strategy);
 			if (!out)
-				out = ir_attr_get(&X->n->pattrs, "out_strategy");
+				out = sapp_attr(S, &X->n->pattrs, SA_out_strategy);
 		}
 		if (S->o->data_parallel) /* the reference plan of --report */
 			in = out = NULL;
@@ -427,12 +547,10 @@ static int user_strategies(Sapp *S)
 	int bad = 0;
 	for (uint32_t x = 0; x < S->nops; x++) {
 		SappOp *X = &S->ops[x];
-		if (!X->n)
+		if (!X->user)
 			continue;
-		const Value *in = ir_attr_get(&X->n->pattrs, "in_strategy");
-		const Value *out = ir_attr_get(&X->n->pattrs, "out_strategy");
-		if (!in && !out)
-			continue;
+		const Value *in = sapp_attr(S, &X->n->pattrs, SA_in_strategy);
+		const Value *out = sapp_attr(S, &X->n->pattrs, SA_out_strategy);
 		if (!S->o->interfered) {
 			ignored++;
 			continue;
@@ -544,9 +662,7 @@ int pass_sapp(Module *m, const Options *o)
 		sapp_generate(&S);
 	}
 	t[4] = now();
-	for (uint32_t x = 0; x < S.nops; x++)
-		if (S.ops[x].n && S.ops[x].has_s)
-			write_node(&S, &S.ops[x]);
+	write_nodes(&S);
 	if (o->strategy_out)
 		rc = sapp_write_plan(&S, o->strategy_out);
 	t[5] = now();

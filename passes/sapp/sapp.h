@@ -6,7 +6,8 @@
  *     §4: "framework operators"); strategies are per tensor input;
  *   - the rec graph (RecNode, one per operator, same index): tensors squeezed
  *     to 4-D (§1.3), eliminated operators contracted out (§1.5-1.7), kept
- *     operators partitioned level by level (§2, §3).
+ *     operators partitioned level by level (§2, §3) in a dense view of their
+ *     own (PartNode, RecVis, RecLink, in kept order).
  * Shard counts are exact integers (the product of the primes of the levels
  * that cut the dimension), never fractions: two cuts are compared as
  * integers (§8.6).  One level cuts a dimension by one prime p; for a power
@@ -68,6 +69,35 @@ struct StratInfo {
 	uint8_t source;
 };
 
+/* the passes walk the IR's nodes in order, each a few cache misses away:
+ * reading a few nodes ahead hides the latency */
+#if defined(__GNUC__) || defined(__clang__)
+#define sapp_prefetch(p) __builtin_prefetch(p)
+#else
+#define sapp_prefetch(p) ((void)(p))
+#endif
+
+static inline void sapp_prefetch_bytes(const void *p, size_t n)
+{
+	for (size_t o = 0; o < n; o += 64)
+		sapp_prefetch((const char *)p + o);
+}
+
+/* ---------------------------------------------------------- primitive attributes */
+/* the attributes the search reads, interned once per run (Sapp.attr): the
+ * lookups compare symbols, not strings */
+#define SAPP_ATTRS(X)                                                                              \
+	X(perm) X(axis) X(batch_dims) X(begin) X(end) X(strides) X(begin_mask) X(end_mask)          \
+	X(new_axis_mask) X(begin_norm_axis) X(keep_dims) X(start_dim) X(end_dim) X(transpose_a)    \
+	X(transpose_b) X(transpose_x1) X(transpose_x2) X(in_strategy) X(out_strategy)
+
+enum {
+#define X(a) SA_##a,
+	SAPP_ATTRS(X)
+#undef X
+	SA_COUNT_
+};
+
 /* ---------------------------------------------------------- 4-D tensors (§1.3) */
 typedef struct Dim4 {
 	int64_t d[4]; /* n, c, h, w */
@@ -93,16 +123,45 @@ typedef struct RecAux {
 	RecMap map;   /* mapping from the aux producer's output to that input */
 } RecAux;
 
+/* A neighbour that can charge a kept node a redistribution (§2.2), found
+ * once after elimination: whether the two tensors are "adjacent" (same
+ * shape through the mapping) does not change between levels, only whether
+ * the neighbour has decided yet.  Links keep the order of the node's input
+ * slots, out edges and aux producers, the order the penalties add up in. */
+typedef struct RecLink {
+	uint32_t nb;   /* the neighbour's position in kept order (Sapp.vis) */
+	uint8_t row;   /* producer: the row of the slot it feeds (0, 1; 3 past input 1); consumer: 2 */
+	uint8_t ident; /* identity mapping: patterns pass unchanged */
+	RecMap map;    /* producer: its output -> the slot; consumer: this node's output -> its input */
+} RecLink;
+
+/* what a kept node shows its neighbours: the level it decided in and that
+ * level's cut factors on input 0 and on its output (one[0], one[2]) */
+typedef struct RecVis {
+	int32_t lvl;
+	Dim4 in0, out;
+} RecVis;
+
+/* (producer, consumer) -> position in the producer's out list, for the
+ * producers with long out lists (graph.c); open addressing with linear
+ * probing and backward-shift deletion: no tombstones, so the table stays
+ * sized by the live edges */
+typedef struct EdgeSlot {
+	uint64_t key; /* 0: empty */
+	uint32_t val;
+} EdgeSlot;
+
 typedef struct EdgeSet {
-	uint64_t *keys;
-	uint32_t *vals;
-	uint32_t cap, used, live;
+	EdgeSlot *slot;
+	uint32_t cap, live;
 } EdgeSet;
 
 typedef Vec(uint32_t) U32Vec;
 
 /* growable arrays inside the pass arena (a grown array leaves its old block
- * to the arena): the rec graph has a few small lists per node */
+ * to the arena): the rec graph has a few small lists per node, which start
+ * at their exact size in one block per kind and grow only during
+ * elimination */
 void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n);
 #define avec_push(A, v, x)                                                                 \
 	do {                                                                               \
@@ -111,29 +170,44 @@ void sapp_avec_grow(Arena *a, void **p, uint32_t *cap, size_t elt, uint32_t n);
 		(v)->a[(v)->n++] = (x);                                                    \
 	} while (0)
 
+/* an input slot: its producer and the mapping from the producer's output
+ * to the slot (bad: the two are never adjacent) */
+typedef struct RecIn {
+	uint32_t node;
+	RecMap map;
+} RecIn;
+
 typedef struct RecNode {
-	uint32_t op;
 	uint8_t type;
 	uint8_t kept;    /* not eliminated */
+	uint8_t hashed;  /* out edges indexed in Sapp.edges (a long out list) */
 	uint8_t pinned;  /* interfered SAPP: never re-partitioned */
 	uint8_t nargs;
-	uint8_t ta, tb;  /* transposed MatMul/BatchMatMul operands (stored logically) */
 	RecMap own;      /* Transpose/Reshape: the node's own mapping */
-	Dim4 *arg;       /* input shapes */
-	Dim4 *acut;      /* input shard counts (only inputs 0..1 are ever cut, §1.4) */
-	Dim4 out, ocut;
-	U32Vec in;       /* producer per input slot (positions compress, §1.6) */
-	Vec(RecMap) inmap; /* mapping from that producer's output to the slot */
+	uint32_t kidx;   /* kept nodes: position in kept order (Sapp.part, Sapp.vis) */
+	Dim4 out;        /* output shape */
+	Dim4 *arg;       /* kept nodes: input shapes (MatMul operands stored logically) */
+	Vec(RecIn) in;   /* input slots (positions compress, §1.6) */
 	Vec(RecAux) aux;
 	Vec(RecEdge) outs;
-	U32Vec users;    /* nodes that list this one in `in` or `aux` (may repeat) */
-	/* partition state */
-	int32_t lvl;     /* the level this node decided in (-1: not yet) */
-	Dim4 one[3];     /* this level's cut factors: input 0, input 1, output */
-	Dim4 *snap;      /* pipeline: cuts after the last level the roll-back keeps (3) */
+	U32Vec users;    /* eliminated nodes: the nodes that list this one in `in` or `aux` (may repeat) */
 	Dim4 *pin;       /* pinned: the user's cuts (in0, in1, out), then what
 			  * DecomposeStrategy has not handed out yet (6) */
 } RecNode;
+
+/* Partition state of a kept rec node, dense in kept order: all that one
+ * decision reads of the node itself (§2, §3), and its cuts, which the
+ * strategy generation reads (§4.2). */
+typedef struct PartNode {
+	uint32_t rec;          /* its rec node */
+	uint8_t type, nargs, pinned;
+	const RecLink *link;   /* neighbours that may charge a redistribution */
+	uint32_t nlink;
+	const Dim4 *arg;       /* input shapes, the rec node's (MatMul operands stored logically) */
+	Dim4 acut[2], ocut;    /* cuts so far */
+	Dim4 g[3];             /* granularity: shape / cut of input 0, input 1 and the
+				* output, kept with the cuts so that no level divides */
+} PartNode;
 
 /* ---------------------------------------------------------- operators (§4) */
 typedef struct SappOp {
@@ -146,20 +220,23 @@ typedef struct SappOp {
 	uint8_t has_os;   /* out strategy set */
 	uint8_t ta, tb;
 	uint8_t orank;
-	uint8_t fdirty, bdirty; /* propagation: a neighbour changed since last look */
 	uint8_t loaded;   /* strategy read from --strategy-in */
+	uint8_t fam;      /* n's FAM_* (FAM_VIRTUAL for the implicit VirtualDataset) */
+	uint8_t user;     /* n has a user strategy attribute (in_strategy / out_strategy) */
+	uint16_t op;      /* n's OP_* (UINT16_MAX for the implicit VirtualDataset) */
 	uint32_t nin;     /* tensor inputs */
 	uint32_t *arg;    /* operand index of each tensor input */
 	uint8_t *rank;
 	const int64_t **dims;
 	int32_t *prod;    /* producer operator of each tensor input, -1 none */
+	uint32_t *param;  /* parameter with a value each tensor input reads: node id + 1, 0 none */
 	uint32_t *off;    /* offset of input i's entries in s[] */
 	int64_t *s;       /* strategy: for each tensor input, one shard count per dim */
 	int64_t *os;      /* out strategy (orank entries) */
 	const int64_t *odims;
 	uint32_t ncons;   /* consumers (operator, tensor input slot), in operator order */
-	uint32_t *cons_op, *cons_slot;
 	int32_t nspos;    /* position in the no-strategy list, -1 */
+	uint32_t *cons_op, *cons_slot;
 } SappOp;
 
 typedef struct Sapp {
@@ -173,11 +250,13 @@ typedef struct Sapp {
 	int32_t *op_of_node; /* node id -> operator index, -1 */
 	RecNode *rec;        /* one per operator */
 	uint32_t *kept;      /* kept rec nodes in index order */
+	PartNode *part;      /* per kept node: partition state (partition.c) */
+	RecVis *vis;         /* per kept node: what its neighbours see */
 	uint32_t nkept;
 	uint32_t *elim_order; /* eliminated operators in elimination order */
 	uint32_t nelim;
 	uint32_t *stamp;     /* scratch, one per operator */
-	EdgeSet edges;       /* (producer, consumer) -> out-list position */
+	EdgeSet edges;       /* (producer, consumer) -> out-list position, long lists */
 	Vec(RecAux) prods;   /* scratch of eliminate() */
 	void *cons;          /* scratch of the cost model: constraints of one node */
 	uint32_t ncons_cap;
@@ -189,6 +268,10 @@ typedef struct Sapp {
 	int weight_order;
 	int64_t explain;     /* operator index for --explain, -1 */
 	int predict;         /* inference: GenerateStrategyV1 (§4.1), else V3 */
+	Sym attr[SA_COUNT_]; /* interned attribute names */
+	Dim4 *snap;          /* with pipeline stages: the cuts of every kept node
+			      * (in0, in1, out) after each level the roll-back may
+			      * return to, rollback blocks of 3 * nkept (partition.c) */
 } Sapp;
 
 /* graph.c */
@@ -201,11 +284,14 @@ int sapp_map_reshape(const int64_t *in, int rin, const int64_t *out, int rout, R
 RecMap sapp_map_identity(void);
 RecMap sapp_map_transpose(const int64_t *perm, int r);
 RecMap sapp_map_compose(RecMap first, RecMap then);
+int sapp_map_is_identity(const RecMap *m);
 int sapp_map_shape(const RecMap *m, const Dim4 *src, Dim4 *dst);
 Dim4 sapp_dim4(const int64_t *d, int r);
-int sapp_attr_int(const Node *n, int operand, const char *attr, int64_t *out);
-int sapp_attr_ints(const Node *n, int operand, const char *attr, int64_t *out, int max);
-int sapp_attr_bool(const Node *n, int operand, const char *attr, int dflt);
+void sapp_attr_init(Sapp *S);
+const Value *sapp_attr(const Sapp *S, const AttrList *l, int attr);
+int sapp_attr_int(const Sapp *S, const Node *n, int operand, int attr, int64_t *out);
+int sapp_attr_ints(const Sapp *S, const Node *n, int operand, int attr, int64_t *out, int max);
+int sapp_attr_bool(const Sapp *S, const Node *n, int operand, int attr, int dflt);
 
 /* cost.c */
 typedef struct SappChoice {
@@ -216,10 +302,12 @@ typedef struct SappChoice {
 	Dim4 eff[8][3];   /* what the option does to input 0, input 1, output */
 	int best;         /* -1: no cut at this level */
 } SappChoice;
-void sapp_choose(Sapp *S, const RecNode *N, int p, int level, SappChoice *c);
-void sapp_apply_choice(RecNode *N, const SappChoice *c);
-double sapp_weight(const Sapp *S, const RecNode *N, int p);
-double sapp_redis(Sapp *S, const RecNode *N, const Dim4 mode[3], int level);
+void sapp_part_init(Sapp *S);
+void sapp_part_gran(PartNode *N, const Dim4 *out);
+void sapp_choose(Sapp *S, const PartNode *N, int p, int level, SappChoice *c);
+void sapp_apply_choice(PartNode *N, const SappChoice *c);
+double sapp_weight(const Sapp *S, const PartNode *N, int p);
+double sapp_redis(Sapp *S, const PartNode *N, const Dim4 mode[3], int level);
 
 /* partition.c */
 int sapp_partition(Sapp *S);

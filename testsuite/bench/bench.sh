@@ -4,6 +4,9 @@
 # make check: figures depend on the machine.  Each time is the median of
 # BENCH_RUNS runs (default 3).  Columns:
 #   layers ops MB devices | parse+print s, MB/s | full pipeline s | full/parse | peak RSS MB (full)
+# then per configuration the median wall time of the sapp pass over the same
+# runs, the sapp pass's own phase breakdown (CPU, last run), and the
+# --time-passes report of the last run.
 # Configurations: BENCH_CONFIGS="layers:devices[:generator flags, comma-separated] ..."
 # (default below; the 6144-device runs use an FFN and vocabulary divisible by 3,
 # so that the factor 3 of 6144 = 2^11 * 3 has dimensions to cut).
@@ -36,10 +39,16 @@ for c in $configs; do
 	mb=$(awk -v s="$(stat -c %s "$f")" 'BEGIN { print s / 1048576 }')
 	ops=$(grep -c '^  %' "$f")
 	pp=$(for i in $(seq "$runs"); do run_timed --passes= -q "$f"; done | median)
-	full=$(for i in $(seq "$runs"); do run_timed -q -n "$N" --time-passes "$f"; done | median)
+	: >"$tmp/sapp"
+	full=$(for i in $(seq "$runs"); do
+		run_timed -q -n "$N" --time-passes "$f" || continue
+		awk '$NF == "sapp" && $2 ~ /%$/ { print $1 }' "$tmp/err" >>"$tmp/sapp"
+	done | median)
 	rss=$(sed -n 's/.*peak RSS: \([0-9.]*\) MB.*/\1/p' "$tmp/err")
 	printf '%-7s %8s %7.1f %7s | %9.3f %7.1f | %9.3f %6.2f | %8s\n' "$L" "$ops" "$mb" "$N" "$pp" \
 		"$(awk -v a="$mb" -v b="$pp" 'BEGIN { print a / b }')" "$full" \
 		"$(awk -v a="$full" -v b="$pp" 'BEGIN { print a / b }')" "${rss:-?}"
+	printf '  sapp pass: %.3f s (median of %s runs); %s\n' "$(median <"$tmp/sapp")" "$runs" \
+		"$(sed -n 's/^sapp: //p' "$tmp/err")"
 	echo "  passes ($L layers, $N devices, last run):" && grep -E '^ +[0-9.]+ +[0-9.]+% ' "$tmp/err" | sed 's/^/  /'
 done

@@ -28,35 +28,36 @@ static void eq4(const Dim4 *a, int64_t n, int64_t c, int64_t h, int64_t w)
 	assert_int_equal(a->d[3], w);
 }
 
-static void init_sapp(Sapp *S, RecNode *rec)
+static void init_sapp(Sapp *S)
 {
 	memset(S, 0, sizeof *S);
 	S->conf = sapp_default_conf;
 	S->stages = 1;
 	S->mbs = 1;
-	S->rec = rec;
 	S->explain = -1;
 }
 
-/* a rec node with two inputs and no neighbours */
-static void init_node(RecNode *N, int type, Dim4 a, Dim4 b, Dim4 out, Dim4 *args, Dim4 *cuts)
+/* a kept node with two inputs and no neighbours; shp holds the input
+ * shapes and then the output shape */
+static void init_node(PartNode *N, int type, Dim4 a, Dim4 b, Dim4 out, Dim4 shp[3])
 {
 	memset(N, 0, sizeof *N);
 	N->type = (uint8_t)type;
 	N->nargs = 2;
-	N->arg = args;
-	N->acut = cuts;
-	args[0] = a;
-	args[1] = b;
-	cuts[0] = cuts[1] = ONES;
-	N->out = out;
+	shp[0] = a;
+	shp[1] = b;
+	shp[2] = out;
+	N->arg = shp;
+	N->acut[0] = N->acut[1] = ONES;
 	N->ocut = ONES;
-	N->lvl = -1;
+	sapp_part_gran(N, &shp[2]);
 }
 
 static void free_sapp(Sapp *S)
 {
 	free(S->cons);
+	if (S->arena)
+		arena_free(S->arena);
 }
 
 /* E1: test_PartitionNode - MatMul A(3000x1000) . B(1000x4000), one level */
@@ -64,10 +65,10 @@ static void test_e1_partition_matmul(void **state)
 {
 	(void)state;
 	Sapp S;
-	RecNode N;
-	Dim4 args[2], cuts[2];
-	init_sapp(&S, &N);
-	init_node(&N, REC_MatMul, d4(1, 1, 3000, 1000), d4(1, 1, 1000, 4000), d4(1, 1, 3000, 4000), args, cuts);
+	PartNode N;
+	Dim4 shp[3];
+	init_sapp(&S);
+	init_node(&N, REC_MatMul, d4(1, 1, 3000, 1000), d4(1, 1, 1000, 4000), d4(1, 1, 3000, 4000), shp);
 	SappChoice c;
 	sapp_choose(&S, &N, 2, 0, &c);
 	assert_int_equal(c.nopt, 4);
@@ -88,11 +89,11 @@ static void test_e9_mlp_matmul_levels(void **state)
 {
 	(void)state;
 	Sapp S;
-	RecNode N;
-	Dim4 args[2], cuts[2];
-	init_sapp(&S, &N);
+	PartNode N;
+	Dim4 shp[3];
+	init_sapp(&S);
 	/* (256, 784) . (512, 784)^T stored logically: B = K x J = (784, 512) */
-	init_node(&N, REC_MatMul, d4(1, 1, 256, 784), d4(1, 1, 784, 512), d4(1, 1, 256, 512), args, cuts);
+	init_node(&N, REC_MatMul, d4(1, 1, 256, 784), d4(1, 1, 784, 512), d4(1, 1, 256, 512), shp);
 	const char *want[] = {"I", "I", "K"};
 	for (int level = 0; level < 3; level++) {
 		SappChoice c;
@@ -112,21 +113,23 @@ static void test_e16_micro_batch_limit(void **state)
 {
 	(void)state;
 	Sapp S;
-	RecNode N;
-	Dim4 args[2], cuts[2];
-	init_sapp(&S, &N);
+	PartNode N;
+	Dim4 shp[3];
+	init_sapp(&S);
 	S.stages = 2;
 	S.mbs = 4;
-	init_node(&N, REC_MatMul, d4(1, 1, 4096, 64), d4(1, 1, 64, 64), d4(1, 1, 4096, 64), args, cuts);
+	init_node(&N, REC_MatMul, d4(1, 1, 4096, 64), d4(1, 1, 64, 64), d4(1, 1, 4096, 64), shp);
 	int64_t allowed[] = {1, 2};
 	for (int i = 0; i < 2; i++) {
 		SappChoice c;
 		N.acut[0].d[2] = N.ocut.d[2] = allowed[i];
+		sapp_part_gran(&N, &shp[2]);
 		sapp_choose(&S, &N, 2, 0, &c);
 		assert_true(c.total[0] != SAPP_INVALID);
 	}
 	SappChoice c;
 	N.acut[0].d[2] = N.ocut.d[2] = 4;
+	sapp_part_gran(&N, &shp[2]);
 	sapp_choose(&S, &N, 2, 0, &c);
 	assert_true(c.total[0] == SAPP_INVALID);
 	free_sapp(&S);
@@ -137,10 +140,10 @@ static void test_e18_batch_matmul(void **state)
 {
 	(void)state;
 	Sapp S;
-	RecNode N;
-	Dim4 args[2], cuts[2];
-	init_sapp(&S, &N);
-	init_node(&N, REC_BatchMatMul, d4(32, 32, 32, 16), d4(32, 32, 16, 16), d4(32, 32, 32, 16), args, cuts);
+	PartNode N;
+	Dim4 shp[3];
+	init_sapp(&S);
+	init_node(&N, REC_BatchMatMul, d4(32, 32, 32, 16), d4(32, 32, 16, 16), d4(32, 32, 32, 16), shp);
 	for (int level = 0; level < 2; level++) {
 		SappChoice c;
 		sapp_choose(&S, &N, 2, level, &c);
@@ -158,10 +161,10 @@ static void test_e17_conv_batch_only(void **state)
 {
 	(void)state;
 	Sapp S;
-	RecNode N;
-	Dim4 args[2], cuts[2];
-	init_sapp(&S, &N);
-	init_node(&N, REC_Convolution, d4(2, 4, 8, 8), d4(64, 4, 1, 1), d4(2, 64, 8, 8), args, cuts);
+	PartNode N;
+	Dim4 shp[3];
+	init_sapp(&S);
+	init_node(&N, REC_Convolution, d4(2, 4, 8, 8), d4(64, 4, 1, 1), d4(2, 64, 8, 8), shp);
 	SappChoice c;
 	sapp_choose(&S, &N, 2, 0, &c);
 	assert_string_equal(c.name[c.best], "B");
@@ -173,6 +176,40 @@ static void test_e17_conv_batch_only(void **state)
 	free_sapp(&S);
 }
 
+/* two kept rec nodes, producer 0 -> input 0 of 1 with the identity
+ * mapping, in their partition view; node 0 decided at level 0 cutting h */
+static void redis_graph(Sapp *S, RecNode rec[2], Dim4 pout, Dim4 args[4], uint32_t *kept, RecIn *in0)
+{
+	init_sapp(S);
+	S->arena = arena_new();
+	memset(rec, 0, 2 * sizeof *rec);
+	for (int x = 0; x < 2; x++) {
+		rec[x].kept = 1;
+		rec[x].arg = &args[2 * x];
+		kept[x] = (uint32_t)x;
+	}
+	rec[0].type = REC_Virtual;
+	rec[0].nargs = 1;
+	args[0] = d4(1, 1, 256, 784);
+	args[1] = ONES;
+	rec[0].out = pout;
+	rec[1].type = REC_MatMul;
+	rec[1].nargs = 2;
+	args[2] = d4(1, 1, 256, 784);
+	args[3] = d4(1, 1, 784, 512);
+	rec[1].out = d4(1, 1, 256, 512);
+	in0->node = 0;
+	in0->map = sapp_map_identity();
+	rec[1].in.a = in0;
+	rec[1].in.n = 1;
+	S->rec = rec;
+	S->nops = S->nkept = 2;
+	S->kept = kept;
+	sapp_part_init(S);
+	S->vis[0].lvl = 0;
+	S->vis[0].in0 = S->vis[0].out = d4(1, 1, 2, 1);
+}
+
 /* §2.2: a decided producer of the same shape that cut h this level makes
  * every option that does not cut h on input 0 pay 16 x |input 0| */
 static void test_redistribution_penalty(void **state)
@@ -180,29 +217,20 @@ static void test_redistribution_penalty(void **state)
 	(void)state;
 	Sapp S;
 	RecNode rec[2];
-	Dim4 pargs[2], pcuts[2], args[2], cuts[2];
-	init_sapp(&S, rec);
-	init_node(&rec[0], REC_Virtual, d4(1, 1, 256, 784), ONES, d4(1, 1, 256, 784), pargs, pcuts);
-	init_node(&rec[1], REC_MatMul, d4(1, 1, 256, 784), d4(1, 1, 784, 512), d4(1, 1, 256, 512), args, cuts);
-	rec[1].op = 1;
-	rec[0].lvl = 0;
-	rec[0].one[0] = rec[0].one[2] = d4(1, 1, 2, 1);
-	rec[0].one[1] = ONES;
-	uint32_t in0 = 0;
-	RecMap id = sapp_map_identity();
-	rec[1].in.a = &in0;
-	rec[1].in.n = 1;
-	rec[1].inmap.a = &id;
-	rec[1].inmap.n = 1;
+	Dim4 args[4];
+	uint32_t kept[2];
+	RecIn in0;
 	Dim4 modeI[3] = {d4(1, 1, 2, 1), ONES, d4(1, 1, 2, 1)};
 	Dim4 modeJ[3] = {ONES, d4(1, 1, 1, 2), d4(1, 1, 1, 2)};
-	assert_true(sapp_redis(&S, &rec[1], modeI, 0) == 0);
-	assert_true(sapp_redis(&S, &rec[1], modeJ, 0) == 256.0 * 784 * 16);
+	redis_graph(&S, rec, d4(1, 1, 256, 784), args, kept, &in0);
+	assert_true(sapp_redis(&S, &S.part[1], modeI, 0) == 0);
+	assert_true(sapp_redis(&S, &S.part[1], modeJ, 0) == 256.0 * 784 * 16);
 	/* another level: the producer's choice is not visible any more */
-	assert_true(sapp_redis(&S, &rec[1], modeJ, 1) == 0);
+	assert_true(sapp_redis(&S, &S.part[1], modeJ, 1) == 0);
+	free_sapp(&S);
 	/* a different shape is not adjacent */
-	rec[0].out = d4(256, 1, 28, 28);
-	assert_true(sapp_redis(&S, &rec[1], modeJ, 0) == 0);
+	redis_graph(&S, rec, d4(256, 1, 28, 28), args, kept, &in0);
+	assert_true(sapp_redis(&S, &S.part[1], modeJ, 0) == 0);
 	free_sapp(&S);
 }
 
@@ -293,10 +321,10 @@ static void test_prime_level(void **state)
 {
 	(void)state;
 	Sapp S;
-	RecNode N;
-	Dim4 args[2], cuts[2];
-	init_sapp(&S, &N);
-	init_node(&N, REC_MatMul, d4(1, 1, 96, 784), d4(1, 1, 784, 512), d4(1, 1, 96, 512), args, cuts);
+	PartNode N;
+	Dim4 shp[3];
+	init_sapp(&S);
+	init_node(&N, REC_MatMul, d4(1, 1, 96, 784), d4(1, 1, 784, 512), d4(1, 1, 96, 512), shp);
 	SappChoice c;
 	sapp_choose(&S, &N, 3, 0, &c);
 	assert_string_equal(c.name[c.best], "I");
