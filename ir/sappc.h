@@ -423,6 +423,29 @@ void rh_order_attrs(Attr *a, uint32_t n);
 /* Iteration order of a fresh map holding integer keys 0..r-1 inserted in order. */
 void rh_order_ints(int r, int *order);
 
+/* --------------------------------------------------------------- keymap.c */
+/* A map from short int64 arrays to zeroed values of vsize bytes that never
+ * move (the lowering's caches: groups by ranks, plans by transfer). */
+typedef struct KeyEnt {
+	uint64_t h;
+	uint32_t nkey;
+	const int64_t *key;
+	void *val;
+} KeyEnt;
+typedef struct KeyMap {
+	Arena *arena;  /* keys and values */
+	size_t vsize;
+	KeyEnt *ent;   /* in insertion order */
+	uint32_t *slot; /* cap slots: entry index + 1, 0 empty */
+	uint32_t n, ecap, cap;
+} KeyMap;
+void keymap_init(KeyMap *m, size_t vsize);
+/* the value of key[0..nkey), zeroed and *fresh = 1 when the key is new */
+void *keymap_get(KeyMap *m, const int64_t *key, uint32_t nkey, int *fresh);
+/* entry i (0 .. m->n - 1, insertion order): its value, and its key if asked */
+void *keymap_at(const KeyMap *m, uint32_t i, const int64_t **key, uint32_t *nkey);
+void keymap_free(KeyMap *m);
+
 /* -------------------------------------------------------------- stdsort.c */
 /* libstdc++'s std::stable_sort, comparison for comparison, so that a
  * comparator that is not a strict weak order gives MindSpore's result.

@@ -52,19 +52,10 @@ void lower_attr_put(Module *m, AttrList *l, const char *key, Value v)
 
 /* lower_group_mask's answers: a pass asks for the same few (device
  * matrix, mask) groups once per operator, and a group can hold every rank */
-typedef struct MaskEntry {
-	uint64_t h;
-	int ndev;
-	uint32_t mask;
-	int32_t dev[LAYOUT_MAX_DIM + 2];
-	int n;
-	int64_t *ranks; /* NULL: empty slot */
-} MaskEntry;
-
-typedef struct MaskMemo {
-	MaskEntry *e;
-	uint32_t cap, n;
-} MaskMemo;
+typedef struct MaskVal {
+	int n;          /* the group's size */
+	int64_t *ranks; /* its first min(n, LOWER_MAX_GROUP) ranks */
+} MaskVal;
 
 int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 {
@@ -100,24 +91,22 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 			}
 	}
 	c->next_uid = 1;
-	c->mask_memo = xcalloc(1, sizeof *c->mask_memo);
+	c->mask_memo = xmalloc(sizeof *c->mask_memo);
+	keymap_init(c->mask_memo, sizeof(MaskVal));
+	keymap_init(&c->groups, sizeof(LowerGroup));
 	return 0;
 }
 
 void lower_ctx_free(LowerCtx *c)
 {
 	if (c->mask_memo) {
-		for (uint32_t i = 0; i < c->mask_memo->cap; i++)
-			free(c->mask_memo->e[i].ranks);
-		free(c->mask_memo->e);
+		for (uint32_t i = 0; i < c->mask_memo->n; i++)
+			free(((MaskVal *)keymap_at(c->mask_memo, i, NULL, NULL))->ranks);
+		keymap_free(c->mask_memo);
 		free(c->mask_memo);
 		c->mask_memo = NULL;
 	}
-	for (uint32_t i = 0; i < c->gcap; i++)
-		free(c->groups[i].ranks);
-	free(c->groups);
-	c->groups = NULL;
-	c->gcap = c->gcount = 0;
+	keymap_free(&c->groups);
 	free(c->dev_list);
 	free(c->ckeys);
 	free(c->cvals);
@@ -268,49 +257,25 @@ static int group_mask_compute(const LowerCtx *c, const int32_t *dev, int ndev, u
 
 int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out)
 {
-	MaskMemo *mm = c->mask_memo;
-	if (!mm || ndev > LAYOUT_MAX_DIM + 2)
+	if (!c->mask_memo || ndev > LAYOUT_MAX_DIM + 2)
 		return group_mask_compute(c, dev, ndev, mask, out);
-	uint64_t h = (1469598103934665603ULL ^ mask ^ (uint64_t)ndev << 40) * 1099511628211ULL;
+	int64_t key[LAYOUT_MAX_DIM + 3];
+	key[0] = mask;
 	for (int i = 0; i < ndev; i++)
-		h = (h ^ (uint64_t)(uint32_t)dev[i]) * 1099511628211ULL;
-	if (mm->n * 2 >= mm->cap) {
-		uint32_t ncap = mm->cap ? mm->cap * 2 : 64;
-		MaskEntry *ne = xcalloc(ncap, sizeof *ne);
-		for (uint32_t i = 0; i < mm->cap; i++) {
-			if (!mm->e[i].ranks)
-				continue;
-			uint32_t j = (uint32_t)mm->e[i].h & (ncap - 1);
-			while (ne[j].ranks)
-				j = (j + 1) & (ncap - 1);
-			ne[j] = mm->e[i];
-		}
-		free(mm->e);
-		mm->e = ne;
-		mm->cap = ncap;
+		key[1 + i] = dev[i];
+	int fresh;
+	MaskVal *v = keymap_get(c->mask_memo, key, (uint32_t)ndev + 1, &fresh);
+	if (fresh) {
+		v->n = group_mask_compute(c, dev, ndev, mask, out);
+		int k = v->n < LOWER_MAX_GROUP ? v->n : LOWER_MAX_GROUP;
+		v->ranks = xmalloc((size_t)(k ? k : 1) * sizeof *out);
+		memcpy(v->ranks, out, (size_t)k * sizeof *out);
+		return v->n;
 	}
-	uint32_t j = (uint32_t)h & (mm->cap - 1);
-	for (; mm->e[j].ranks; j = (j + 1) & (mm->cap - 1)) {
-		MaskEntry *e = &mm->e[j];
-		if (e->h == h && e->mask == mask && e->ndev == ndev &&
-		    (!ndev || memcmp(e->dev, dev, (size_t)ndev * sizeof *dev) == 0)) {
-			int k = e->n < LOWER_MAX_GROUP ? e->n : LOWER_MAX_GROUP;
-			memcpy(out, e->ranks, (size_t)k * sizeof *out);
-			return e->n;
-		}
-	}
-	MaskEntry *e = &mm->e[j];
-	e->n = group_mask_compute(c, dev, ndev, mask, out);
-	int k = e->n < LOWER_MAX_GROUP ? e->n : LOWER_MAX_GROUP;
-	e->ranks = xmalloc((size_t)(k ? k : 1) * sizeof *out);
-	memcpy(e->ranks, out, (size_t)k * sizeof *out);
-	e->h = h;
-	e->mask = mask;
-	e->ndev = ndev;
-	if (ndev)
-		memcpy(e->dev, dev, (size_t)ndev * sizeof *dev);
-	mm->n++;
-	return e->n;
+	int k = v->n < LOWER_MAX_GROUP ? v->n : LOWER_MAX_GROUP;
+	if (k)
+		memcpy(out, v->ranks, (size_t)k * sizeof *out);
+	return v->n;
 }
 
 int lower_replica_group(const LowerCtx *c, const TLay *t, int64_t *out)
@@ -353,36 +318,10 @@ Value lower_ints(Module *m, const int64_t *v, int n)
  * communication ops but only as many groups as device-matrix shapes. */
 static LowerGroup *lower_group(LowerCtx *c, const int64_t *ranks, int n)
 {
-	uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
-	for (int i = 0; i < n; i++)
-		h = (h ^ (uint64_t)ranks[i]) * 1099511628211ULL;
-	if (c->gcount * 2 >= c->gcap) {
-		uint32_t ncap = c->gcap ? c->gcap * 2 : 64;
-		LowerGroup *ng = xcalloc(ncap, sizeof *ng);
-		for (uint32_t i = 0; i < c->gcap; i++) {
-			if (!c->groups[i].ranks)
-				continue;
-			uint32_t j = (uint32_t)c->groups[i].h & (ncap - 1);
-			while (ng[j].ranks)
-				j = (j + 1) & (ncap - 1);
-			ng[j] = c->groups[i];
-		}
-		free(c->groups);
-		c->groups = ng;
-		c->gcap = ncap;
-	}
-	uint32_t j = (uint32_t)h & (c->gcap - 1);
-	for (; c->groups[j].ranks; j = (j + 1) & (c->gcap - 1)) {
-		LowerGroup *g = &c->groups[j];
-		if (g->h == h && g->n == n && (!n || memcmp(g->ranks, ranks, (size_t)n * sizeof *ranks) == 0))
-			return g;
-	}
-	LowerGroup *g = &c->groups[j];
-	g->h = h;
-	g->n = n;
-	g->ranks = xmalloc((size_t)(n ? n : 1) * sizeof *ranks);
-	if (n)
-		memcpy(g->ranks, ranks, (size_t)n * sizeof *ranks);
+	int fresh;
+	LowerGroup *g = keymap_get(&c->groups, ranks, (uint32_t)n, &fresh);
+	if (!fresh)
+		return g;
 	char *buf = xmalloc((size_t)n * 24 + 64);
 	size_t k = join_ranks(ranks, n, buf, (size_t)n * 24 + 64);
 	if (n == c->n_total)
@@ -394,7 +333,6 @@ static LowerGroup *lower_group(LowerCtx *c, const int64_t *ranks, int n)
 	}
 	g->granks = n == c->n_total ? intern_cstr("WORLD_GROUP") : intern(buf, k);
 	free(buf);
-	c->gcount++;
 	return g;
 }
 

@@ -71,17 +71,13 @@ typedef struct LowerCtx {
 	uint32_t fn_gen[LOWER_FNCACHE], fn_epoch; /* counter pointers die when the table grows */
 	/* communication groups seen so far (lower_group): their names and rank
 	 * tuples are built once and shared by every op of that group */
-	struct LowerGroup *groups;
-	uint32_t gcap, gcount;
-	struct PlanMemo *redist_memo; /* redistribute pass: plans by transfer */
-	struct MaskMemo *mask_memo;   /* lower_group_mask results by (dev, mask) */
+	KeyMap groups;         /* ranks -> LowerGroup */
+	KeyMap *redist_memo;   /* redistribute pass: plans by transfer (MemoEntry) */
+	KeyMap *mask_memo;     /* lower_group_mask results by (mask, dev) */
 } LowerCtx;
 
 /* one communication group: derived attributes shared by its ops (never mutated) */
 typedef struct LowerGroup {
-	uint64_t h;
-	int n;
-	int64_t *ranks;    /* heap copy, for the equality check */
 	Sym name;          /* "<n>-<hash>" or the world group */
 	Sym granks;        /* "0-1-2" or WORLD_GROUP */
 	Value ids;         /* (0, 1, 2), bare ints */

@@ -297,20 +297,12 @@ static int plan(const LowerCtx *c, const Layout *f, const Layout *t, int keep, R
  * the pass.  Entries own their plan (ops trimmed to nops, groupbuf) or the
  * error text. */
 typedef struct MemoEntry {
-	uint64_t h;
-	int nkey;
-	int64_t *key;
 	int ok, nops;     /* ok = 0: failed with err */
 	RedistOp *ops;    /* group pointers into groupbuf */
 	Node **tmpl;      /* 2*nops template nodes (build_plan) */
 	int64_t *groupbuf;
 	char *err;
 } MemoEntry;
-
-typedef struct PlanMemo {
-	MemoEntry *e;
-	uint32_t cap, n;
-} PlanMemo;
 
 static int memo_key(const TLay *from, const TLay *to, int keep, int fallback, int64_t *k)
 {
@@ -330,55 +322,16 @@ static int memo_key(const TLay *from, const TLay *to, int keep, int fallback, in
 	return n;
 }
 
-static MemoEntry *memo_find(PlanMemo *mm, const int64_t *k, int nk, int *fresh)
+static void memo_free(KeyMap *mm)
 {
-	uint64_t h = 1469598103934665603ULL;
-	for (int i = 0; i < nk; i++)
-		h = (h ^ (uint64_t)k[i]) * 1099511628211ULL;
-	if (mm->n * 2 >= mm->cap) {
-		uint32_t ncap = mm->cap ? mm->cap * 2 : 256;
-		MemoEntry *ne = xcalloc(ncap, sizeof *ne);
-		for (uint32_t i = 0; i < mm->cap; i++) {
-			if (!mm->e[i].key)
-				continue;
-			uint32_t j = (uint32_t)mm->e[i].h & (ncap - 1);
-			while (ne[j].key)
-				j = (j + 1) & (ncap - 1);
-			ne[j] = mm->e[i];
-		}
-		free(mm->e);
-		mm->e = ne;
-		mm->cap = ncap;
+	for (uint32_t i = 0; i < mm->n; i++) {
+		MemoEntry *e = keymap_at(mm, i, NULL, NULL);
+		free(e->err);
+		free(e->ops);
+		free(e->tmpl);
+		free(e->groupbuf);
 	}
-	uint32_t j = (uint32_t)h & (mm->cap - 1);
-	for (; mm->e[j].key; j = (j + 1) & (mm->cap - 1))
-		if (mm->e[j].h == h && mm->e[j].nkey == nk && memcmp(mm->e[j].key, k, (size_t)nk * sizeof *k) == 0) {
-			*fresh = 0;
-			return &mm->e[j];
-		}
-	MemoEntry *e = &mm->e[j];
-	e->h = h;
-	e->nkey = nk;
-	e->key = xmalloc((size_t)nk * sizeof *k);
-	memcpy(e->key, k, (size_t)nk * sizeof *k);
-	mm->n++;
-	*fresh = 1;
-	return e;
-}
-
-static void memo_free(PlanMemo *mm)
-{
-	for (uint32_t i = 0; i < mm->cap; i++) {
-		if (!mm->e[i].key)
-			continue;
-		free(mm->e[i].key);
-		free(mm->e[i].err);
-		free(mm->e[i].ops);
-		free(mm->e[i].tmpl);
-		free(mm->e[i].groupbuf);
-	}
-	free(mm->e);
-	memset(mm, 0, sizeof *mm);
+	keymap_free(mm);
 }
 
 /* plan a transfer (with the replicated fall-back if asked) into e */
@@ -422,7 +375,7 @@ static MemoEntry *memo_plan(LowerCtx *c, const TLay *from, const TLay *to, int k
 	int64_t key[4 + 2 * (LAYOUT_MAX_DIM + 2) + 4 * LAYOUT_MAX_DIM];
 	int nk = memo_key(from, to, keep, fallback, key);
 	int fresh;
-	MemoEntry *e = memo_find(c->redist_memo, key, nk, &fresh);
+	MemoEntry *e = keymap_get(c->redist_memo, key, (uint32_t)nk, &fresh);
 	if (fresh)
 		memo_fill(c, e, from, to, keep, fallback);
 	return e;
@@ -826,7 +779,8 @@ int pass_redistribute(Module *m, const Options *o)
 	LowerCtx c;
 	if (lower_ctx_init(&c, m, o) < 0)
 		return 1;
-	PlanMemo memo = {0};
+	KeyMap memo;
+	keymap_init(&memo, sizeof(MemoEntry));
 	c.redist_memo = &memo;
 	Graph *g = ir_entry(m);
 	NodeVec out = {0};

@@ -49,6 +49,54 @@ static void test_intern(void **state)
 	assert_int_equal(intern_cstr("MatMul"), a);
 }
 
+/* keymap: equal keys share a value, different lengths and orders do
+ * not, values stay put while the table grows, entries come back in
+ * insertion order */
+static void test_keymap(void **state)
+{
+	(void)state;
+	KeyMap m;
+	keymap_init(&m, sizeof(int64_t));
+	int fresh;
+	int64_t k[3] = {1, 2, 3};
+	int64_t *first = keymap_get(&m, k, 3, &fresh);
+	assert_int_equal(fresh, 1);
+	*first = 42;
+	assert_ptr_equal(keymap_get(&m, k, 3, &fresh), first);
+	assert_int_equal(fresh, 0);
+	int64_t *two = keymap_get(&m, k, 2, &fresh); /* a prefix is another key */
+	assert_int_equal(fresh, 1);
+	assert_int_equal(*two, 0);
+	int64_t r[3] = {3, 2, 1};
+	keymap_get(&m, r, 3, &fresh);
+	assert_int_equal(fresh, 1);
+	int64_t *empty = keymap_get(&m, NULL, 0, &fresh);
+	assert_int_equal(fresh, 1);
+	assert_ptr_equal(keymap_get(&m, NULL, 0, &fresh), empty);
+	for (int64_t i = 0; i < 5000; i++) {
+		int64_t kk[2] = {i, -i};
+		*(int64_t *)keymap_get(&m, kk, 2, NULL) = i;
+	}
+	assert_int_equal(m.n, 5004);
+	assert_int_equal(*first, 42);
+	assert_ptr_equal(keymap_get(&m, k, 3, &fresh), first);
+	assert_int_equal(fresh, 0);
+	for (int64_t i = 0; i < 5000; i++) {
+		int64_t kk[2] = {i, -i};
+		assert_int_equal(*(int64_t *)keymap_get(&m, kk, 2, &fresh), i);
+		assert_int_equal(fresh, 0);
+	}
+	const int64_t *key;
+	uint32_t nkey;
+	assert_ptr_equal(keymap_at(&m, 0, &key, &nkey), first);
+	assert_int_equal(nkey, 3);
+	assert_int_equal(key[2], 3);
+	assert_int_equal(*(int64_t *)keymap_at(&m, 4 + 4999, &key, &nkey), 4999);
+	assert_int_equal(key[1], -4999);
+	keymap_free(&m);
+	assert_int_equal(m.n, 0);
+}
+
 static void test_ops(void **state)
 {
 	(void)state;
@@ -200,7 +248,7 @@ int main(void)
 		cmocka_unit_test(test_std_hash), cmocka_unit_test(test_intern),
 		cmocka_unit_test(test_ops),      cmocka_unit_test(test_parse_minimal),
 		cmocka_unit_test(test_infer),    cmocka_unit_test(test_values),
-		cmocka_unit_test(test_fragment),
+		cmocka_unit_test(test_fragment), cmocka_unit_test(test_keymap),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();
