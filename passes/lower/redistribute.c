@@ -29,12 +29,44 @@ typedef Vec(Node *) NodeVec;
 
 static const char *const rd_name[] = {"StridedSlice", "AllGather", "Split", "Concat", "AlltoAll", "Reshape"};
 
-static void name_op(Node *n, const Node *origin, int index, const char *opname)
+/* The instance names of one plan's ops: "redistribution_op_<h><Op>", h the
+ * std::hash of "<origin's full name>_<step>".  A rank graph names hundreds
+ * of thousands of these: the origin's full name is formed once per plan
+ * and the numbers are written without printf. */
+typedef struct PlanNames {
+	const Node *origin;
+	size_t k; /* length of the full name in buf, 0: not formed yet */
+	char buf[1024];
+} PlanNames;
+
+static size_t put_u64(char *p, uint64_t v)
 {
+	char t[24];
+	size_t n = 0;
+	do {
+		t[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (size_t i = 0; i < n; i++)
+		p[i] = t[n - 1 - i];
+	return n;
+}
+
+static void name_op(PlanNames *pn, Node *n, int index, const char *opname)
+{
+	if (!pn->k) {
+		lower_fullname(pn->origin, pn->buf, sizeof pn->buf - 24); /* as lower_hash_name */
+		pn->k = strlen(pn->buf);
+	}
+	size_t k = pn->k;
+	pn->buf[k++] = '_';
+	k += put_u64(pn->buf + k, (uint64_t)index);
 	char inst[96];
-	snprintf(inst, sizeof inst, "redistribution_op_%llu%s", (unsigned long long)lower_hash_name(origin, index),
-	         opname);
-	n->instance = intern_cstr(inst);
+	memcpy(inst, "redistribution_op_", 18);
+	size_t j = 18 + put_u64(inst + 18, std_hash_bytes(pn->buf, k));
+	size_t ol = strlen(opname);
+	memcpy(inst + j, opname, ol);
+	n->instance = intern(inst, j + ol);
 }
 
 static void keep_value(Module *m, Node *n)
@@ -118,6 +150,9 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 	Module *m = c->m;
 	Sym dt = src->out.dtype ? src->out.dtype : intern_cstr("Float32");
 	Node *cur = src;
+	PlanNames pn;
+	pn.origin = origin;
+	pn.k = 0;
 	int broken = break_redist();
 	if (broken)
 		tm = NULL;
@@ -125,7 +160,7 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 		Node *T = tm ? tm[i] : NULL;
 		if (T && T->in_types[0].dtype == cur->out.dtype && abs_equal(&T->in_types[0], &cur->out)) {
 			Node *n = clone_op(c, T, like);
-			name_op(n, origin, i, rd_name[ops[i].kind]);
+			name_op(&pn, n, i, rd_name[ops[i].kind]);
 			n->args[0] = value_node(cur);
 			vec_push(out, n);
 			cur = n;
@@ -222,7 +257,7 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 		}
 		if (broken && o->kind == RD_ALLGATHER)
 			free(bo.group); /* break_op's copy */
-		name_op(n, origin, i, rd_name[o->kind]);
+		name_op(&pn, n, i, rd_name[o->kind]);
 		n->args[0] = value_node(cur);
 		n->in_types[0] = cur->out;
 		Abs t = tensor_abs(m, dt, o->out_shape, o->rank_out);
