@@ -412,6 +412,9 @@ static int write_all_ranks(const char *dir, const char *in, const char *buf, siz
 	char *path = xmalloc(plen);
 	/* rank 0 first, in this process: a bad input is reported once */
 	int rc = lower_one_rank(dir, in, buf, len, o, pm, 0, base, bl, path, plen);
+	/* the warnings and notes are the graph's, not a rank's: rank 0 has
+	 * shown them; errors of the other ranks still show */
+	diag_set_quiet(1);
 	int nw = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (nw > 8)
 		nw = 8;

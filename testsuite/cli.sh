@@ -225,5 +225,11 @@ check "--svg: no temporary file left" no_temp_left "$tmp/o"
 run "$sappc" --passes= -o /dev/null "$tmp/good.ir"
 check "-o /dev/null: exit 0" test "$rc" = 0
 check "-o /dev/null: /dev/null is still a character device" test -c /dev/null
+# --all-ranks lowers every rank but shows a warning of the graph once
+run "$sappc" -n 8 --all-ranks "$tmp/ar" "$top/ir-samples/interfered_add.ir"
+check "--all-ranks: exit 0" test "$rc" = 0
+check "--all-ranks: every rank written" test "$(ls "$tmp/ar" | wc -l)" = 8
+check "--all-ranks: the user-strategy warning once, not per rank" \
+	test "$(grep -c 'carries a user strategy' "$tmp/err")" = 1
 echo "1..$n"
 [ "$fails" = 0 ]
