@@ -76,6 +76,100 @@ static int combine_of(const NodeLayout *l)
 	                                 : SIM_SUM;
 }
 
+/* The ranks holding partial values of one block: those that differ only
+ * in the device dimensions `dims` of layout l (the position with those
+ * coordinates zeroed names the group), combined with `combine`. */
+static void partial_group(const NodeLayout *l, uint32_t dims, int64_t pos, int combine, SimSlice *out)
+{
+	if (l->nodev <= 0)
+		return;
+	int64_t coord[LAYOUT_MAX_DIM + 2], p = pos, k = 1, key = 0;
+	for (int i = l->nodev - 1; i >= 0; i--) {
+		coord[i] = p % l->odev[i];
+		p /= l->odev[i];
+	}
+	for (int i = 0; i < l->nodev; i++) {
+		if (dims >> i & 1) {
+			k *= l->odev[i];
+			coord[i] = 0;
+		}
+		key = key * l->odev[i] + coord[i];
+	}
+	if (k > 1) {
+		out->replicated_sum = (int)k;
+		out->combine = combine;
+		out->group = key;
+	}
+}
+
+/* A data-parallel loss is its rank's local mean (lower_local_mean_dims);
+ * a scalar that an affine step makes of it - loss + c, loss - c, loss * c,
+ * loss / c, -loss, Cast, Depend, loss1 + loss2 of the same loss - is one
+ * too: the mean over the loss's group of ranks is still the reference
+ * value.  Only scalars, whose other operands are whole on every rank (a
+ * partial one has its AllReduce before it).  The loss node, else NULL. */
+static const Node *mean_source(const Node *n, int depth)
+{
+	if (!n || n->kind != NK_CNODE || depth > 32 || n->out.shape.kind != SK_DIMS || n->out.shape.rank != 0)
+		return NULL;
+	if (lower_local_mean_dims(n))
+		return n;
+	int one = 0; /* the operand that must be the only partial one, -1 any */
+	switch (n->op) {
+	case OP_Add:
+	case OP_Sub:
+	case OP_AddN:
+		one = -1;
+		break;
+	case OP_Mul:
+		one = -2; /* exactly one, either */
+		break;
+	case OP_Div:
+	case OP_RealDiv:
+	case OP_Neg:
+	case OP_Cast:
+	case OP_Depend:
+		one = 0;
+		break;
+	default:
+		return NULL;
+	}
+	const Node *src = NULL;
+	int npartial = 0;
+	uint32_t nt = n->op == OP_Cast || n->op == OP_Depend ? 1 : n->nargs;
+	for (uint32_t i = 0; i < nt && i < n->nargs; i++) {
+		const Value *v = &n->args[i];
+		if (v->kind != V_NODE)
+			continue;
+		const Node *a = v->u.node;
+		if (a->kind == NK_CNODE && a->op == OP_MakeTuple && n->op == OP_AddN) {
+			for (uint32_t j = 0; j < a->nargs; j++) {
+				const Node *e = a->args[j].kind == V_NODE ? a->args[j].u.node : NULL;
+				const Node *s2 = e ? mean_source(e, depth + 1) : NULL;
+				if (s2 && src && s2 != src)
+					return NULL;
+				if (s2) {
+					src = s2;
+					npartial++;
+				}
+			}
+			continue;
+		}
+		if (a->out.shape.kind == SK_DIMS && a->out.shape.rank != 0)
+			return NULL; /* a tensor operand: not a scalar step */
+		const Node *s2 = mean_source(a, depth + 1);
+		if (!s2)
+			continue;
+		if ((src && s2 != src) || (one >= 0 && (int)i != one))
+			return NULL;
+		src = s2;
+		npartial++;
+	}
+	if (!src || (one == -2 && npartial != 1))
+		return NULL;
+	return src;
+}
+
 static int lower_slice(void *ctx, const Node *local, const Node *global, int rank, SimSlice *out)
 {
 	const Plan *pl = ctx;
@@ -118,27 +212,11 @@ static int lower_slice(void *ctx, const Node *local, const Node *global, int ran
 	if ((l->flags & LAY_OP) &&
 	    (l->fwd == FC_ALLREDUCE || l->fwd == FC_ALLREDUCE_MEAN || l->fwd == FC_REDUCESCATTER))
 		mask = l->fwd_mask;
-	if ((mask || dp) && l->nodev > 0) {
-		/* partial values over the device dimensions of the mask; the
-		 * group is named by the position with those coordinates zeroed */
-		int64_t coord[LAYOUT_MAX_DIM + 2], p = pos, k = 1, key = 0;
-		for (int i = l->nodev - 1; i >= 0; i--) {
-			coord[i] = p % l->odev[i];
-			p /= l->odev[i];
-		}
-		for (int i = 0; i < l->nodev; i++) {
-			if ((mask | dp) >> i & 1) {
-				k *= l->odev[i];
-				coord[i] = 0;
-			}
-			key = key * l->odev[i] + coord[i];
-		}
-		if (k > 1) {
-			out->replicated_sum = (int)k;
-			out->combine = dp ? SIM_MEAN : combine_of(l);
-			out->group = key;
-		}
-	}
+	const Node *src = mask || dp ? NULL : mean_source(local, 0);
+	if (src) /* loss + c and the like: the mean over the loss's group */
+		partial_group(src->lay, lower_local_mean_dims(src), pos, SIM_MEAN, out);
+	else if (mask || dp)
+		partial_group(l, mask | dp, pos, dp ? SIM_MEAN : combine_of(l), out);
 	return 1;
 }
 
