@@ -15,7 +15,7 @@ build=${1:-.}
 sappc=$build/sappc
 gen=$build/testsuite/gen/gen-transformer
 runs=${BENCH_RUNS:-3}
-configs=${BENCH_CONFIGS:-"64:8 512:1024 2048:4096 4096:4096 4096:6144:-f,3072,-v,30720"}
+configs=${BENCH_CONFIGS:-"64:8 512:1024 2048:4096 4096:1024 4096:4096 4096:6144:-f,3072,-v,30720"}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sappc-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export LC_ALL=C
