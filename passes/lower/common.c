@@ -110,6 +110,11 @@ void lower_ctx_free(LowerCtx *c)
 	free(c->dev_list);
 	free(c->ckeys);
 	free(c->cvals);
+	free(c->seed_nodes);
+	free(c->seed_next);
+	c->seed_nodes = NULL;
+	c->seed_next = NULL;
+	keymap_free(&c->seed_prims);
 	c->dev_list = NULL;
 }
 
@@ -452,9 +457,44 @@ static int32_t *counter(LowerCtx *c, Sym key)
 	return &c->cvals[h];
 }
 
+/* The "-op<k>" suffix of a full name: its position and k, or NULL. */
+static const char *op_suffix(const char *s, size_t len, long *k)
+{
+	const char *last = NULL;
+	for (size_t i = len >= 3 ? len - 3 + 1 : 0; i-- > 0;)
+		if (s[i] == '-' && s[i + 1] == 'o' && s[i + 2] == 'p') {
+			last = s + i;
+			break;
+		}
+	if (!last)
+		return NULL;
+	char *end;
+	*k = strtol(last + 3, &end, 10);
+	return end == last + 3 || *end ? NULL : last;
+}
+
+static void seed_one(LowerCtx *c, const char *s, const char *last, long v)
+{
+	int32_t *ct = counter(c, intern(s, (size_t)(last - s)));
+	if (*ct <= v)
+		*ct = (int32_t)v + 1;
+}
+
+/* The counters start past every full name of the graph.  A full name
+ * "dir/Op-op<k>" only matters if the lowering inserts an Op in dir, so the
+ * nodes named after their own primitive - nearly all - wait in a list per
+ * primitive, and seed_prim() interns their prefixes the first time an op
+ * of that primitive is named; the others are counted now. */
 static void seed_counters(LowerCtx *c)
 {
 	c->cseeded = 1;
+	keymap_init(&c->seed_prims, sizeof(int32_t));
+	uint32_t total = 0;
+	for (uint32_t gi = 0; gi < c->m->graphs.n; gi++)
+		total += c->m->graphs.a[gi]->nodes.n;
+	c->seed_next = xmalloc(((size_t)total + 1) * sizeof *c->seed_next);
+	c->seed_nodes = xmalloc(((size_t)total + 1) * sizeof *c->seed_nodes);
+	uint32_t k = 0;
 	for (uint32_t gi = 0; gi < c->m->graphs.n; gi++) {
 		Graph *g = c->m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
@@ -468,23 +508,45 @@ static void seed_counters(LowerCtx *c)
 				continue;
 			}
 			const char *s = sym_str(n->scope);
-			const char *op = strstr(s, "-op");
-			const char *last = NULL;
-			while (op) {
-				last = op;
-				op = strstr(op + 1, "-op");
-			}
+			size_t len = sym_len(n->scope);
+			long v;
+			const char *last = op_suffix(s, len, &v);
 			if (!last)
 				continue;
-			char *end;
-			long v = strtol(last + 3, &end, 10);
-			if (end == last + 3 || *end)
-				continue;
-			int32_t *ct = counter(c, intern(s, (size_t)(last - s)));
-			if (*ct <= v)
-				*ct = (int32_t)v + 1;
+			const char *op = last;
+			while (op > s && op[-1] != '/')
+				op--;
+			size_t pl = sym_len(n->prim);
+			if (n->prim && (size_t)(last - op) == pl && memcmp(op, sym_str(n->prim), pl) == 0) {
+				int64_t key = n->prim;
+				int fresh;
+				int32_t *head = keymap_get(&c->seed_prims, &key, 1, &fresh);
+				if (fresh)
+					*head = -1;
+				c->seed_nodes[k] = n;
+				c->seed_next[k] = *head;
+				*head = (int32_t)k++;
+			} else {
+				seed_one(c, s, last, v);
+			}
 		}
 	}
+}
+
+/* the counters of the full names waiting for primitive prim */
+static void seed_prim(LowerCtx *c, Sym prim)
+{
+	int64_t key = prim;
+	int fresh;
+	int32_t *head = keymap_get(&c->seed_prims, &key, 1, &fresh);
+	for (int32_t k = fresh ? -1 : *head; k >= 0; k = c->seed_next[k]) {
+		const Node *n = c->seed_nodes[k];
+		const char *s = sym_str(n->scope);
+		long v;
+		const char *last = op_suffix(s, sym_len(n->scope), &v);
+		seed_one(c, s, last, v);
+	}
+	*head = -1; /* done */
 }
 
 void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
@@ -505,6 +567,7 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 	uint32_t h = (like->scope * 2654435761u ^ n->prim * 40503u) & (LOWER_FNCACHE - 1);
 	if (!(c->fn_scope[h] == like->scope && c->fn_prim[h] == n->prim && c->fn_ctr[h] &&
 	      c->fn_gen[h] == c->fn_epoch)) {
+		seed_prim(c, n->prim);
 		const char *s = sym_str(like->scope);
 		const char *slash = strrchr(s, '/');
 		size_t plen = slash ? (size_t)(slash - s) : 0;
