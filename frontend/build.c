@@ -1636,7 +1636,6 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 				k++;
 			}
 			a->ref_key = intern_cstr(k);
-			a->extras_pos = extras.n;
 			continue;
 		}
 		if (v->kind == V_WORD && v->key) { /* value=... */

@@ -222,7 +222,6 @@ typedef struct Abs {
 	Sym ref_key;    /* without the leading ':' */
 	Sym *extras;    /* other ", item" texts in order (is_parameter, elements_use_flags={..}) */
 	uint32_t nextras;
-	uint32_t extras_pos; /* extras printed after shape (0) or interleaved: index of ref_key */
 } Abs;
 
 int shape_numel(const Shape *s, int64_t *out); /* 0 ok, -1 overflow/not dims */
@@ -292,7 +291,6 @@ struct Node {
 	const char **debug; /* "# ..." lines after the scope line, verbatim without indent */
 	uint32_t ndebug;
 	Sym cycle_mark;    /* "#------------------------> N" text before the node */
-	Sym ptail;         /* parameter: extra " : ..." items kept verbatim ("" if none) */
 	Loc loc;
 	Loc tloc;          /* the type line (line 0: none); verify points its shape errors there */
 	/* pass data */
