@@ -330,13 +330,13 @@ static void ir_print_abs_impl(FILE *f, const Abs *a)
 	}
 	if (a->has_value)
 		fputs(", value=...", f);
-	if (a->ref_key) {
-		fputs(a->ref_colon ? ", ref_key=:" : ", ref_key=", f);
-		put_sym(f, a->ref_key);
+	if (a->x && a->x->ref_key) {
+		fputs(a->x->ref_colon ? ", ref_key=:" : ", ref_key=", f);
+		put_sym(f, a->x->ref_key);
 	}
-	for (uint32_t i = 0; i < a->nextras; i++) {
+	for (uint32_t i = 0; a->x && i < a->x->nextras; i++) {
 		fputs(", ", f);
-		put_sym(f, a->extras[i]);
+		put_sym(f, a->x->extras[i]);
 	}
 	fputc('>', f);
 }

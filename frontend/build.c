@@ -1625,6 +1625,8 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 	a->dtype = dtype_of(t);
 	a->is_tensor = a->dtype != 0;
 	Vec(Sym) extras = {0};
+	Sym ref_key = 0;
+	uint8_t ref_colon = 0;
 	for (uint32_t i = 0; items && i < items->v.n; i++) {
 		Value *v = &items->v.a[i];
 		if (i == 0 && to_shape(b, loc, v, &a->shape))
@@ -1632,10 +1634,10 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 		if (v->kind == V_RAW && v->key) { /* ref_key */
 			const char *k = sym_str(v->text);
 			if (*k == ':') {
-				a->ref_colon = 1;
+				ref_colon = 1;
 				k++;
 			}
-			a->ref_key = intern_cstr(k);
+			ref_key = intern_cstr(k);
 			continue;
 		}
 		if (v->kind == V_WORD && v->key) { /* value=... */
@@ -1657,9 +1659,14 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 			free(buf);
 		}
 	}
-	if (extras.n) {
-		a->extras = arena_dup(b->m->arena, extras.a, extras.n * sizeof(Sym));
-		a->nextras = extras.n;
+	if (ref_key || extras.n) {
+		AbsExt *x = arena_alloc(b->m->arena, sizeof *x + extras.n * sizeof(Sym));
+		x->ref_key = ref_key;
+		x->ref_colon = ref_colon;
+		x->nextras = extras.n;
+		if (extras.n)
+			memcpy(x->extras, extras.a, extras.n * sizeof(Sym));
+		a->x = x;
 	}
 	vec_free(&extras);
 	vrelease(b, items);

@@ -213,15 +213,24 @@ typedef struct Shape {
 	struct Shape *sub;  /* SK_TUPLE, SK_LIST */
 } Shape;
 
-/* An abstract as printed in a type line: <TYPESTR[, SHAPE][, extras...]>. */
+/* The parameter-only text of an abstract: ", ref_key=..." and the other
+ * ", item" texts.  Made once by the reader and shared by every copy of the
+ * Abs, so never written after it is made. */
+typedef struct AbsExt {
+	Sym ref_key;    /* without the leading ':' (0: none) */
+	uint8_t ref_colon;
+	uint32_t nextras;
+	Sym extras[];   /* other ", item" texts in order (is_parameter, elements_use_flags={..}) */
+} AbsExt;
+
+/* An abstract as printed in a type line: <TYPESTR[, SHAPE][, extras...]>.
+ * Copied by value (a rank graph holds millions), so the rare text is behind x. */
 typedef struct Abs {
 	Sym tstr;       /* "Tensor[Float32]", "Ref[Tensor[Float32]]", "UMonad", "null" */
 	Sym dtype;      /* element type: Float32 ... (0 if not a tensor) */
-	uint8_t is_ref, is_tensor, has_value, ref_colon;
+	uint8_t is_ref, is_tensor, has_value;
 	Shape shape;
-	Sym ref_key;    /* without the leading ':' */
-	Sym *extras;    /* other ", item" texts in order (is_parameter, elements_use_flags={..}) */
-	uint32_t nextras;
+	const AbsExt *x; /* NULL: no ref_key and no extras (every abstract a pass makes) */
 } Abs;
 
 int shape_numel(const Shape *s, int64_t *out); /* 0 ok, -1 overflow/not dims */
