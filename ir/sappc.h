@@ -206,11 +206,15 @@ Value value_clone(Arena *a, const Value *v);
 /* ------------------------------------------------------------------ shape.c */
 typedef enum { SK_NONE, SK_DIMS, SK_NOSHAPE, SK_TUPLE, SK_LIST, SK_OLD } ShapeKind;
 
+/* Only kind says which member of the union is meant (a tuple's dims is its
+ * sub array, not NULL); every reader tests kind first. */
 typedef struct Shape {
 	uint8_t kind;
 	uint8_t rank;       /* SK_DIMS / SK_OLD: number of dims; SK_TUPLE/LIST: number of elements */
-	int64_t *dims;      /* SK_DIMS, SK_OLD */
-	struct Shape *sub;  /* SK_TUPLE, SK_LIST */
+	union {
+		int64_t *dims;      /* SK_DIMS, SK_OLD */
+		struct Shape *sub;  /* SK_TUPLE, SK_LIST */
+	};
 } Shape;
 
 /* The parameter-only text of an abstract: ", ref_key=..." and the other
