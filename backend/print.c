@@ -330,13 +330,13 @@ static void ir_print_abs_impl(FILE *f, const Abs *a)
 	}
 	if (a->has_value)
 		fputs(", value=...", f);
-	if (a->ref_key) {
-		fputs(a->ref_colon ? ", ref_key=:" : ", ref_key=", f);
-		put_sym(f, a->ref_key);
+	if (a->x && a->x->ref_key) {
+		fputs(a->x->ref_colon ? ", ref_key=:" : ", ref_key=", f);
+		put_sym(f, a->x->ref_key);
 	}
-	for (uint32_t i = 0; i < a->nextras; i++) {
+	for (uint32_t i = 0; a->x && i < a->x->nextras; i++) {
 		fputs(", ", f);
-		put_sym(f, a->extras[i]);
+		put_sym(f, a->x->extras[i]);
 	}
 	fputc('>', f);
 }
@@ -364,14 +364,15 @@ static void print_groups(FILE *f, const Node *n)
 		print_attrs(f, &n->pattrs);
 		fputc('}', f);
 	}
-	if (n->has_cattrs || n->cattrs.n) {
+	const NodeExt *x = ir_node_ext(n);
+	if (x->has_cattrs || x->cattrs.n) {
 		fputs(" cnode_attrs: {", f);
-		print_attrs(f, &n->cattrs);
+		print_attrs(f, &x->cattrs);
 		fputc('}', f);
 	}
-	if (n->has_primal || n->primal.n) {
+	if (x->has_primal || x->primal.n) {
 		fputs(" cnode_primal_attrs: {", f);
-		print_attrs(f, &n->primal);
+		print_attrs(f, &x->primal);
 		fputc('}', f);
 	}
 	if (n->strat.n) {
@@ -419,9 +420,10 @@ static void print_args(FILE *f, const Node *n)
 
 static void ir_print_node_impl(FILE *f, const Node *n)
 {
-	if (n->cycle_mark) {
+	const NodeExt *x = ir_node_ext(n);
+	if (x->cycle_mark) {
 		fputc('\n', f);
-		put_sym(f, n->cycle_mark);
+		put_sym(f, x->cycle_mark);
 		fputc('\n', f);
 	}
 	if (n->kind == NK_RETURN) {
@@ -448,12 +450,12 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 			break;
 		case CK_CALL:
 			fputs("call ", f);
-			ir_print_value_impl(f, &n->callee);
+			ir_print_value_impl(f, &x->callee);
 			break;
 		default:
-			ir_print_value_impl(f, &n->callee);
-			if (n->funcunion)
-				put_sym(f, n->funcunion);
+			ir_print_value_impl(f, &x->callee);
+			if (x->funcunion)
+				put_sym(f, x->funcunion);
 			break;
 		}
 		print_args(f, n);
@@ -471,7 +473,7 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 			fputs(")\n", f);
 		}
 	}
-	print_lines(f, "      ", n->xlines, n->nxlines);
+	print_lines(f, "      ", x->xlines, x->nxlines);
 	const char *sp = scope_prefix(n->scope_kind);
 	if (sp) {
 		fputs(sp, f);
@@ -482,7 +484,7 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 		}
 		fputs(")\n", f);
 	}
-	print_lines(f, "      ", n->debug, n->ndebug);
+	print_lines(f, "      ", x->debug, x->ndebug);
 }
 
 static void print_param_line(FILE *f, const Node *p)

@@ -198,7 +198,7 @@ void report_collect(const Module *m, const ReportConfig *c, Report *r)
 			const Node *n = g->nodes.a[i];
 			if (n->dead || n->kind != NK_CNODE)
 				continue;
-			const Value *key = ir_attr_get(&n->primal, "related_fusion_key");
+			const Value *key = ir_attr_get(&ir_node_ext(n)->primal, "related_fusion_key");
 			if (key && key->kind == V_STR) {
 				int gs = mirror_group_size(sym_str(key->text), world, c->world_group);
 				for (uint32_t k = 0; k < n->nargs; k++) {

@@ -85,7 +85,7 @@ static void node_label(char *buf, size_t n, const Node *nd)
 	else if (nd->callee_kind == CK_PRIM)
 		snprintf(buf, n, "%s (%%%d)", sym_str(nd->prim), nd->local);
 	else if (nd->callee_kind == CK_CALL)
-		snprintf(buf, n, "call @%s (%%%d)", sym_str(nd->callee.text), nd->local);
+		snprintf(buf, n, "call @%s (%%%d)", sym_str(ir_node_ext(nd)->callee.text), nd->local);
 	else
 		snprintf(buf, n, "node %%%d", nd->local);
 }
@@ -162,12 +162,14 @@ static void flush_node(BuildCtx *b)
 	Node *n = b->last;
 	if (n) {
 		if (b->nodelines.n) {
-			n->debug = freeze(b, b->nodelines.a, b->nodelines.n);
-			n->ndebug = b->nodelines.n;
+			NodeExt *x = ir_node_ext_mut(b->m, n);
+			x->debug = freeze(b, b->nodelines.a, b->nodelines.n);
+			x->ndebug = b->nodelines.n;
 		}
 		if (b->xlines.n) {
-			n->xlines = freeze(b, b->xlines.a, b->xlines.n);
-			n->nxlines = b->xlines.n;
+			NodeExt *x = ir_node_ext_mut(b->m, n);
+			x->xlines = freeze(b, b->xlines.a, b->xlines.n);
+			x->nxlines = b->xlines.n;
 		}
 	}
 	b->nodelines.n = 0;
@@ -1054,25 +1056,40 @@ void b_textline(BuildCtx *b, Tok *t)
 	add_line(&b->pend, adup(b, t->p, t->n));
 }
 
+/* group i of g as an arena list */
+static AttrList group_attrs(BuildCtx *b, const Groups *g, int i)
+{
+	AttrList l = {NULL, g->attrs[i].n};
+	if (l.n)
+		l.a = arena_dup(b->m->arena, g->attrs[i].a, l.n * sizeof(Attr));
+	return l;
+}
+
 static void apply_groups(BuildCtx *b, Node *n, Groups *g)
 {
 	if (!g)
 		return;
 	n->instance = g->instance;
-	AttrList *dst[4] = {&n->pattrs, &n->cattrs, &n->primal, &n->strat};
-	uint8_t *has[4] = {&n->has_pattrs, &n->has_cattrs, &n->has_primal, &n->has_strat};
-	for (int i = 0; i < 4; i++) {
-		*has[i] = g->has[i];
-		dst[i]->n = g->attrs[i].n;
-		dst[i]->a = g->attrs[i].n ? arena_dup(b->m->arena, g->attrs[i].a, g->attrs[i].n * sizeof(Attr)) : NULL;
+	n->has_pattrs = g->has[0];
+	n->pattrs = group_attrs(b, g, 0);
+	n->has_strat = g->has[3];
+	n->strat = group_attrs(b, g, 3);
+	/* cnode_attrs and cnode_primal_attrs are rare: a NodeExt only for them */
+	if (g->has[1] || g->attrs[1].n || g->has[2] || g->attrs[2].n) {
+		NodeExt *x = ir_node_ext_mut(b->m, n);
+		x->has_cattrs = g->has[1];
+		x->cattrs = group_attrs(b, g, 1);
+		x->has_primal = g->has[2];
+		x->primal = group_attrs(b, g, 2);
 	}
 	grelease(b, g);
 	/* pipeline stage written as a node attribute */
-	Value *st = ir_attr_get(&n->cattrs, "stage");
+	const NodeExt *xr = ir_node_ext(n);
+	Value *st = ir_attr_get(&xr->cattrs, "stage");
 	if (!st)
-		st = ir_attr_get(&n->primal, "stage");
+		st = ir_attr_get(&xr->primal, "stage");
 	if (!st)
-		st = ir_attr_get(&n->cattrs, "pipeline_stage");
+		st = ir_attr_get(&xr->cattrs, "pipeline_stage");
 	int64_t s;
 	if (st && value_get_int(st, &s))
 		n->stage = (int32_t)s;
@@ -1120,7 +1137,8 @@ void b_node(BuildCtx *b, Loc loc, Tok *def, Value *callee, VList *args, Groups *
 	n->loc = loc;
 	n->local = (int32_t)def->i;
 	n->name = def->s;
-	n->cycle_mark = b->cycle;
+	if (b->cycle)
+		ir_node_ext_mut(b->m, n)->cycle_mark = b->cycle;
 	b->cycle = 0;
 	switch (callee->kind) {
 	case V_WORD: {
@@ -1137,18 +1155,19 @@ void b_node(BuildCtx *b, Loc loc, Tok *def, Value *callee, VList *args, Groups *
 	}
 	case V_GRAPH:
 		n->callee_kind = CK_CALL;
-		n->callee = *callee;
+		ir_node_ext_mut(b->m, n)->callee = *callee;
 		break;
 	case V_EXTERN:
 		n->callee_kind = CK_EXTERN;
-		n->callee = *callee;
+		ir_node_ext_mut(b->m, n)->callee = *callee;
 		break;
 	default:
 		n->callee_kind = CK_NODE;
-		n->callee = *callee;
+		ir_node_ext_mut(b->m, n)->callee = *callee;
 		break;
 	}
-	n->funcunion = b->funcunion;
+	if (b->funcunion)
+		ir_node_ext_mut(b->m, n)->funcunion = b->funcunion;
 	b->funcunion = 0;
 	set_args(b, n, args);
 	apply_groups(b, n, g);
@@ -1167,7 +1186,8 @@ void b_return(BuildCtx *b, Loc loc, VList *args, Groups *g)
 	n->loc = loc;
 	n->callee_kind = CK_PRIM;
 	n->prim = intern_cstr("Return");
-	n->cycle_mark = b->cycle;
+	if (b->cycle)
+		ir_node_ext_mut(b->m, n)->cycle_mark = b->cycle;
 	b->cycle = 0;
 	set_args(b, n, args);
 	apply_groups(b, n, g);
@@ -1625,6 +1645,8 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 	a->dtype = dtype_of(t);
 	a->is_tensor = a->dtype != 0;
 	Vec(Sym) extras = {0};
+	Sym ref_key = 0;
+	uint8_t ref_colon = 0;
 	for (uint32_t i = 0; items && i < items->v.n; i++) {
 		Value *v = &items->v.a[i];
 		if (i == 0 && to_shape(b, loc, v, &a->shape))
@@ -1632,11 +1654,10 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 		if (v->kind == V_RAW && v->key) { /* ref_key */
 			const char *k = sym_str(v->text);
 			if (*k == ':') {
-				a->ref_colon = 1;
+				ref_colon = 1;
 				k++;
 			}
-			a->ref_key = intern_cstr(k);
-			a->extras_pos = extras.n;
+			ref_key = intern_cstr(k);
 			continue;
 		}
 		if (v->kind == V_WORD && v->key) { /* value=... */
@@ -1658,9 +1679,14 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 			free(buf);
 		}
 	}
-	if (extras.n) {
-		a->extras = arena_dup(b->m->arena, extras.a, extras.n * sizeof(Sym));
-		a->nextras = extras.n;
+	if (ref_key || extras.n) {
+		AbsExt *x = arena_alloc(b->m->arena, sizeof *x + extras.n * sizeof(Sym));
+		x->ref_key = ref_key;
+		x->ref_colon = ref_colon;
+		x->nextras = extras.n;
+		if (extras.n)
+			memcpy(x->extras, extras.a, extras.n * sizeof(Sym));
+		a->x = x;
 	}
 	vec_free(&extras);
 	vrelease(b, items);
@@ -1769,8 +1795,9 @@ static void resolve_foreign(BuildCtx *b)
 			for (uint32_t k = 0; k < n->nargs; k++)
 				resolve_value(b, n, &n->args[k]);
 			if (n->callee_kind == CK_EXTERN) {
-				resolve_value(b, n, &n->callee);
-				if (n->callee.kind == V_NODE)
+				NodeExt *x = ir_node_ext_mut(b->m, n);
+				resolve_value(b, n, &x->callee);
+				if (x->callee.kind == V_NODE)
 					n->callee_kind = CK_NODE;
 			}
 		}

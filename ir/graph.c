@@ -121,6 +121,19 @@ int ir_node_is_op(const Node *n, int op)
 	return n && n->kind == NK_CNODE && n->callee_kind == CK_PRIM && n->op == op;
 }
 
+const NodeExt *ir_node_ext(const Node *n)
+{
+	static const NodeExt none;
+	return n->x ? n->x : &none;
+}
+
+NodeExt *ir_node_ext_mut(Module *m, Node *n)
+{
+	if (!n->x)
+		n->x = arena_alloc(m->arena, sizeof *n->x);
+	return n->x;
+}
+
 const char *ir_node_fullname(const Node *n)
 {
 	static char buf[1024];

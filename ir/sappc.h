@@ -206,23 +206,35 @@ Value value_clone(Arena *a, const Value *v);
 /* ------------------------------------------------------------------ shape.c */
 typedef enum { SK_NONE, SK_DIMS, SK_NOSHAPE, SK_TUPLE, SK_LIST, SK_OLD } ShapeKind;
 
+/* Only kind says which member of the union is meant (a tuple's dims is its
+ * sub array, not NULL); every reader tests kind first. */
 typedef struct Shape {
 	uint8_t kind;
 	uint8_t rank;       /* SK_DIMS / SK_OLD: number of dims; SK_TUPLE/LIST: number of elements */
-	int64_t *dims;      /* SK_DIMS, SK_OLD */
-	struct Shape *sub;  /* SK_TUPLE, SK_LIST */
+	union {
+		int64_t *dims;      /* SK_DIMS, SK_OLD */
+		struct Shape *sub;  /* SK_TUPLE, SK_LIST */
+	};
 } Shape;
 
-/* An abstract as printed in a type line: <TYPESTR[, SHAPE][, extras...]>. */
+/* The parameter-only text of an abstract: ", ref_key=..." and the other
+ * ", item" texts.  Made once by the reader and shared by every copy of the
+ * Abs, so never written after it is made. */
+typedef struct AbsExt {
+	Sym ref_key;    /* without the leading ':' (0: none) */
+	uint8_t ref_colon;
+	uint32_t nextras;
+	Sym extras[];   /* other ", item" texts in order (is_parameter, elements_use_flags={..}) */
+} AbsExt;
+
+/* An abstract as printed in a type line: <TYPESTR[, SHAPE][, extras...]>.
+ * Copied by value (a rank graph holds millions), so the rare text is behind x. */
 typedef struct Abs {
 	Sym tstr;       /* "Tensor[Float32]", "Ref[Tensor[Float32]]", "UMonad", "null" */
 	Sym dtype;      /* element type: Float32 ... (0 if not a tensor) */
-	uint8_t is_ref, is_tensor, has_value, ref_colon;
+	uint8_t is_ref, is_tensor, has_value;
 	Shape shape;
-	Sym ref_key;    /* without the leading ':' */
-	Sym *extras;    /* other ", item" texts in order (is_parameter, elements_use_flags={..}) */
-	uint32_t nextras;
-	uint32_t extras_pos; /* extras printed after shape (0) or interleaved: index of ref_key */
+	const AbsExt *x; /* NULL: no ref_key and no extras (every abstract a pass makes) */
 } Abs;
 
 int shape_numel(const Shape *s, int64_t *out); /* 0 ok, -1 overflow/not dims */
@@ -260,6 +272,23 @@ typedef struct Loc {
 typedef struct NodeLayout NodeLayout; /* defined by the lowering */
 typedef struct StratInfo StratInfo;   /* defined by sapp */
 
+/* What only some nodes have: text of the dump kept verbatim, the callee of
+ * a call, the rarer attribute groups.  A rank graph has about a million
+ * nodes the lowering inserted and none of them needs this, so a Node holds
+ * a pointer (NULL: all empty).  Read through ir_node_ext(), which never
+ * gives NULL; write through ir_node_ext_mut(), which allocates. */
+typedef struct NodeExt {
+	Value callee;      /* CK_CALL: V_GRAPH, CK_NODE: V_NODE/V_EXTERN (+ funcunion text) */
+	AttrList cattrs, primal;
+	const char **xlines; /* further type lines (symbolic / kernel), verbatim, without indent */
+	const char **debug; /* "# ..." lines after the scope line, verbatim without indent */
+	uint32_t nxlines;
+	uint32_t ndebug;
+	Sym funcunion;     /* "[@FuncUnion(...)]" text after a %k callee */
+	Sym cycle_mark;    /* "#------------------------> N" text before the node */
+	uint8_t has_cattrs, has_primal;
+} NodeExt;
+
 struct Node {
 	uint32_t id;       /* module-wide creation index, stable */
 	uint8_t kind;
@@ -271,30 +300,23 @@ struct Node {
 	uint8_t dead;      /* removed by a pass; skipped by the printer */
 	uint8_t autoname;  /* debug name is CNode_<id>, formed when needed (name is 0) */
 	uint16_t op;       /* OP_* of the primitive, OP_UNKNOWN otherwise */
+	uint8_t has_pattrs, has_strat;
 	int32_t local;     /* %N; parameters: the N of %paraN (0 = none) */
 	uint32_t scope_op; /* SCOPE_FULLNAME: 0, or k+1 when the full name is scope + "-op<k>" */
 	Graph *g;
 	Sym name;          /* debug name; parameter: name without %paraN_ */
 	Sym prim;          /* primitive name without PrimFunc_ */
-	Value callee;      /* CK_CALL: V_GRAPH, CK_NODE: V_NODE/V_EXTERN (+ funcunion text) */
-	Sym funcunion;     /* "[@FuncUnion(...)]" text after a %k callee */
 	Value *args;
 	uint32_t nargs;
 	Sym instance;
-	AttrList pattrs, cattrs, primal, strat; /* strat: in_strategy/out_strategy/in_layout/out_layout */
-	uint8_t has_pattrs, has_cattrs, has_primal, has_strat;
+	AttrList pattrs, strat; /* strat: in_strategy/out_strategy/in_layout/out_layout */
 	Abs *in_types;     /* type line inputs */
 	uint32_t nin_types;
-	Abs out;           /* output abstract (params: the parameter type) */
-	const char **xlines; /* further type lines (symbolic / kernel), verbatim, without indent */
-	uint32_t nxlines;
 	Sym scope;         /* text inside the parentheses of the scope line */
-	const char **debug; /* "# ..." lines after the scope line, verbatim without indent */
-	uint32_t ndebug;
-	Sym cycle_mark;    /* "#------------------------> N" text before the node */
-	Sym ptail;         /* parameter: extra " : ..." items kept verbatim ("" if none) */
+	Abs out;           /* output abstract (params: the parameter type) */
 	Loc loc;
 	Loc tloc;          /* the type line (line 0: none); verify points its shape errors there */
+	NodeExt *x;        /* NULL for most nodes: see NodeExt */
 	/* pass data */
 	int32_t stage;     /* pipeline stage, -1 unknown */
 	uint32_t mark;     /* scratch for passes (cleared by ir_clear_marks) */
@@ -354,6 +376,8 @@ Value *ir_attr_get(const AttrList *l, const char *key);
 Value *ir_attr_get_sym(const AttrList *l, Sym key);
 void ir_attr_set(Module *m, AttrList *l, const char *key, Value v);
 int ir_node_is_op(const Node *n, int op);
+const NodeExt *ir_node_ext(const Node *n);     /* n's NodeExt, or an empty one: never NULL */
+NodeExt *ir_node_ext_mut(Module *m, Node *n); /* n's NodeExt, made on first use */
 /* Names a pass may leave unformed (inserted operators: one interned string
  * each would cost more than the node).  Both return the interned text when
  * there is one, else text formed in a static buffer that the next call of

@@ -43,15 +43,28 @@ Shape shape_dims(Arena *a, const int64_t *d, int rank)
 	return s;
 }
 
-int abs_equal(const Abs *a, const Abs *b)
+/* ref_colon is spelling, not meaning: two abstracts that differ only in it are equal */
+static int absext_equal(const AbsExt *a, const AbsExt *b)
 {
-	if (a->tstr != b->tstr || a->ref_key != b->ref_key || a->has_value != b->has_value ||
-	    a->nextras != b->nextras || !shape_equal(&a->shape, &b->shape))
+	static const AbsExt none;
+	if (a == b)
+		return 1;
+	if (!a)
+		a = &none;
+	if (!b)
+		b = &none;
+	if (a->ref_key != b->ref_key || a->nextras != b->nextras)
 		return 0;
 	for (uint32_t i = 0; i < a->nextras; i++)
 		if (a->extras[i] != b->extras[i])
 			return 0;
 	return 1;
+}
+
+int abs_equal(const Abs *a, const Abs *b)
+{
+	return a->tstr == b->tstr && a->has_value == b->has_value && shape_equal(&a->shape, &b->shape) &&
+	       absext_equal(a->x, b->x);
 }
 
 Abs abs_tensor(Arena *a, Sym dtype, const int64_t *d, int rank)

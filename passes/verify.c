@@ -39,7 +39,7 @@ static const char *label(const Node *n, char *buf, size_t len)
 	else if (n->callee_kind == CK_PRIM)
 		snprintf(buf, len, "%s (%%%d)", sym_str(n->prim), n->local);
 	else if (n->callee_kind == CK_CALL)
-		snprintf(buf, len, "call @%s (%%%d)", sym_str(n->callee.text), n->local);
+		snprintf(buf, len, "call @%s (%%%d)", sym_str(ir_node_ext(n)->callee.text), n->local);
 	else
 		snprintf(buf, len, "node %%%d", n->local);
 	return buf;
@@ -245,7 +245,7 @@ int pass_verify(Module *m, const Options *o)
 			for (uint32_t k = 0; k < n->nargs; k++)
 				check_ref(n, &n->args[k], i + 1);
 			if (n->callee_kind == CK_NODE)
-				check_ref(n, &n->callee, i + 1);
+				check_ref(n, &ir_node_ext(n)->callee, i + 1);
 			/* one root cause, one error: a wrong operand shape also makes
 			 * the output look wrong, a wrong output its users' operands */
 			if (check_edges(n, bad_out) || check_shape(n))

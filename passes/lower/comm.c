@@ -77,8 +77,9 @@ Node *lower_all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, i
 	a->instance = intern_cstr(inst);
 	char uid[16];
 	snprintf(uid, sizeof uid, "%u", c->next_uid++);
-	lower_attr_put(m, &a->primal, "forward_comm_node_unique_id", value_str(uid));
-	a->has_primal = 1;
+	NodeExt *x = ir_node_ext_mut(m, a);
+	lower_attr_put(m, &x->primal, "forward_comm_node_unique_id", value_str(uid));
+	x->has_primal = 1;
 	a->lay = pass_lay(m, &origin->lay->out[0], origin);
 	return a;
 }
@@ -132,12 +133,13 @@ static void mirror_attrs(LowerCtx *c, Node *user, Node *param, const int64_t *g,
 	snprintf(key, sizeof key, "all_reduce_%s_%lld", name, (long long)param_fusion(param));
 	snprintf(id, sizeof id, "%u", c->next_uid++);
 	snprintf(nid, sizeof nid, "%u", param->id);
-	ir_attr_set(m, &user->cattrs, "related_comm_node_id", value_str(id));
-	ir_attr_set(m, &user->primal, "related_fusion_key", value_str(key));
-	ir_attr_set(m, &user->primal, "related_node_id", value_str(nid));
-	user->has_cattrs = user->has_primal = 1;
-	lower_order_attrs(&user->cattrs);
-	lower_order_attrs(&user->primal);
+	NodeExt *x = ir_node_ext_mut(m, user);
+	ir_attr_set(m, &x->cattrs, "related_comm_node_id", value_str(id));
+	ir_attr_set(m, &x->primal, "related_fusion_key", value_str(key));
+	ir_attr_set(m, &x->primal, "related_node_id", value_str(nid));
+	x->has_cattrs = x->has_primal = 1;
+	lower_order_attrs(&x->cattrs);
+	lower_order_attrs(&x->primal);
 }
 
 /* the operator whose value the graph returns: the loss (§3.6) */

@@ -369,12 +369,13 @@ int pass_pipeline(Module *m, const Options *o)
 				r->stage = me;
 				int64_t peer = c.rank - (int64_t)(me - st[j]) * c.per_stage;
 				p2p_attrs(&c, r, "src_rank", peer, tags[(size_t)tagbase[j] + me], p);
-				ir_attr_set(m, &r->primal, "SRC_RANK", value_int(st[j], NT_I64));
-				ir_attr_set(m, &r->primal, "micro", value_int(0, NT_I64));
-				ir_attr_set(m, &r->primal, load_weight(p) ? "pipeline_param" : "pipeline_begin",
+				NodeExt *x = ir_node_ext_mut(m, r);
+				ir_attr_set(m, &x->primal, "SRC_RANK", value_int(st[j], NT_I64));
+				ir_attr_set(m, &x->primal, "micro", value_int(0, NT_I64));
+				ir_attr_set(m, &x->primal, load_weight(p) ? "pipeline_param" : "pipeline_begin",
 				            value_int(tags[(size_t)tagbase[j] + me], NT_I64));
-				r->has_primal = 1;
-				lower_order_attrs(&r->primal);
+				x->has_primal = 1;
+				lower_order_attrs(&x->primal);
 				r->lay = lay_new(m, 1, 1);
 				r->lay->out[0] = p->lay->out[0];
 				r->lay->flags = LAY_INSERTED;
@@ -401,12 +402,13 @@ int pass_pipeline(Module *m, const Options *o)
 			s->out = n->out;
 			int64_t peer = c.rank + (int64_t)(b - me) * c.per_stage;
 			p2p_attrs(&c, s, "dest_rank", peer, tags[(size_t)tagbase[i] + b], n);
-			ir_attr_set(m, &s->primal, "DEST_RANK", value_int(b, NT_I64));
-			ir_attr_set(m, &s->primal, "micro", value_int(0, NT_I64));
-			ir_attr_set(m, &s->primal, load_weight(n) ? "pipeline_param" : "pipeline_end",
+			NodeExt *x = ir_node_ext_mut(m, s);
+			ir_attr_set(m, &x->primal, "DEST_RANK", value_int(b, NT_I64));
+			ir_attr_set(m, &x->primal, "micro", value_int(0, NT_I64));
+			ir_attr_set(m, &x->primal, load_weight(n) ? "pipeline_param" : "pipeline_end",
 			            value_int(tags[(size_t)tagbase[i] + b], NT_I64));
-			s->has_primal = 1;
-			lower_order_attrs(&s->primal);
+			x->has_primal = 1;
+			lower_order_attrs(&x->primal);
 			s->lay = lay_new(m, 1, 1);
 			s->lay->in[0] = s->lay->out[0] = n->lay->out[0];
 			s->lay->flags = LAY_INSERTED;

@@ -590,8 +590,9 @@ static void continue_uids(LowerCtx *c)
 	Graph *g = ir_entry(c->m);
 	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
 		const Node *n = g->nodes.a[i];
-		uint32_t a = uid_of(&n->primal, "forward_comm_node_unique_id"),
-		         b = uid_of(&n->cattrs, "related_comm_node_id");
+		const NodeExt *x = ir_node_ext(n);
+		uint32_t a = uid_of(&x->primal, "forward_comm_node_unique_id"),
+		         b = uid_of(&x->cattrs, "related_comm_node_id");
 		a = a > b ? a : b;
 		if (a >= c->next_uid)
 			c->next_uid = a + 1;

@@ -37,7 +37,7 @@ int sim_fail(Ctx *c, const char *fmt, ...)
 const Value *sim_attr(const Node *n, const char *key)
 {
 	const Value *v = ir_attr_get(&n->pattrs, key);
-	return v ? v : ir_attr_get(&n->cattrs, key);
+	return v ? v : ir_attr_get(&ir_node_ext(n)->cattrs, key);
 }
 
 const char *sim_attr_str(const Node *n, const char *key)
