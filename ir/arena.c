@@ -67,11 +67,42 @@ Arena *arena_new(void)
  * turns hundreds of thousands of page faults into hundreds.  Anything that
  * fails falls back to calloc. */
 #define HUGE_SZ ((size_t)2 << 20)
-static Chunk *chunk_new(size_t sz)
+
+/* Mapped chunks of freed arenas (a pass's own arena, an earlier rank's
+ * module) wait here for the next arena instead of going back to the
+ * system: their pages are resident, and zeroing the part that was used
+ * costs far less than faulting fresh pages in (on a VM, each first touch
+ * is a trip to the host).  Up to POOL_MAX bytes; `used` is the dirty part. */
+#define POOL_MAX ((size_t)1 << 30)
+static Chunk *pool;
+static size_t pool_bytes;
+
+/* the largest pooled chunk that holds need bytes: resident pages first */
+static Chunk *pool_take(size_t need)
+{
+	Chunk **best = NULL;
+	for (Chunk **pc = &pool; *pc; pc = &(*pc)->next)
+		if ((*pc)->size >= need && (!best || (*pc)->size > (*best)->size))
+			best = pc;
+	if (!best)
+		return NULL;
+	Chunk *c = *best;
+	*best = c->next;
+	pool_bytes -= c->mapped;
+	memset(c->data, 0, c->used);
+	c->next = NULL;
+	c->used = 0;
+	return c;
+}
+
+static Chunk *chunk_new(size_t sz, size_t need)
 {
 	size_t want = sizeof(Chunk) + sz;
 #if defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
 	if (want >= HUGE_SZ) {
+		Chunk *r = pool_take(need);
+		if (r)
+			return r;
 		want = (want + HUGE_SZ - 1) & ~(HUGE_SZ - 1);
 		size_t len = want + HUGE_SZ;
 		unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -104,7 +135,7 @@ void *arena_alloc(Arena *a, size_t n)
 		size_t grow = a->total / 2;
 		grow = grow < ((size_t)1 << 20) ? (size_t)1 << 20 : grow > ((size_t)64 << 20) ? (size_t)64 << 20 : grow;
 		size_t sz = n > grow / 2 ? n : grow;
-		c = chunk_new(sz);
+		c = chunk_new(sz, n);
 		c->used = 0;
 		/* a huge one-off block goes behind the current chunk so the
 		 * current one keeps serving small requests */
@@ -149,10 +180,15 @@ void arena_free(Arena *a)
 		return;
 	for (Chunk *c = a->head, *n; c; c = n) {
 		n = c->next;
-		if (c->mapped)
+		if (c->mapped && pool_bytes + c->mapped <= POOL_MAX) {
+			c->next = pool;
+			pool = c;
+			pool_bytes += c->mapped;
+		} else if (c->mapped) {
 			munmap(c, c->mapped);
-		else
+		} else {
 			free(c);
+		}
 	}
 	free(a);
 }
