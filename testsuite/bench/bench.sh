@@ -4,6 +4,8 @@
 # make check: figures depend on the machine.  Each time is the median of
 # BENCH_RUNS runs (default 3).  Columns:
 #   layers ops MB devices | parse+print s, MB/s | full pipeline s | full/parse | peak RSS MB (full)
+#   | full pipeline CPU s (user + system: on a shared VM the wall time also
+#   holds the waits for the host, which the CPU time shows apart)
 # then per configuration the median wall time of the sapp pass over the same
 # runs, the sapp pass's own phase breakdown (CPU, last run), and the
 # --time-passes report of the last run.
@@ -22,15 +24,18 @@ export LC_ALL=C
 
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 now() { date +%s.%N; }
-run_timed() { # args...: prints wall seconds; stderr of the run goes to $tmp/err
-	local t0 t1
+run_timed() { # args...: prints wall seconds; stderr of the run goes to $tmp/err, CPU seconds to $tmp/cpu1
+	local t0 t1 rc TIMEFORMAT='%U %S'
 	t0=$(now)
-	"$sappc" "$@" >/dev/null 2>"$tmp/err" || { echo "sappc $* failed:" >&2; cat "$tmp/err" >&2; return 1; }
+	{ time "$sappc" "$@" >/dev/null 2>"$tmp/err"; } 2>"$tmp/cpu1"
+	rc=$?
 	t1=$(now)
-	awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f\n", b - a }' 
+	[ "$rc" = 0 ] || { echo "sappc $* failed:" >&2; cat "$tmp/err" >&2; return 1; }
+	awk '{ printf "%.4f\n", $1 + $2 }' "$tmp/cpu1" >"$tmp/cpu1.s" && mv "$tmp/cpu1.s" "$tmp/cpu1"
+	awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f\n", b - a }'
 }
 
-printf '%-7s %8s %7s %7s | %9s %7s | %9s %6s | %8s\n' layers ops MB devices parse+prt MB/s full full/pp RSS_MB
+printf '%-7s %8s %7s %7s | %9s %7s | %9s %6s | %8s | %8s\n' layers ops MB devices parse+prt MB/s full full/pp RSS_MB full_cpu
 for c in $configs; do
 	IFS=: read -r L N gflags <<<"$c"
 	f=$tmp/t$L${gflags//[,-]/}.ir
@@ -40,14 +45,16 @@ for c in $configs; do
 	ops=$(grep -c '^  %' "$f")
 	pp=$(for i in $(seq "$runs"); do run_timed --passes= -q "$f"; done | median)
 	: >"$tmp/sapp"
+	: >"$tmp/cpu"
 	full=$(for i in $(seq "$runs"); do
 		run_timed -q -n "$N" --time-passes "$f" || continue
 		awk '$NF == "sapp" && $2 ~ /%$/ { print $1 }' "$tmp/err" >>"$tmp/sapp"
+		cat "$tmp/cpu1" >>"$tmp/cpu"
 	done | median)
 	rss=$(sed -n 's/.*peak RSS: \([0-9.]*\) MB.*/\1/p' "$tmp/err")
-	printf '%-7s %8s %7.1f %7s | %9.3f %7.1f | %9.3f %6.2f | %8s\n' "$L" "$ops" "$mb" "$N" "$pp" \
+	printf '%-7s %8s %7.1f %7s | %9.3f %7.1f | %9.3f %6.2f | %8s | %8.3f\n' "$L" "$ops" "$mb" "$N" "$pp" \
 		"$(awk -v a="$mb" -v b="$pp" 'BEGIN { print a / b }')" "$full" \
-		"$(awk -v a="$full" -v b="$pp" 'BEGIN { print a / b }')" "${rss:-?}"
+		"$(awk -v a="$full" -v b="$pp" 'BEGIN { print a / b }')" "${rss:-?}" "$(median <"$tmp/cpu")"
 	printf '  sapp pass: %.3f s (median of %s runs); %s\n' "$(median <"$tmp/sapp")" "$runs" \
 		"$(sed -n 's/^sapp: //p' "$tmp/err")"
 	echo "  passes ($L layers, $N devices, last run):" && grep -E '^ +[0-9.]+ +[0-9.]+% ' "$tmp/err" | sed 's/^/  /'
