@@ -68,7 +68,15 @@ Node *ir_cnode_new(Module *m, Graph *g, int op, const char *prim, uint32_t nargs
 	Node *n = ir_node_new(m, g, NK_CNODE);
 	n->op = (uint16_t)op;
 	n->callee_kind = CK_PRIM;
-	n->prim = intern_cstr(prim ? prim : op_table[op].name);
+	if (prim) {
+		n->prim = intern_cstr(prim);
+	} else { /* the lowering makes a million of these: intern each name once */
+		if (!m->op_syms)
+			m->op_syms = arena_alloc(m->arena, OP_COUNT_ * sizeof *m->op_syms);
+		if (!m->op_syms[op])
+			m->op_syms[op] = intern_cstr(op_table[op].name);
+		n->prim = m->op_syms[op];
+	}
 	n->nargs = nargs;
 	n->args = nargs ? arena_alloc(m->arena, nargs * sizeof(Value)) : NULL;
 	n->has_type_line = 1;

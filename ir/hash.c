@@ -19,25 +19,51 @@ static uint64_t shift_mix(uint64_t v)
 	return v ^ (v >> 47);
 }
 
-uint64_t std_hash_bytes(const void *ptr, size_t len)
+#define STD_MUL 0xc6a4a7935bd1e995ULL
+
+/* std_hash_bytes in two steps, for many strings of one length that share
+ * a prefix: the blocks that lie inside the first `known` bytes once, the
+ * rest per string. */
+void std_hash_start(StdHash *st, const void *ptr, size_t len, size_t known)
 {
-	const uint64_t mul = 0xc6a4a7935bd1e995ULL;
 	const unsigned char *p = ptr;
-	uint64_t h = 0xc70f6907ULL ^ (len * mul);
-	size_t nblocks = len / 8;
+	uint64_t h = 0xc70f6907ULL ^ (len * STD_MUL);
+	size_t nblocks = (known < len ? known : len) / 8;
 	for (size_t i = 0; i < nblocks; i++) {
-		uint64_t d = shift_mix(load_le(p + 8 * i, 8) * mul) * mul;
+		uint64_t d = shift_mix(load_le(p + 8 * i, 8) * STD_MUL) * STD_MUL;
 		h ^= d;
-		h *= mul;
+		h *= STD_MUL;
+	}
+	st->h = h;
+	st->len = len;
+	st->done = 8 * nblocks;
+}
+
+uint64_t std_hash_finish(const StdHash *st, const void *ptr)
+{
+	const unsigned char *p = ptr;
+	uint64_t h = st->h;
+	size_t len = st->len, nblocks = len / 8;
+	for (size_t i = st->done / 8; i < nblocks; i++) {
+		uint64_t d = shift_mix(load_le(p + 8 * i, 8) * STD_MUL) * STD_MUL;
+		h ^= d;
+		h *= STD_MUL;
 	}
 	size_t rem = len & 7;
 	if (rem) {
 		h ^= load_le(p + 8 * nblocks, rem);
-		h *= mul;
+		h *= STD_MUL;
 	}
-	h = shift_mix(h) * mul;
+	h = shift_mix(h) * STD_MUL;
 	h = shift_mix(h);
 	return h;
+}
+
+uint64_t std_hash_bytes(const void *ptr, size_t len)
+{
+	StdHash st;
+	std_hash_start(&st, ptr, len, len);
+	return std_hash_finish(&st, ptr);
 }
 
 uint64_t rh_hash_bytes(const void *ptr, size_t len)

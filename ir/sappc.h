@@ -362,6 +362,7 @@ typedef struct Module {
 	uint32_t next_param; /* next %paraN number */
 	uint8_t fragment;    /* read with --fragment */
 	struct SappSummary *sapp; /* what the sapp pass decided besides the strategies (NULL: no sapp pass) */
+	Sym *op_syms;        /* OP_* -> its interned name, made as ir_cnode_new needs them */
 } Module;
 
 Module *ir_module_new(const char *filename);
@@ -432,6 +433,14 @@ void ir_print_node(FILE *f, const Node *n);
 
 /* ----------------------------------------------------------------- hash.c */
 uint64_t std_hash_bytes(const void *p, size_t len); /* libstdc++ std::hash<std::string> */
+/* the same hash of a len-byte string whose first `known` bytes are hashed
+ * once (start) for several strings of that length (finish: the whole string) */
+typedef struct StdHash {
+	uint64_t h;
+	size_t len, done;
+} StdHash;
+void std_hash_start(StdHash *st, const void *p, size_t len, size_t known);
+uint64_t std_hash_finish(const StdHash *st, const void *p);
 uint64_t rh_hash_bytes(const void *p, size_t len);  /* robin_hood hash_bytes */
 
 /* ---------------------------------------------------------------- rhmap.c */

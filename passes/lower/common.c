@@ -570,12 +570,16 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 		seed_prim(c, n->prim);
 		const char *s = sym_str(like->scope);
 		const char *slash = strrchr(s, '/');
-		size_t plen = slash ? (size_t)(slash - s) : 0;
+		size_t plen = slash ? (size_t)(slash - s) : 0, ol = sym_len(n->prim);
 		char buf[1024];
-		int k = snprintf(buf, sizeof buf, "%.*s%s%s", (int)plen, s, plen ? "/" : "", sym_str(n->prim));
-		if (k < 0 || (size_t)k >= sizeof buf - 16)
+		size_t k = plen + (plen ? 1 : 0) + ol; /* "dir/Prim" */
+		if (k >= sizeof buf - 16)
 			return;
-		Sym key = intern(buf, (size_t)k);
+		memcpy(buf, s, plen);
+		if (plen)
+			buf[plen] = '/';
+		memcpy(buf + k - ol, sym_str(n->prim), ol);
+		Sym key = intern(buf, k);
 		c->fn_ctr[h] = counter(c, key);
 		c->fn_scope[h] = like->scope;
 		c->fn_prim[h] = n->prim;

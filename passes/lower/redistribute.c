@@ -35,7 +35,8 @@ static const char *const rd_name[] = {"StridedSlice", "AllGather", "Split", "Con
  * and the numbers are written without printf. */
 typedef struct PlanNames {
 	const Node *origin;
-	size_t k; /* length of the full name in buf, 0: not formed yet */
+	size_t k;   /* length of the full name in buf, 0: not formed yet */
+	StdHash hs; /* the full name's blocks hashed, for names of length hs.len */
 	char buf[1024];
 } PlanNames;
 
@@ -61,9 +62,11 @@ static void name_op(PlanNames *pn, Node *n, int index, const char *opname)
 	size_t k = pn->k;
 	pn->buf[k++] = '_';
 	k += put_u64(pn->buf + k, (uint64_t)index);
+	if (pn->hs.len != k) /* the steps of a plan share the full name */
+		std_hash_start(&pn->hs, pn->buf, k, pn->k);
 	char inst[96];
 	memcpy(inst, "redistribution_op_", 18);
-	size_t j = 18 + put_u64(inst + 18, std_hash_bytes(pn->buf, k));
+	size_t j = 18 + put_u64(inst + 18, std_hash_finish(&pn->hs, pn->buf));
 	size_t ol = strlen(opname);
 	memcpy(inst + j, opname, ol);
 	n->instance = intern(inst, j + ol);
@@ -153,6 +156,7 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 	PlanNames pn;
 	pn.origin = origin;
 	pn.k = 0;
+	pn.hs.len = 0;
 	int broken = break_redist();
 	if (broken)
 		tm = NULL;

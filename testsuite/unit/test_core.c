@@ -28,8 +28,16 @@ static void test_std_hash(void **state)
 		{"Default/MatMul-op1_0", 15773666391001111732ULL},
 		{"Default/network-WithLossCell/_backbone-Net/MatMul-op4_0", 11795743325248501408ULL},
 	};
-	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
-		assert_int_equal(std_hash_bytes(v[i].s, strlen(v[i].s)), v[i].h);
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+		size_t n = strlen(v[i].s);
+		assert_int_equal(std_hash_bytes(v[i].s, n), v[i].h);
+		/* in two steps, whatever part is known first */
+		for (size_t known = 0; known <= n + 3; known++) {
+			StdHash st;
+			std_hash_start(&st, v[i].s, n, known);
+			assert_int_equal(std_hash_finish(&st, v[i].s), v[i].h);
+		}
+	}
 }
 
 static void test_intern(void **state)
