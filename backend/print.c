@@ -255,25 +255,73 @@ static struct {
 	size_t len, cap;
 } tuple_cache;
 
+/* The text of a dims shape, by its dims array: the operators the
+ * lowering inserts share their type arrays (clone_op), so a rank graph
+ * prints the same few hundred arrays hundreds of thousands of times.
+ * Direct-mapped on the array's address; dropped with the tuple cache. */
+#define DIMS_CACHE 1024
+static struct {
+	const int64_t *dims;
+	uint8_t rank, kind, len;
+	char text[85];
+} dims_cache[DIMS_CACHE];
+
 static void tuple_cache_drop(void)
 {
 	free(tuple_cache.text);
 	memset(&tuple_cache, 0, sizeof tuple_cache);
+	memset(dims_cache, 0, sizeof dims_cache);
+}
+
+/* n as decimal digits at p; the count */
+static size_t fmt_i64(char *p, int64_t v)
+{
+	char buf[24];
+	char *q = buf + sizeof buf;
+	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+	do {
+		*--q = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	if (v < 0)
+		*--q = '-';
+	size_t n = (size_t)(buf + sizeof buf - q);
+	memcpy(p, q, n);
+	return n;
 }
 
 static void print_shape(FILE *f, const Shape *s)
 {
 	switch (s->kind) {
 	case SK_DIMS:
-	case SK_OLD:
-		fputc(s->kind == SK_DIMS ? '(' : '[', f);
-		for (int i = 0; i < s->rank; i++) {
-			if (i)
-				fputs(", ", f);
-			put_i64(f, s->dims[i]);
+	case SK_OLD: {
+		size_t h = ((uintptr_t)s->dims >> 3) % DIMS_CACHE;
+		if (s->rank && dims_cache[h].dims == s->dims && dims_cache[h].rank == s->rank &&
+		    dims_cache[h].kind == s->kind) {
+			w_write(f, dims_cache[h].text, dims_cache[h].len);
+			break;
 		}
-		fputc(s->kind == SK_DIMS ? ')' : ']', f);
+		char t[8 + 22 * 256];
+		size_t n = 0;
+		t[n++] = s->kind == SK_DIMS ? '(' : '[';
+		for (int i = 0; i < s->rank; i++) {
+			if (i) {
+				t[n++] = ',';
+				t[n++] = ' ';
+			}
+			n += fmt_i64(t + n, s->dims[i]);
+		}
+		t[n++] = s->kind == SK_DIMS ? ')' : ']';
+		w_write(f, t, n);
+		if (s->rank && n <= sizeof dims_cache[h].text) {
+			dims_cache[h].dims = s->dims;
+			dims_cache[h].rank = s->rank;
+			dims_cache[h].kind = (uint8_t)s->kind;
+			dims_cache[h].len = (uint8_t)n;
+			memcpy(dims_cache[h].text, t, n);
+		}
 		break;
+	}
 	case SK_NOSHAPE:
 		fputs("NoShape", f);
 		break;
