@@ -380,8 +380,7 @@ static int lower_one_rank(const char *dir, const char *in, const char *buf, size
 		if (out_open(&of, path) != 0)
 			rc = 3;
 		else {
-			static char obuf[1 << 16];
-			setvbuf(of.f, obuf, _IOFBF, sizeof obuf);
+			setvbuf(of.f, NULL, _IONBF, 0); /* the printer buffers: no second copy */
 			ir_print_module(of.f, m);
 			if (out_commit(&of) != 0)
 				rc = 3;
@@ -757,9 +756,8 @@ int main(int argc, char **argv)
 		if (out_open(&of, out) != 0)
 			rc = 3;
 		else {
-			static char obuf[1 << 16];
-			if (of.f != stdout)
-				setvbuf(of.f, obuf, _IOFBF, sizeof obuf);
+			if (of.f != stdout) /* the printer buffers: no second copy */
+				setvbuf(of.f, NULL, _IONBF, 0);
 			ir_print_module(of.f, m);
 			if (out_commit(&of) != 0)
 				rc = 3;
