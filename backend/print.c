@@ -79,6 +79,11 @@ static inline void w_putc(int c, FILE *f)
 #define fputc(c, f) w_putc((c), (f))
 #define fwrite(p, sz, n, f) w_write((f), (p), (size_t)(sz) * (size_t)(n))
 
+/* "00" .. "99": two digits per division */
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+				     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+				     "8081828384858687888990919293949596979899";
+
 static void put_i64(FILE *f, int64_t v)
 {
 	char buf[24];
@@ -88,10 +93,18 @@ static void put_i64(FILE *f, int64_t v)
 		w_putc('0' + (int)u, f);
 		return;
 	}
-	do {
-		*--p = (char)('0' + u % 10);
-		u /= 10;
-	} while (u);
+	while (u >= 100) {
+		unsigned d = (unsigned)(u % 100) * 2;
+		u /= 100;
+		*--p = digit_pairs[d + 1];
+		*--p = digit_pairs[d];
+	}
+	if (u >= 10) {
+		*--p = digit_pairs[u * 2 + 1];
+		*--p = digit_pairs[u * 2];
+	} else {
+		*--p = (char)('0' + u);
+	}
 	if (v < 0)
 		*--p = '-';
 	w_write(f, p, (size_t)(buf + sizeof buf - p));
