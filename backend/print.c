@@ -79,35 +79,14 @@ static inline void w_putc(int c, FILE *f)
 #define fputc(c, f) w_putc((c), (f))
 #define fwrite(p, sz, n, f) w_write((f), (p), (size_t)(sz) * (size_t)(n))
 
-/* "00" .. "99": two digits per division */
-static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-				     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-				     "8081828384858687888990919293949596979899";
-
 static void put_i64(FILE *f, int64_t v)
 {
-	char buf[24];
-	char *p = buf + sizeof buf;
-	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-	if (u < 10 && v >= 0) { /* most numbers printed are small */
-		w_putc('0' + (int)u, f);
+	if (v >= 0 && v < 10) { /* most numbers printed are small */
+		w_putc('0' + (int)v, f);
 		return;
 	}
-	while (u >= 100) {
-		unsigned d = (unsigned)(u % 100) * 2;
-		u /= 100;
-		*--p = digit_pairs[d + 1];
-		*--p = digit_pairs[d];
-	}
-	if (u >= 10) {
-		*--p = digit_pairs[u * 2 + 1];
-		*--p = digit_pairs[u * 2];
-	} else {
-		*--p = (char)('0' + u);
-	}
-	if (v < 0)
-		*--p = '-';
-	w_write(f, p, (size_t)(buf + sizeof buf - p));
+	char buf[24];
+	w_write(f, buf, fmt_i64(buf, v));
 }
 
 static inline void put_sym(FILE *f, Sym s)
@@ -284,23 +263,6 @@ static void tuple_cache_drop(void)
 	free(tuple_cache.text);
 	memset(&tuple_cache, 0, sizeof tuple_cache);
 	memset(dims_cache, 0, sizeof dims_cache);
-}
-
-/* n as decimal digits at p; the count */
-static size_t fmt_i64(char *p, int64_t v)
-{
-	char buf[24];
-	char *q = buf + sizeof buf;
-	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-	do {
-		*--q = (char)('0' + u % 10);
-		u /= 10;
-	} while (u);
-	if (v < 0)
-		*--q = '-';
-	size_t n = (size_t)(buf + sizeof buf - q);
-	memcpy(p, q, n);
-	return n;
 }
 
 static void print_shape(FILE *f, const Shape *s)

@@ -190,6 +190,9 @@ struct Value {
 };
 
 Value value_int(int64_t v, NumType nt);
+/* decimal text of v at p (at most 20 bytes, no NUL); returns its length */
+size_t fmt_u64(char *p, uint64_t v);
+size_t fmt_i64(char *p, int64_t v);
 Value value_word(const char *s);
 Value value_str(const char *s);
 Value value_bool(int b);

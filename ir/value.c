@@ -165,3 +165,37 @@ Value value_clone(Arena *a, const Value *v)
 	}
 	return x;
 }
+
+/* "00" .. "99": two digits per division */
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+				     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+				     "8081828384858687888990919293949596979899";
+
+size_t fmt_u64(char *p, uint64_t u)
+{
+	char buf[24];
+	char *q = buf + sizeof buf;
+	while (u >= 100) {
+		unsigned d = (unsigned)(u % 100) * 2;
+		u /= 100;
+		*--q = digit_pairs[d + 1];
+		*--q = digit_pairs[d];
+	}
+	if (u >= 10) {
+		*--q = digit_pairs[u * 2 + 1];
+		*--q = digit_pairs[u * 2];
+	} else {
+		*--q = (char)('0' + u);
+	}
+	size_t n = (size_t)(buf + sizeof buf - q);
+	memcpy(p, q, n);
+	return n;
+}
+
+size_t fmt_i64(char *p, int64_t v)
+{
+	if (v >= 0)
+		return fmt_u64(p, (uint64_t)v);
+	*p = '-';
+	return 1 + fmt_u64(p + 1, (uint64_t)0 - (uint64_t)v);
+}

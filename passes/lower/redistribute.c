@@ -40,19 +40,6 @@ typedef struct PlanNames {
 	char buf[1024];
 } PlanNames;
 
-static size_t put_u64(char *p, uint64_t v)
-{
-	char t[24];
-	size_t n = 0;
-	do {
-		t[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	for (size_t i = 0; i < n; i++)
-		p[i] = t[n - 1 - i];
-	return n;
-}
-
 static void name_op(PlanNames *pn, Node *n, int index, const char *opname)
 {
 	if (!pn->k) {
@@ -61,12 +48,12 @@ static void name_op(PlanNames *pn, Node *n, int index, const char *opname)
 	}
 	size_t k = pn->k;
 	pn->buf[k++] = '_';
-	k += put_u64(pn->buf + k, (uint64_t)index);
+	k += fmt_u64(pn->buf + k, (uint64_t)index);
 	if (pn->hs.len != k) /* the steps of a plan share the full name */
 		std_hash_start(&pn->hs, pn->buf, k, pn->k);
 	char inst[96];
 	memcpy(inst, "redistribution_op_", 18);
-	size_t j = 18 + put_u64(inst + 18, std_hash_finish(&pn->hs, pn->buf));
+	size_t j = 18 + fmt_u64(inst + 18, std_hash_finish(&pn->hs, pn->buf));
 	size_t ol = strlen(opname);
 	memcpy(inst + j, opname, ol);
 	n->instance = intern(inst, j + ol);

@@ -105,6 +105,27 @@ static void test_keymap(void **state)
 	assert_int_equal(m.n, 0);
 }
 
+/* fmt_i64/fmt_u64: the printer's and the lowering's decimal text */
+static void test_fmt_int(void **state)
+{
+	(void)state;
+	static const struct {
+		int64_t v;
+		const char *s;
+	} v[] = {{0, "0"},       {7, "7"},     {10, "10"},   {99, "99"},         {100, "100"},
+		 {-1, "-1"},     {-10, "-10"}, {-99, "-99"}, {-100, "-100"},     {1000000007, "1000000007"},
+		 {INT64_MAX, "9223372036854775807"}, {INT64_MIN, "-9223372036854775808"}};
+	char buf[24];
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+		size_t n = fmt_i64(buf, v[i].v);
+		assert_int_equal(n, strlen(v[i].s));
+		assert_memory_equal(buf, v[i].s, n);
+	}
+	size_t n = fmt_u64(buf, UINT64_MAX);
+	assert_int_equal(n, 20);
+	assert_memory_equal(buf, "18446744073709551615", 20);
+}
+
 static void test_ops(void **state)
 {
 	(void)state;
@@ -257,6 +278,7 @@ int main(void)
 		cmocka_unit_test(test_ops),      cmocka_unit_test(test_parse_minimal),
 		cmocka_unit_test(test_infer),    cmocka_unit_test(test_values),
 		cmocka_unit_test(test_fragment), cmocka_unit_test(test_keymap),
+		cmocka_unit_test(test_fmt_int),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();
