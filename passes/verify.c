@@ -166,42 +166,39 @@ static void check_params(const Graph *g)
 
 /* Empty tensors and element counts beyond 64 bits are refused: no strategy
  * or layout arithmetic is meaningful on them.  (-1 and -2, dynamic shapes,
- * are left alone here.) */
-static int check_abs_size(const Abs *a, Loc loc, const char *what)
+ * are left alone here.)  The node's label is formed only for the message. */
+static int check_abs_size(const Abs *a, const Node *n)
 {
 	if (a->shape.kind != SK_DIMS)
 		return 0;
+	char what[160];
 	uint64_t p = 1;
-	int dynamic = 0;
 	for (int i = 0; i < a->shape.rank; i++) {
 		int64_t d = a->shape.dims[i];
 		if (d == 0) {
-			diag_error_at(loc, "%s: dimension %d is 0 (empty tensors are not supported)", what, i);
+			diag_error_at(n->loc, "%s: dimension %d is 0 (empty tensors are not supported)",
+			              label(n, what, sizeof what), i);
 			return 1;
 		}
-		if (d < 0) {
-			dynamic = 1;
+		if (d < 0)
 			continue;
-		}
 		if (p > UINT64_MAX / (uint64_t)d || p * (uint64_t)d > (uint64_t)INT64_MAX) {
-			diag_error_at(loc, "%s: the element count of the shape overflows 64 bits", what);
+			diag_error_at(n->loc, "%s: the element count of the shape overflows 64 bits",
+			              label(n, what, sizeof what));
 			return 1;
 		}
 		p *= (uint64_t)d;
 	}
-	(void)dynamic;
 	return 0;
 }
 
 /* one error per node: the first shape of its type line that is refused */
 static int check_sizes(const Node *n)
 {
-	char what[160];
-	label(n, what, sizeof what);
 	for (uint32_t i = 0; i < n->nin_types; i++)
-		if (check_abs_size(&n->in_types[i], n->loc, what))
+		if (check_abs_size(&n->in_types[i], n))
 			return 1;
-	return check_abs_size(&n->out, n->loc, what);
+	return check_abs_size(&n->out, n);
 }
 
 int pass_verify(Module *m, const Options *o)

@@ -9,6 +9,7 @@
  * Rules never report: they return -1 with a reason so that a failing default
  * strategy can fall back to replication quietly.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "lower.h"
@@ -821,14 +822,15 @@ int lower_infer_node(LowerCtx *c, Node *n)
 {
 	if (!has_rule(n) || n->dead)
 		return 0;
-	Rule *r = xcalloc(1, sizeof *r);
+	Rule rule; /* a few KiB: on the stack, zeroed but for the message buffer */
+	memset(&rule, 0, offsetof(Rule, why));
+	rule.why[0] = 0;
+	Rule *r = &rule;
 	const Node *tuple;
 	const char *op = sym_str(n->prim);
 	int rc = -1;
-	if (collect_inputs(r, n, &tuple) < 0 || out_shapes(r, n) < 0) {
-		free(r);
+	if (collect_inputs(r, n, &tuple) < 0 || out_shapes(r, n) < 0)
 		return 0; /* shapes unknown: leave it to the structural rules */
-	}
 	int64_t st[MAXT][LAYOUT_MAX_DIM];
 	int srk[MAXT], ns = 0;
 	int given = lower_strategy(n, st, srk, MAXT, &ns);
@@ -1031,6 +1033,5 @@ int lower_infer_node(LowerCtx *c, Node *n)
 	n->lay = l;
 	rc = 1;
 out:
-	free(r);
 	return rc;
 }
