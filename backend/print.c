@@ -89,9 +89,19 @@ static void put_i64(FILE *f, int64_t v)
 	w_write(f, buf, fmt_i64(buf, v));
 }
 
+/* a deferred Sym (a redistribution op's instance name) is written, not interned */
+static void put_deferred(FILE *f, Sym s)
+{
+	char buf[512];
+	w_write(f, buf, sym_format(s, buf, sizeof buf));
+}
+
 static inline void put_sym(FILE *f, Sym s)
 {
-	w_write(f, sym_str(s), sym_len(s));
+	if (s & SYM_DEFERRED)
+		put_deferred(f, s);
+	else
+		w_write(f, sym_str(s), sym_len(s));
 }
 
 /* the debug name, CNode_<id> when a pass left it unformed */

@@ -104,14 +104,116 @@ Sym intern_cstr(const char *s)
 	return intern(s, strlen(s));
 }
 
+/* ------------------------------------------------------------ deferred
+ * A name made by the hundred thousand and then only printed - the
+ * lowering's "redistribution_op_<hash>AllGather" - is kept as its parts:
+ * prefix Sym, a number, suffix Sym.  Its Sym has SYM_DEFERRED set and
+ * indexes defs[]; equal parts give the same Sym (a table of their own),
+ * sym_str() interns the text the first time somebody asks for it, and
+ * sym_format() writes it without interning, which is what the printer
+ * does.  (A deferred Sym and an interned one never spell the same text in
+ * practice: only the lowering makes deferred names.) */
+typedef struct {
+	Sym prefix, suffix;
+	Sym real; /* the interned text, once formed */
+	uint64_t v;
+} Deferred;
+
+static Deferred *defs;
+static uint32_t ndefs, capdefs;
+static uint32_t *dtable; /* slot -> index + 1 (0 empty) */
+static uint32_t dmask;
+
+static uint32_t def_hash(Sym prefix, uint64_t v, Sym suffix)
+{
+	uint64_t h = (v ^ ((uint64_t)prefix << 32 | suffix)) * 0x9e3779b97f4a7c15ULL;
+	h ^= h >> 31;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	return (uint32_t)(h >> 32);
+}
+
+static void def_rehash(void)
+{
+	uint32_t ncap = dmask ? (dmask + 1) * 2 : 4096;
+	free(dtable);
+	dtable = xcalloc(ncap, sizeof *dtable);
+	dmask = ncap - 1;
+	for (uint32_t i = 0; i < ndefs; i++) {
+		uint32_t j = def_hash(defs[i].prefix, defs[i].v, defs[i].suffix) & dmask;
+		while (dtable[j])
+			j = (j + 1) & dmask;
+		dtable[j] = i + 1;
+	}
+}
+
+Sym sym_defer(Sym prefix, uint64_t v, Sym suffix)
+{
+	if (2 * (ndefs + 1) > dmask + 1)
+		def_rehash();
+	uint32_t j = def_hash(prefix, v, suffix) & dmask;
+	for (; dtable[j]; j = (j + 1) & dmask) {
+		const Deferred *d = &defs[dtable[j] - 1];
+		if (d->v == v && d->prefix == prefix && d->suffix == suffix)
+			return SYM_DEFERRED | (dtable[j] - 1);
+	}
+	if (ndefs == capdefs) {
+		capdefs = capdefs ? 2 * capdefs : 4096;
+		defs = xrealloc(defs, capdefs * sizeof *defs);
+	}
+	defs[ndefs] = (Deferred){prefix, suffix, 0, v};
+	dtable[j] = ndefs + 1;
+	return SYM_DEFERRED | ndefs++;
+}
+
+int sym_is_deferred(Sym s)
+{
+	return (s & SYM_DEFERRED) && (s & ~SYM_DEFERRED) < ndefs;
+}
+
+size_t sym_format(Sym s, char *buf, size_t cap)
+{
+	if (!sym_is_deferred(s)) {
+		size_t n = sym_len(s) < cap ? sym_len(s) : cap - 1;
+		memcpy(buf, sym_str(s), n);
+		buf[n] = 0;
+		return n;
+	}
+	const Deferred *d = &defs[s & ~SYM_DEFERRED];
+	size_t pl = ents[d->prefix].len, sl = ents[d->suffix].len;
+	if (pl + 20 + sl >= cap)
+		return 0;
+	memcpy(buf, ents[d->prefix].s, pl);
+	size_t n = pl + fmt_u64(buf + pl, d->v);
+	memcpy(buf + n, ents[d->suffix].s, sl);
+	n += sl;
+	buf[n] = 0;
+	return n;
+}
+
+static Sym def_real(Sym s)
+{
+	Deferred *d = &defs[s & ~SYM_DEFERRED];
+	if (!d->real) {
+		char buf[512];
+		size_t n = sym_format(s, buf, sizeof buf);
+		d->real = intern(buf, n);
+	}
+	return d->real;
+}
+
+/* (entry 0 is the empty string, Sym 0) */
 const char *sym_str(Sym s)
 {
-	return s && s < nents ? ents[s].s : "";
+	if (s < nents)
+		return ents[s].s;
+	return sym_is_deferred(s) ? ents[def_real(s)].s : "";
 }
 
 size_t sym_len(Sym s)
 {
-	return s && s < nents ? ents[s].len : 0;
+	if (s < nents)
+		return ents[s].len;
+	return sym_is_deferred(s) ? ents[def_real(s)].len : 0;
 }
 
 void intern_free_all(void)
@@ -121,6 +223,11 @@ void intern_free_all(void)
 	vec_free(&blocks);
 	free(ents);
 	free(table);
+	free(defs);
+	free(dtable);
+	defs = NULL;
+	dtable = NULL;
+	ndefs = capdefs = dmask = 0;
 	ents = NULL;
 	table = NULL;
 	nents = capents = tmask = 0;

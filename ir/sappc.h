@@ -65,6 +65,13 @@ Sym intern(const char *s, size_t n);
 Sym intern_cstr(const char *s);
 const char *sym_str(Sym s);
 size_t sym_len(Sym s);
+/* a name kept as parts until somebody reads it: prefix, decimal v, suffix
+ * (see intern.c); sym_format writes any Sym's text into buf (cap bytes,
+ * NUL-terminated) without interning a deferred one, and returns its length */
+#define SYM_DEFERRED 0x80000000u /* the bit a deferred Sym has */
+Sym sym_defer(Sym prefix, uint64_t v, Sym suffix);
+int sym_is_deferred(Sym s);
+size_t sym_format(Sym s, char *buf, size_t cap);
 void intern_free_all(void);
 
 /* --------------------------------------------------------------- ops.def */

@@ -66,6 +66,7 @@ typedef enum {
 	RD_CONCAT,       /* Concat(axis) of the n Split outputs */
 	RD_ALLTOALL,     /* split_count, split_dim, concat_dim, group */
 	RD_RESHAPE,      /* to shape[] */
+	RD_KINDS
 } RedistKind;
 
 typedef struct RedistOp {

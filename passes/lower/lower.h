@@ -77,6 +77,7 @@ typedef struct LowerCtx {
 	KeyMap groups;         /* ranks -> LowerGroup */
 	KeyMap *redist_memo;   /* redistribute pass: plans by transfer (MemoEntry) */
 	KeyMap *mask_memo;     /* lower_group_mask results by (mask, dev) */
+	Sym inst_prefix, rd_syms[RD_KINDS]; /* redistribute.c's instance names, interned once */
 } LowerCtx;
 
 /* one communication group: derived attributes shared by its ops (never mutated) */

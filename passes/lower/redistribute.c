@@ -31,8 +31,8 @@ static const char *const rd_name[] = {"StridedSlice", "AllGather", "Split", "Con
 
 /* The instance names of one plan's ops: "redistribution_op_<h><Op>", h the
  * std::hash of "<origin's full name>_<step>".  A rank graph names hundreds
- * of thousands of these: the origin's full name is formed once per plan
- * and the numbers are written without printf. */
+ * of thousands of these: the origin's full name is formed once per plan,
+ * and the name itself only when printed (sym_defer). */
 typedef struct PlanNames {
 	const Node *origin;
 	size_t k;   /* length of the full name in buf, 0: not formed yet */
@@ -40,7 +40,7 @@ typedef struct PlanNames {
 	char buf[1024];
 } PlanNames;
 
-static void name_op(PlanNames *pn, Node *n, int index, const char *opname)
+static void name_op(LowerCtx *c, PlanNames *pn, Node *n, int index, int kind)
 {
 	if (!pn->k) {
 		lower_fullname(pn->origin, pn->buf, sizeof pn->buf - 24); /* as lower_hash_name */
@@ -51,12 +51,13 @@ static void name_op(PlanNames *pn, Node *n, int index, const char *opname)
 	k += fmt_u64(pn->buf + k, (uint64_t)index);
 	if (pn->hs.len != k) /* the steps of a plan share the full name */
 		std_hash_start(&pn->hs, pn->buf, k, pn->k);
-	char inst[96];
-	memcpy(inst, "redistribution_op_", 18);
-	size_t j = 18 + fmt_u64(inst + 18, std_hash_finish(&pn->hs, pn->buf));
-	size_t ol = strlen(opname);
-	memcpy(inst + j, opname, ol);
-	n->instance = intern(inst, j + ol);
+	/* formed only when printed (a deferred Sym) */
+	if (!c->inst_prefix) {
+		c->inst_prefix = intern_cstr("redistribution_op_");
+		for (int i = 0; i < RD_KINDS; i++)
+			c->rd_syms[i] = intern_cstr(rd_name[i]);
+	}
+	n->instance = sym_defer(c->inst_prefix, std_hash_finish(&pn->hs, pn->buf), c->rd_syms[kind]);
 }
 
 static void keep_value(Module *m, Node *n)
@@ -151,7 +152,7 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 		Node *T = tm ? tm[i] : NULL;
 		if (T && T->in_types[0].dtype == cur->out.dtype && abs_equal(&T->in_types[0], &cur->out)) {
 			Node *n = clone_op(c, T, like);
-			name_op(&pn, n, i, rd_name[ops[i].kind]);
+			name_op(c, &pn, n, i, ops[i].kind);
 			n->args[0] = value_node(cur);
 			vec_push(out, n);
 			cur = n;
@@ -248,7 +249,7 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 		}
 		if (broken && o->kind == RD_ALLGATHER)
 			free(bo.group); /* break_op's copy */
-		name_op(&pn, n, i, rd_name[o->kind]);
+		name_op(c, &pn, n, i, o->kind);
 		n->args[0] = value_node(cur);
 		n->in_types[0] = cur->out;
 		Abs t = tensor_abs(m, dt, o->out_shape, o->rank_out);

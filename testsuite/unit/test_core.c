@@ -55,6 +55,50 @@ static void test_intern(void **state)
 		assert_string_equal(sym_str(s), buf);
 	}
 	assert_int_equal(intern_cstr("MatMul"), a);
+	/* the hash reads eight bytes a step: every tail length, and strings
+	 * that differ only in their last byte or only past the first word */
+	char lng[64];
+	memset(lng, 'x', sizeof lng);
+	Sym prev = 0;
+	for (size_t n = 0; n < 40; n++) {
+		Sym s = intern(lng, n);
+		assert_int_equal(sym_len(s), n);
+		assert_int_not_equal(s, prev);
+		assert_int_equal(intern(lng, n), s);
+		prev = s;
+	}
+	char v1[] = "Default/network/layer-0/Reshape", v2[] = "Default/network/layer-0/Reshapf";
+	assert_int_not_equal(intern_cstr(v1), intern_cstr(v2));
+	assert_string_equal(sym_str(intern_cstr(v2)), v2);
+}
+
+/* deferred symbols: equal parts give one Sym, sym_format writes the text,
+ * sym_str forms (and interns) it on demand */
+static void test_defer(void **state)
+{
+	(void)state;
+	Sym pre = intern_cstr("redistribution_op_"), ag = intern_cstr("AllGather"), rs = intern_cstr("Reshape");
+	Sym a = sym_defer(pre, 18446744073709551615ULL, ag);
+	assert_true(sym_is_deferred(a));
+	assert_false(sym_is_deferred(ag));
+	assert_int_equal(sym_defer(pre, 18446744073709551615ULL, ag), a);
+	assert_int_not_equal(sym_defer(pre, 18446744073709551615ULL, rs), a);
+	assert_int_not_equal(sym_defer(pre, 7, ag), a);
+	char buf[128];
+	assert_int_equal(sym_format(a, buf, sizeof buf), 18 + 20 + 9);
+	assert_string_equal(buf, "redistribution_op_18446744073709551615AllGather");
+	assert_int_equal(sym_format(ag, buf, sizeof buf), 9);
+	assert_string_equal(buf, "AllGather");
+	Sym z = sym_defer(pre, 0, rs);
+	assert_int_equal(sym_len(z), 26);
+	assert_string_equal(sym_str(z), "redistribution_op_0Reshape");
+	assert_ptr_equal(sym_str(z), sym_str(intern_cstr("redistribution_op_0Reshape")));
+	Sym many[10000];
+	for (uint64_t i = 0; i < 10000; i++) /* forces the table to grow */
+		many[i] = sym_defer(pre, i * 0x9e3779b97f4a7c15ULL, ag);
+	for (uint64_t i = 0; i < 10000; i++)
+		assert_int_equal(sym_defer(pre, i * 0x9e3779b97f4a7c15ULL, ag), many[i]);
+	assert_int_equal(sym_defer(pre, 18446744073709551615ULL, ag), a);
 }
 
 /* keymap: equal keys share a value, different lengths and orders do
@@ -101,6 +145,26 @@ static void test_keymap(void **state)
 	assert_int_equal(key[2], 3);
 	assert_int_equal(*(int64_t *)keymap_at(&m, 4 + 4999, &key, &nkey), 4999);
 	assert_int_equal(key[1], -4999);
+	/* long keys are hashed by a sample of their words: keys that differ
+	 * in one word anywhere are still different keys */
+	static int64_t big[4096];
+	for (int i = 0; i < 4096; i++)
+		big[i] = 16 * i;
+	int64_t *b0 = keymap_get(&m, big, 4096, &fresh);
+	assert_int_equal(fresh, 1);
+	*b0 = 1;
+	for (int at = 1; at < 4096; at += 97) {
+		big[at]++;
+		int64_t *bi = keymap_get(&m, big, 4096, &fresh);
+		assert_int_equal(fresh, 1);
+		*bi = at + 100;
+		big[at]--;
+	}
+	assert_ptr_equal(keymap_get(&m, big, 4096, &fresh), b0);
+	assert_int_equal(fresh, 0);
+	big[97 * 3 + 1]++;
+	assert_int_equal(*(int64_t *)keymap_get(&m, big, 4096, &fresh), 97 * 3 + 1 + 100);
+	assert_int_equal(fresh, 0);
 	keymap_free(&m);
 	assert_int_equal(m.n, 0);
 }
@@ -278,7 +342,7 @@ int main(void)
 		cmocka_unit_test(test_ops),      cmocka_unit_test(test_parse_minimal),
 		cmocka_unit_test(test_infer),    cmocka_unit_test(test_values),
 		cmocka_unit_test(test_fragment), cmocka_unit_test(test_keymap),
-		cmocka_unit_test(test_fmt_int),
+		cmocka_unit_test(test_fmt_int),  cmocka_unit_test(test_defer),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();
