@@ -12,22 +12,27 @@
 
 #include "sappc.h"
 
-/* Four independent multiply chains, so that a long key (a group of 4096
- * ranks) costs a quarter of the multiply latency of one FNV chain. */
+/* Four independent multiply chains over at most KEY_SAMPLE words: a long
+ * key (a group of 4096 ranks, looked up once per weight use) is hashed by
+ * an even sample of its words.  Equal keys still hash equally, and
+ * keymap_get compares whole keys, so a sample only costs probes. */
+#define KEY_SAMPLE 64
 static uint64_t key_hash(const int64_t *k, uint32_t n)
 {
 	const uint64_t P = 1099511628211ULL;
 	uint64_t h0 = 1469598103934665603ULL ^ n, h1 = 0x9e3779b97f4a7c15ULL, h2 = 0xc2b2ae3d27d4eb4fULL,
 	         h3 = 0x165667b19e3779f9ULL;
-	uint32_t i = 0;
-	for (; i + 4 <= n; i += 4) {
+	uint32_t step = n > KEY_SAMPLE ? n / (KEY_SAMPLE / 4) : 4, i = 0;
+	for (; i + 4 <= n; i += step) {
 		h0 = (h0 ^ (uint64_t)k[i]) * P;
 		h1 = (h1 ^ (uint64_t)k[i + 1]) * P;
 		h2 = (h2 ^ (uint64_t)k[i + 2]) * P;
 		h3 = (h3 ^ (uint64_t)k[i + 3]) * P;
 	}
-	for (; i < n; i++)
+	for (i = n & ~3u; i < n; i++)
 		h0 = (h0 ^ (uint64_t)k[i]) * P;
+	if (n > KEY_SAMPLE)
+		h0 = (h0 ^ (uint64_t)k[n - 1]) * P;
 	uint64_t h = h0 ^ (h1 * 0x9e3779b97f4a7c15ULL) ^ (h2 * 0xc2b2ae3d27d4eb4fULL) ^ (h3 * 0x165667b19e3779f9ULL);
 	h *= P;
 	return h ^ (h >> 29);
