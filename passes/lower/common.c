@@ -122,13 +122,14 @@ void lower_ctx_free(LowerCtx *c)
 
 /* ------------------------------------------------------------ layouts */
 
+/* one block: the record, then its inputs' and outputs' layouts */
 NodeLayout *lay_new(Module *m, uint32_t nin, uint32_t nout)
 {
-	NodeLayout *l = arena_alloc(m->arena, sizeof *l);
+	NodeLayout *l = arena_alloc(m->arena, sizeof *l + (nin + nout) * sizeof(TLay));
 	l->nin = (uint16_t)nin;
 	l->nout = (uint8_t)nout;
-	l->in = nin ? arena_alloc(m->arena, nin * sizeof(TLay)) : NULL;
-	l->out = nout ? arena_alloc(m->arena, nout * sizeof(TLay)) : NULL;
+	l->in = nin ? (TLay *)(l + 1) : NULL;
+	l->out = nout ? (TLay *)(l + 1) + nin : NULL;
 	return l;
 }
 

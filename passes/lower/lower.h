@@ -37,22 +37,26 @@ enum {
  * over fwd_mask before it (redistribute.c) */
 typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER, FC_BATCHSTATS } FwdKind;
 
+/* 64 bytes: a 4096-device rank graph holds ~225 000 of these.  The bit
+ * fields hold what is small by construction: a FwdKind, and device
+ * dimension counts and masks (at most LAYOUT_MAX_DIM + 2 dimensions). */
 struct NodeLayout {
 	uint16_t nin; /* = node nargs; in[i].ndev == 0 for non-tensor operands */
 	uint8_t nout; /* outputs (a tuple output has several) */
 	uint8_t flags;
-	uint8_t fwd;  /* FwdKind */
-	int8_t nodev; /* origin (non-standardised) device matrix, for --parallel-detail */
-	uint32_t fwd_mask;   /* device dims (index in odev) the forward group varies along */
-	Sym fwd_op;          /* "sum", "max", ... */
-	int32_t opt_rep;     /* optimizer-parallel shard factor on dim 0 (Loads/params), 0 none */
-	const int32_t *odev; /* nodev entries, shared like a TLay's arrays (lower_dev) */
+	unsigned fwd : 3;       /* FwdKind */
+	unsigned nodev : 5;     /* origin (non-standardised) device matrix, for --parallel-detail */
+	unsigned fwd_mask : 24; /* device dims (index in odev) the forward group varies along */
+	Sym fwd_op;             /* "sum", "max", ... */
+	int32_t opt_rep;        /* optimizer-parallel shard factor on dim 0 (Loads/params), 0 none */
+	const int32_t *odev;    /* nodev entries, shared like a TLay's arrays (lower_dev) */
 	TLay *in;
 	TLay *out;
 	TLay *fwd_out; /* layout after the forward op when it differs (ReduceScatter) */
 	Node *subst;   /* users read this node instead (last forward op / replacement) */
 	Node *origin;  /* inserted ops: the operator whose full name names them */
 };
+_Static_assert(FC_BATCHSTATS < 8 && LAYOUT_MAX_DIM + 2 < 24, "NodeLayout's bit fields are too narrow");
 
 /* The rank being lowered and its stage (§2.1). */
 typedef struct LowerCtx {
