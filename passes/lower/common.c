@@ -94,6 +94,7 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 	c->mask_memo = xmalloc(sizeof *c->mask_memo);
 	keymap_init(c->mask_memo, sizeof(MaskVal));
 	keymap_init(&c->groups, sizeof(LowerGroup));
+	keymap_init(&c->lay_arrays, sizeof(unsigned char *));
 	return 0;
 }
 
@@ -107,6 +108,7 @@ void lower_ctx_free(LowerCtx *c)
 		c->mask_memo = NULL;
 	}
 	keymap_free(&c->groups);
+	keymap_free(&c->lay_arrays);
 	free(c->dev_list);
 	free(c->ckeys);
 	free(c->cvals);
@@ -120,23 +122,61 @@ void lower_ctx_free(LowerCtx *c)
 
 /* ------------------------------------------------------------ layouts */
 
+/* one block: the record, then its inputs' and outputs' layouts */
 NodeLayout *lay_new(Module *m, uint32_t nin, uint32_t nout)
 {
-	NodeLayout *l = arena_alloc(m->arena, sizeof *l);
+	NodeLayout *l = arena_alloc(m->arena, sizeof *l + (nin + nout) * sizeof(TLay));
 	l->nin = (uint16_t)nin;
 	l->nout = (uint8_t)nout;
-	l->in = nin ? arena_alloc(m->arena, nin * sizeof(TLay)) : NULL;
-	l->out = nout ? arena_alloc(m->arena, nout * sizeof(TLay)) : NULL;
+	l->in = nin ? (TLay *)(l + 1) : NULL;
+	l->out = nout ? (TLay *)(l + 1) + nin : NULL;
 	return l;
 }
 
-void tlay_set(Module *m, TLay *t, const int32_t *dev, int ndev, const int8_t *map, const int64_t *shape, int rank)
+/* The arrays of a layout live in one block, shared by every TLay with the
+ * same device matrix, map and shape: a graph repeats a handful of them in
+ * every layer.  The block (shape, then dev, then map) is made once per
+ * lowering pass in the module arena, since layouts outlive the pass; the
+ * pass's table finds it by its contents, packed into words as the key
+ * (shape one a word, dev two, map eight). */
+void tlay_set(LowerCtx *c, TLay *t, const int32_t *dev, int ndev, const int8_t *map, const int64_t *shape, int rank)
 {
+	int64_t key[1 + LAYOUT_MAX_DIM + (LAYOUT_MAX_DIM + 3) / 2 + (LAYOUT_MAX_DIM + 7) / 8];
+	int nd = (ndev + 1) / 2, nm = (rank + 7) / 8;
+	key[0] = (int64_t)ndev << 8 | rank;
+	for (int i = 0; i < rank; i++)
+		key[1 + i] = shape[i];
+	memset(key + 1 + rank, 0, (size_t)(nd + nm) * sizeof *key);
+	for (int i = 0; i < ndev; i++)
+		key[1 + rank + i / 2] |= (int64_t)((uint64_t)(uint32_t)dev[i] << (32 * (i & 1)));
+	for (int i = 0; i < rank; i++)
+		key[1 + rank + nd + i / 8] |= (int64_t)((uint64_t)(uint8_t)map[i] << (8 * (i & 7)));
+	size_t ss = (size_t)rank * sizeof *shape, ds = (size_t)ndev * sizeof *dev;
+	int fresh;
+	unsigned char **v = keymap_get(&c->lay_arrays, key, (uint32_t)(1 + rank + nd + nm), &fresh);
+	if (fresh) {
+		unsigned char *b = arena_alloc(c->m->arena, ss + ds + (size_t)rank);
+		if (rank) {
+			memcpy(b, shape, ss);
+			memcpy(b + ss + ds, map, (size_t)rank);
+		}
+		if (ndev)
+			memcpy(b + ss, dev, ds);
+		*v = b;
+	}
 	t->ndev = (int8_t)ndev;
 	t->rank = (int8_t)rank;
-	memcpy(t->dev, dev, (size_t)ndev * sizeof *dev);
-	memcpy(t->map, map, (size_t)rank);
-	t->shape = rank ? arena_dup(m->arena, shape, (size_t)rank * sizeof *shape) : NULL;
+	t->shape = (const int64_t *)(void *)*v;
+	t->dev = (const int32_t *)(void *)(*v + ss);
+	t->map = (const int8_t *)(*v + ss + ds);
+}
+
+/* a device matrix on its own (NodeLayout.odev): the block of a scalar's layout */
+const int32_t *lower_dev(LowerCtx *c, const int32_t *dev, int ndev)
+{
+	TLay t;
+	tlay_set(c, &t, dev, ndev, NULL, NULL, 0);
+	return t.dev;
 }
 
 void tlay_to_layout(const TLay *t, Layout *l)
@@ -151,7 +191,7 @@ void tlay_to_layout(const TLay *t, Layout *l)
 	}
 }
 
-void tlay_from_layout(Module *m, TLay *t, const Layout *l)
+void tlay_from_layout(LowerCtx *c, TLay *t, const Layout *l)
 {
 	int32_t dev[LAYOUT_MAX_DIM + 2];
 	int8_t map[LAYOUT_MAX_DIM];
@@ -159,7 +199,7 @@ void tlay_from_layout(Module *m, TLay *t, const Layout *l)
 		dev[i] = (int32_t)l->dev[i];
 	for (int i = 0; i < l->rank; i++)
 		map[i] = (int8_t)l->map[i];
-	tlay_set(m, t, dev, l->ndev, map, l->shape, l->rank);
+	tlay_set(c, t, dev, l->ndev, map, l->shape, l->rank);
 }
 
 void tlay_slice(const TLay *t, int64_t *out)
@@ -172,6 +212,8 @@ void tlay_slice(const TLay *t, int64_t *out)
 
 int tlay_equal(const TLay *a, const TLay *b)
 {
+	if (a->shape == b->shape && a->ndev == b->ndev && a->rank == b->rank)
+		return 1; /* the same block (tlay_set): the same layout */
 	Layout x, y;
 	tlay_to_layout(a, &x);
 	tlay_to_layout(b, &y);
@@ -220,12 +262,12 @@ const char *lower_layout_text(const Node *n, char *buf, size_t len)
 	return buf;
 }
 
-void tlay_replicated(Module *m, TLay *t, int per_stage, const int64_t *shape, int rank)
+void tlay_replicated(LowerCtx *c, TLay *t, int per_stage, const int64_t *shape, int rank)
 {
 	int32_t dev[1] = {per_stage};
 	int8_t map[LAYOUT_MAX_DIM];
 	memset(map, -1, sizeof map);
-	tlay_set(m, t, dev, 1, map, shape, rank);
+	tlay_set(c, t, dev, 1, map, shape, rank);
 }
 
 /* ------------------------------------------------------------ groups */

@@ -143,10 +143,10 @@ static void param_layout(LowerCtx *c, const Users *u, Node *p)
 		int8_t map[LAYOUT_MAX_DIM];
 		memset(map, -1, sizeof map);
 		map[0] = 0;
-		tlay_set(c->m, &l->out[0], dev, 1, map, d, r);
+		tlay_set(c, &l->out[0], dev, 1, map, d, r);
 		return;
 	}
-	tlay_replicated(c->m, &l->out[0], c->per_stage, d, r);
+	tlay_replicated(c, &l->out[0], c->per_stage, d, r);
 }
 
 static void reshape_layout(LowerCtx *c, const Users *u, Node *n)
@@ -162,7 +162,7 @@ static void reshape_layout(LowerCtx *c, const Users *u, Node *n)
 	if (in && in->rank == ri)
 		l->in[0] = *in;
 	else
-		tlay_replicated(c->m, &l->in[0], c->per_stage, di, ri);
+		tlay_replicated(c, &l->in[0], c->per_stage, di, ri);
 	const TLay *t = first_care(u, n, 0);
 	if (t && t->rank == r) {
 		l->out[0] = *t;
@@ -173,7 +173,7 @@ static void reshape_layout(LowerCtx *c, const Users *u, Node *n)
 		memset(map, -1, sizeof map);
 		if (x->rank >= 1 && r >= 1 && x->map[0] >= 0 && x->shape[0] == d[0])
 			map[0] = x->map[0];
-		tlay_set(c->m, &l->out[0], x->dev, x->ndev, map, d, r);
+		tlay_set(c, &l->out[0], x->dev, x->ndev, map, d, r);
 	}
 	n->lay = l;
 }
@@ -237,11 +237,10 @@ static void structural_layout(LowerCtx *c, Node *n)
 		const int64_t *ad;
 		int ar;
 		if (a && n->args[i].kind == V_NODE && (ar = dims_of(a, &ad)) >= 0 && out_of(&n->args[i], 0))
-			tlay_replicated(c->m, &l->in[i], c->per_stage, ad, ar);
+			tlay_replicated(c, &l->in[i], c->per_stage, ad, ar);
 	}
-	tlay_replicated(c->m, &l->out[0], c->per_stage, d, r);
-	int32_t dev[1] = {c->per_stage};
-	memcpy(l->odev, dev, sizeof dev);
+	tlay_replicated(c, &l->out[0], c->per_stage, d, r);
+	l->odev = l->out[0].dev; /* [per_stage] */
 	l->nodev = 1;
 	n->lay = l;
 }

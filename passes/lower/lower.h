@@ -13,13 +13,16 @@
 #define LOWER_FNCACHE 1024
 
 /* A tensor layout in compact form: Layout without the fixed arrays'
- * footprint (a graph of 150 000 operators holds ~500 000 of these). */
+ * footprint (a graph of 150 000 operators holds ~500 000 of these).  The
+ * arrays are shared and read-only: tlay_set() finds them in the pass's
+ * table (one copy per distinct layout, in the module arena), so a TLay is
+ * copied by value and changed only by setting it anew. */
 typedef struct TLay {
 	int8_t ndev; /* 0: no layout (not a tensor) */
 	int8_t rank;
-	int8_t map[LAYOUT_MAX_DIM];
-	int32_t dev[LAYOUT_MAX_DIM + 2];
-	int64_t *shape; /* global shape, rank entries (module arena) */
+	const int32_t *dev;   /* device matrix, ndev entries */
+	const int8_t *map;    /* tensor map, rank entries */
+	const int64_t *shape; /* global shape, rank entries */
 } TLay;
 
 enum {
@@ -34,23 +37,26 @@ enum {
  * over fwd_mask before it (redistribute.c) */
 typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER, FC_BATCHSTATS } FwdKind;
 
+/* 64 bytes: a 4096-device rank graph holds ~225 000 of these.  The bit
+ * fields hold what is small by construction: a FwdKind, and device
+ * dimension counts and masks (at most LAYOUT_MAX_DIM + 2 dimensions). */
 struct NodeLayout {
 	uint16_t nin; /* = node nargs; in[i].ndev == 0 for non-tensor operands */
 	uint8_t nout; /* outputs (a tuple output has several) */
 	uint8_t flags;
-	uint8_t fwd; /* FwdKind */
-	uint8_t repeat_left;
-	int8_t nodev; /* origin (non-standardised) device matrix, for --parallel-detail */
-	int32_t odev[LAYOUT_MAX_DIM + 2];
-	uint32_t fwd_mask; /* device dims (index in odev) the forward group varies along */
-	Sym fwd_op;        /* "sum", "max", ... */
-	int32_t opt_rep;   /* optimizer-parallel shard factor on dim 0 (Loads/params), 0 none */
+	unsigned fwd : 3;       /* FwdKind */
+	unsigned nodev : 5;     /* origin (non-standardised) device matrix, for --parallel-detail */
+	unsigned fwd_mask : 24; /* device dims (index in odev) the forward group varies along */
+	Sym fwd_op;             /* "sum", "max", ... */
+	int32_t opt_rep;        /* optimizer-parallel shard factor on dim 0 (Loads/params), 0 none */
+	const int32_t *odev;    /* nodev entries, shared like a TLay's arrays (lower_dev) */
 	TLay *in;
 	TLay *out;
 	TLay *fwd_out; /* layout after the forward op when it differs (ReduceScatter) */
 	Node *subst;   /* users read this node instead (last forward op / replacement) */
 	Node *origin;  /* inserted ops: the operator whose full name names them */
 };
+_Static_assert(FC_BATCHSTATS < 8 && LAYOUT_MAX_DIM + 2 < 24, "NodeLayout's bit fields are too narrow");
 
 /* The rank being lowered and its stage (§2.1). */
 typedef struct LowerCtx {
@@ -77,6 +83,7 @@ typedef struct LowerCtx {
 	KeyMap groups;         /* ranks -> LowerGroup */
 	KeyMap *redist_memo;   /* redistribute pass: plans by transfer (MemoEntry) */
 	KeyMap *mask_memo;     /* lower_group_mask results by (mask, dev) */
+	KeyMap lay_arrays;     /* the shared arrays of layouts (tlay_set, lower_dev) */
 	Sym inst_prefix, rd_syms[RD_KINDS]; /* redistribute.c's instance names, interned once */
 } LowerCtx;
 
@@ -93,13 +100,14 @@ void lower_attr_put(Module *m, AttrList *l, const char *key, Value v); /* lists 
 int lower_ctx_init(LowerCtx *c, Module *m, const Options *o);          /* 0 ok, -1 reported */
 void lower_ctx_free(LowerCtx *c);
 NodeLayout *lay_new(Module *m, uint32_t nin, uint32_t nout);
-void tlay_set(Module *m, TLay *t, const int32_t *dev, int ndev, const int8_t *map, const int64_t *shape, int rank);
+void tlay_set(LowerCtx *c, TLay *t, const int32_t *dev, int ndev, const int8_t *map, const int64_t *shape, int rank);
+const int32_t *lower_dev(LowerCtx *c, const int32_t *dev, int ndev); /* the shared copy */
 void tlay_to_layout(const TLay *t, Layout *l);
-void tlay_from_layout(Module *m, TLay *t, const Layout *l);
+void tlay_from_layout(LowerCtx *c, TLay *t, const Layout *l);
 void tlay_slice(const TLay *t, int64_t *out);
 int tlay_equal(const TLay *a, const TLay *b);
 const char *tlay_format(const TLay *t, char *buf, size_t len); /* D=[..] M=[..] S=(..) */
-void tlay_replicated(Module *m, TLay *t, int per_stage, const int64_t *shape, int rank);
+void tlay_replicated(LowerCtx *c, TLay *t, int per_stage, const int64_t *shape, int rank);
 /* ranks that differ from this rank only along the device dims in mask */
 int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out);
 int lower_replica_group(const LowerCtx *c, const TLay *t, int64_t *out);

@@ -992,11 +992,11 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		int8_t rsmap[2] = {(int8_t)(ndev2 - 1), r->omap[0][1]};
 		r->fwd = FC_REDUCESCATTER;
 		l->fwd_out = arena_alloc(c->m->arena, sizeof(TLay));
-		tlay_set(c->m, l->fwd_out, dev2, ndev2, rsmap, r->oshp[0], 2);
+		tlay_set(c, l->fwd_out, dev2, ndev2, rsmap, r->oshp[0], 2);
 	}
 	l->flags = LAY_OP | (rowsplit ? LAY_REPLACED : 0);
 	l->nodev = (int8_t)ndev;
-	memcpy(l->odev, dev, sizeof dev);
+	l->odev = lower_dev(c, dev, ndev);
 	l->fwd = (uint8_t)r->fwd;
 	l->fwd_mask = r->fwd_mask;
 	l->fwd_op = r->fwd_op ? intern_cstr(r->fwd_op) : 0;
@@ -1011,12 +1011,12 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		if (r->rk[k] == 0 && !r->shp[k])
 			continue; /* literal scalar */
 		TLay *dst = tuple ? &tl->in[r->opnd[k]] : &l->in[r->opnd[k]];
-		tlay_set(c->m, dst, dev, ndev, r->imap[k], r->shp[k], r->rk[k]);
+		tlay_set(c, dst, dev, ndev, r->imap[k], r->shp[k], r->rk[k]);
 		if (tuple)
 			tl->out[r->opnd[k]] = *dst;
 	}
 	for (int o = 0; o < r->nout; o++)
-		tlay_set(c->m, &l->out[o], dev, ndev, r->omap[o], r->oshp[o], r->ork[o]);
+		tlay_set(c, &l->out[o], dev, ndev, r->omap[o], r->oshp[o], r->ork[o]);
 	/* every map must be valid on the final device matrix */
 	for (int k = 0; k < (int)l->nin + (int)l->nout; k++) {
 		TLay *t = k < (int)l->nin ? &l->in[k] : &l->out[k - l->nin];
