@@ -24,6 +24,10 @@ void ir_module_free(Module *m)
 	}
 	vec_free(&m->graphs);
 	vec_free(&m->externs);
+	if (m->dims_pool) {
+		keymap_free(m->dims_pool);
+		free(m->dims_pool);
+	}
 	arena_free(m->arena);
 	free(m);
 }

@@ -157,6 +157,7 @@ int op_lookup(const char *name, size_t n); /* strips PrimFunc_; OP_UNKNOWN if no
 
 /* ------------------------------------------------------------------ value.c */
 typedef struct Node Node;
+typedef struct Module Module;
 typedef struct Graph Graph;
 typedef struct Value Value;
 
@@ -250,6 +251,10 @@ typedef struct Abs {
 int shape_numel(const Shape *s, int64_t *out); /* 0 ok, -1 overflow/not dims */
 int shape_equal(const Shape *a, const Shape *b);
 Shape shape_dims(Arena *a, const int64_t *d, int rank);
+/* the same, but equal shapes share one dims array of the module (nobody
+ * may write into it): what a pass uses for the shapes it makes by the
+ * hundred thousand */
+Shape shape_shared(Module *m, const int64_t *d, int rank);
 int abs_equal(const Abs *a, const Abs *b);
 Abs abs_tensor(Arena *a, Sym dtype, const int64_t *d, int rank);
 int dtype_size(Sym dtype);
@@ -355,7 +360,7 @@ struct Graph {
 	Loc loc;
 };
 
-typedef struct Module {
+struct Module {
 	Arena *arena;
 	const char *filename;
 	Sym entry;           /* entry graph name */
@@ -373,7 +378,8 @@ typedef struct Module {
 	uint8_t fragment;    /* read with --fragment */
 	struct SappSummary *sapp; /* what the sapp pass decided besides the strategies (NULL: no sapp pass) */
 	Sym *op_syms;        /* OP_* -> its interned name, made as ir_cnode_new needs them */
-} Module;
+	struct KeyMap *dims_pool; /* shape_shared(): one dims array per distinct shape */
+};
 
 Module *ir_module_new(const char *filename);
 void ir_module_free(Module *m);

@@ -43,6 +43,25 @@ Shape shape_dims(Arena *a, const int64_t *d, int rank)
 	return s;
 }
 
+Shape shape_shared(Module *m, const int64_t *d, int rank)
+{
+	if (!rank)
+		return shape_dims(m->arena, d, rank);
+	if (!m->dims_pool) {
+		m->dims_pool = xmalloc(sizeof *m->dims_pool);
+		keymap_init(m->dims_pool, sizeof(int64_t *));
+	}
+	int fresh;
+	int64_t **v = keymap_get(m->dims_pool, d, (uint32_t)rank, &fresh);
+	if (fresh)
+		*v = arena_dup(m->arena, d, (size_t)rank * sizeof *d);
+	Shape s = {0};
+	s.kind = SK_DIMS;
+	s.rank = (uint8_t)rank;
+	s.dims = *v;
+	return s;
+}
+
 /* ref_colon is spelling, not meaning: two abstracts that differ only in it are equal */
 static int absext_equal(const AbsExt *a, const AbsExt *b)
 {

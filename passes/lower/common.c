@@ -665,7 +665,7 @@ Abs lower_abs_like(Module *m, const Abs *like, const int64_t *d, int rank)
 	a.dtype = like->dtype ? like->dtype : lower_sym("Float32");
 	a.tstr = tensor_tstr(a.dtype);
 	a.is_tensor = 1;
-	a.shape = shape_dims(m->arena, d, rank);
+	a.shape = shape_shared(m, d, rank);
 	return a;
 }
 

@@ -693,7 +693,7 @@ static void reduce_scatter(LowerCtx *c, NodeVec *out, Node *n)
 /* the shape of a node's output, local once localize has visited it */
 static void set_dims(Module *m, Abs *a, const int64_t *d, int r)
 {
-	a->shape = shape_dims(m->arena, d, r);
+	a->shape = shape_shared(m, d, r);
 }
 
 static void localize_node(LowerCtx *c, Node *n)
@@ -724,7 +724,7 @@ static void localize_node(LowerCtx *c, Node *n)
 				sub[k] = n->out.shape.sub[k];
 				if (l->out[k].ndev && sub[k].kind == SK_DIMS) {
 					tlay_slice(&l->out[k], d);
-					sub[k] = shape_dims(m->arena, d, l->out[k].rank);
+					sub[k] = shape_shared(m, d, l->out[k].rank);
 				}
 			}
 			n->out.shape.sub = sub;
