@@ -79,6 +79,85 @@ static inline void w_putc(int c, FILE *f)
 #define fputc(c, f) w_putc((c), (f))
 #define fwrite(p, sz, n, f) w_write((f), (p), (size_t)(sz) * (size_t)(n))
 
+/* The text of a piece printed from an array, by the array's address.  The
+ * lowering shares arrays between the operators it inserts (clone_op: type
+ * arrays, dims, attribute lists, constant operand tuples) and a Split's n
+ * outputs are read by n TupleGetItems that each print the whole tuple type,
+ * so a rank graph prints the same few thousand arrays hundreds of thousands
+ * of times.  Direct-mapped on (address, count, what); the texts live in one
+ * fixed pool.  When the pool is full, and when a public entry point returns
+ * (the arrays may be freed before the next call), every entry is forgotten
+ * at once by a new generation.  Nothing is changed while a module prints,
+ * and a text that depends on the graph being printed (a node reference) is
+ * never kept. */
+enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_TUPLE, MEMO_LIST };
+#define MEMO_SLOTS 4096
+#define MEMO_POOL (1u << 19)
+#define MEMO_MAXLEN 4096u
+static struct MemoEnt {
+	const void *key;
+	uint32_t n, gen, off, len;
+	uint32_t tag;
+} memo_tab[MEMO_SLOTS];
+static struct {
+	uint32_t gen, used; /* entries of another generation are empty */
+	unsigned long ctx;  /* node references printed: the text depends on cur_graph */
+} memo = {.gen = 1};
+static char memo_pool[MEMO_POOL];
+
+typedef struct {
+	size_t start;
+	unsigned long flushes, ctx;
+} MemoMark;
+
+static inline struct MemoEnt *memo_slot(const void *key, uint32_t n, uint32_t tag)
+{
+	uint32_t h = (uint32_t)((uintptr_t)key >> 3) * 0x9E3779B1u + n * 0x85EBCA77u + tag;
+	return &memo_tab[h >> (32 - 12)];
+}
+
+/* write the kept text of (key, n, tag); 0 if there is none */
+static inline int memo_put(FILE *f, const void *key, uint32_t n, uint32_t tag)
+{
+	const struct MemoEnt *e = memo_slot(key, n, tag);
+	if (e->key != key || e->gen != memo.gen || e->n != n || e->tag != tag)
+		return 0;
+	w_write(f, memo_pool + e->off, e->len);
+	return 1;
+}
+
+static inline MemoMark memo_mark(void)
+{
+	return (MemoMark){sink.n, sink.flushes, memo.ctx};
+}
+
+/* keep what was written since mk as the text of (key, n, tag) */
+static void memo_keep(FILE *f, MemoMark mk, const void *key, uint32_t n, uint32_t tag)
+{
+	if (f != sink.f || mk.flushes != sink.flushes || mk.ctx != memo.ctx)
+		return;
+	size_t len = sink.n - mk.start;
+	if (len > MEMO_MAXLEN)
+		return;
+	if (len > MEMO_POOL - memo.used) {
+		memo.gen++;
+		memo.used = 0;
+	}
+	struct MemoEnt *e = memo_slot(key, n, tag);
+	*e = (struct MemoEnt){key, n, memo.gen, memo.used, (uint32_t)len, tag};
+	memcpy(memo_pool + memo.used, sink.buf + mk.start, len);
+	memo.used += (uint32_t)len;
+}
+
+static void memo_drop(void)
+{
+	memo.used = 0;
+	if (++memo.gen == 0) { /* wrapped: no entry may look current */
+		memset(memo_tab, 0, sizeof memo_tab);
+		memo.gen = 1;
+	}
+}
+
 static void put_i64(FILE *f, int64_t v)
 {
 	if (v >= 0 && v < 10) { /* most numbers printed are small */
@@ -226,6 +305,7 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 		fputc(')', f);
 		break;
 	case V_NODE:
+		memo.ctx++;
 		print_node_ref(f, v->u.node);
 		break;
 	case V_GRAPH:
@@ -240,42 +320,14 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 	}
 }
 
-static struct {
-	const Shape *sub;
-	int rank, kind;
-	char *text;
-	size_t len, cap;
-} tuple_cache;
-
-/* The text of a dims shape, by its dims array: the operators the
- * lowering inserts share their type arrays (clone_op), so a rank graph
- * prints the same few hundred arrays hundreds of thousands of times.
- * Direct-mapped on the array's address; dropped with the tuple cache. */
-#define DIMS_CACHE 1024
-static struct {
-	const int64_t *dims;
-	uint8_t rank, kind, len;
-	char text[85];
-} dims_cache[DIMS_CACHE];
-
-static void tuple_cache_drop(void)
-{
-	free(tuple_cache.text);
-	memset(&tuple_cache, 0, sizeof tuple_cache);
-	memset(dims_cache, 0, sizeof dims_cache);
-}
-
 static void print_shape(FILE *f, const Shape *s)
 {
 	switch (s->kind) {
 	case SK_DIMS:
 	case SK_OLD: {
-		size_t h = ((uintptr_t)s->dims >> 3) % DIMS_CACHE;
-		if (s->rank && dims_cache[h].dims == s->dims && dims_cache[h].rank == s->rank &&
-		    dims_cache[h].kind == s->kind) {
-			w_write(f, dims_cache[h].text, dims_cache[h].len);
+		uint32_t tag = s->kind == SK_DIMS ? MEMO_DIMS : MEMO_OLD;
+		if (s->rank && memo_put(f, s->dims, s->rank, tag))
 			break;
-		}
 		char t[8 + 22 * 256];
 		size_t n = 0;
 		t[n++] = s->kind == SK_DIMS ? '(' : '[';
@@ -287,14 +339,10 @@ static void print_shape(FILE *f, const Shape *s)
 			n += fmt_i64(t + n, s->dims[i]);
 		}
 		t[n++] = s->kind == SK_DIMS ? ')' : ']';
+		MemoMark mk = memo_mark();
 		w_write(f, t, n);
-		if (s->rank && n <= sizeof dims_cache[h].text) {
-			dims_cache[h].dims = s->dims;
-			dims_cache[h].rank = s->rank;
-			dims_cache[h].kind = (uint8_t)s->kind;
-			dims_cache[h].len = (uint8_t)n;
-			memcpy(dims_cache[h].text, t, n);
-		}
+		if (s->rank)
+			memo_keep(f, mk, s->dims, s->rank, tag);
 		break;
 	}
 	case SK_NOSHAPE:
@@ -302,17 +350,11 @@ static void print_shape(FILE *f, const Shape *s)
 		break;
 	case SK_TUPLE:
 	case SK_LIST: {
-		/* The n outputs of a Split are read by n TupleGetItems, each
-		 * printing the whole tuple type: the last big tuple's text is
-		 * kept and copied (shapes are never changed once built, and the
-		 * cache is dropped for every module printed). */
+		uint32_t tag = s->kind == SK_TUPLE ? MEMO_TUPLE : MEMO_LIST;
 		int big = s->rank >= 4;
-		if (big && s->sub == tuple_cache.sub && s->rank == tuple_cache.rank && s->kind == tuple_cache.kind) {
-			fwrite(tuple_cache.text, 1, tuple_cache.len, f);
+		if (big && memo_put(f, s->sub, s->rank, tag))
 			break;
-		}
-		size_t start = sink.n;
-		unsigned long fl = sink.flushes;
+		MemoMark mk = memo_mark();
 		fputs(s->kind == SK_TUPLE ? "TupleShape(" : "ListShape(", f);
 		for (int i = 0; i < s->rank; i++) {
 			if (i)
@@ -320,19 +362,8 @@ static void print_shape(FILE *f, const Shape *s)
 			print_shape(f, &s->sub[i]);
 		}
 		fputc(')', f);
-		if (big && f == sink.f && fl == sink.flushes) {
-			size_t len = sink.n - start;
-			if (len > tuple_cache.cap) {
-				free(tuple_cache.text);
-				tuple_cache.cap = len * 2;
-				tuple_cache.text = xmalloc(tuple_cache.cap);
-			}
-			memcpy(tuple_cache.text, sink.buf + start, len);
-			tuple_cache.len = len;
-			tuple_cache.sub = s->sub;
-			tuple_cache.rank = s->rank;
-			tuple_cache.kind = s->kind;
-		}
+		if (big)
+			memo_keep(f, mk, s->sub, s->rank, tag);
 		break;
 	}
 	default:
@@ -656,26 +687,26 @@ void ir_print_value(FILE *f, const Value *v)
 {
 	ir_print_value_impl(f, v);
 	w_flush();
-	tuple_cache_drop(); /* the shapes may be freed before the next call */
+	memo_drop(); /* the arrays may be freed before the next call */
 }
 
 void ir_print_abs(FILE *f, const Abs *a)
 {
 	ir_print_abs_impl(f, a);
 	w_flush();
-	tuple_cache_drop(); /* the shapes may be freed before the next call */
+	memo_drop(); /* the arrays may be freed before the next call */
 }
 
 void ir_print_node(FILE *f, const Node *n)
 {
 	ir_print_node_impl(f, n);
 	w_flush();
-	tuple_cache_drop(); /* the shapes may be freed before the next call */
+	memo_drop(); /* the arrays may be freed before the next call */
 }
 
 void ir_print_module(FILE *f, const Module *m)
 {
 	ir_print_module_impl(f, m);
 	w_flush();
-	tuple_cache_drop(); /* the shapes may be freed before the next call */
+	memo_drop(); /* the arrays may be freed before the next call */
 }
