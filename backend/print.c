@@ -90,8 +90,9 @@ static inline void w_putc(int c, FILE *f)
  * at once by a new generation.  Nothing is changed while a module prints,
  * and a text that depends on the graph being printed (a node reference) is
  * never kept. */
-enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_TUPLE, MEMO_LIST };
-#define MEMO_SLOTS 4096
+enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_TUPLE, MEMO_LIST, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
+#define MEMO_BITS 14 /* 16384 slots of 32 bytes */
+#define MEMO_SLOTS (1u << MEMO_BITS)
 #define MEMO_POOL (1u << 19)
 #define MEMO_MAXLEN 4096u
 static struct MemoEnt {
@@ -113,7 +114,7 @@ typedef struct {
 static inline struct MemoEnt *memo_slot(const void *key, uint32_t n, uint32_t tag)
 {
 	uint32_t h = (uint32_t)((uintptr_t)key >> 3) * 0x9E3779B1u + n * 0x85EBCA77u + tag;
-	return &memo_tab[h >> (32 - 12)];
+	return &memo_tab[h >> (32 - MEMO_BITS)];
 }
 
 /* write the kept text of (key, n, tag); 0 if there is none */
@@ -227,6 +228,9 @@ static void print_node_ref(FILE *f, const Node *n)
 
 static void print_elems(FILE *f, const Value *v)
 {
+	if (!v->n || memo_put(f, v->u.elems, v->n, MEMO_ELEMS))
+		return;
+	MemoMark mk = memo_mark();
 	for (uint32_t i = 0; i < v->n; i++) {
 		if (i)
 			fputs(", ", f);
@@ -239,6 +243,7 @@ static void print_elems(FILE *f, const Value *v)
 		}
 		ir_print_value_impl(f, &v->u.elems[i]);
 	}
+	memo_keep(f, mk, v->u.elems, v->n, MEMO_ELEMS);
 }
 
 static void ir_print_value_impl(FILE *f, const Value *v)
@@ -373,6 +378,18 @@ static void print_shape(FILE *f, const Shape *s)
 
 static void ir_print_abs_impl(FILE *f, const Abs *a)
 {
+	/* by the shape's array and the type text: a node's output abstract
+	 * is a copy, but its dims are shared */
+	const void *key = NULL;
+	uint32_t tag = MEMO_ABS | (uint32_t)a->shape.kind << 8 | (uint32_t)a->has_value << 12 |
+	               (uint32_t)a->shape.rank << 16;
+	if (!a->x && a->shape.kind != SK_NONE && a->shape.kind != SK_NOSHAPE && a->shape.rank) {
+		key = a->shape.kind == SK_DIMS || a->shape.kind == SK_OLD ? (const void *)a->shape.dims
+									  : (const void *)a->shape.sub;
+		if (memo_put(f, key, a->tstr, tag))
+			return;
+	}
+	MemoMark mk = memo_mark();
 	fputc('<', f);
 	if (a->tstr)
 		put_sym(f, a->tstr);
@@ -393,10 +410,28 @@ static void ir_print_abs_impl(FILE *f, const Abs *a)
 		put_sym(f, a->x->extras[i]);
 	}
 	fputc('>', f);
+	if (key)
+		memo_keep(f, mk, key, a->tstr, tag);
+}
+
+static void print_types(FILE *f, const Abs *t, uint32_t n)
+{
+	if (!n || memo_put(f, t, n, MEMO_TYPES))
+		return;
+	MemoMark mk = memo_mark();
+	for (uint32_t i = 0; i < n; i++) {
+		if (i)
+			fputs(", ", f);
+		ir_print_abs_impl(f, &t[i]);
+	}
+	memo_keep(f, mk, t, n, MEMO_TYPES);
 }
 
 static void print_attrs(FILE *f, const AttrList *l)
 {
+	if (!l->n || memo_put(f, l->a, l->n, MEMO_ATTRS))
+		return;
+	MemoMark mk = memo_mark();
 	for (uint32_t i = 0; i < l->n; i++) {
 		if (i)
 			fputs(", ", f);
@@ -404,6 +439,7 @@ static void print_attrs(FILE *f, const AttrList *l)
 		fputs(": ", f);
 		ir_print_value_impl(f, &l->a[i].val);
 	}
+	memo_keep(f, mk, l->a, l->n, MEMO_ATTRS);
 }
 
 static void print_groups(FILE *f, const Node *n)
@@ -517,11 +553,7 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 		fputc('\n', f);
 		if (n->has_type_line) {
 			fputs("      : (", f);
-			for (uint32_t i = 0; i < n->nin_types; i++) {
-				if (i)
-					fputs(", ", f);
-				ir_print_abs_impl(f, &n->in_types[i]);
-			}
+			print_types(f, n->in_types, n->nin_types);
 			fputs(") -> (", f);
 			ir_print_abs_impl(f, &n->out);
 			fputs(")\n", f);
