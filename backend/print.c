@@ -59,6 +59,21 @@ static inline void w_write(FILE *f, const void *p, size_t n)
 	}
 }
 
+static void w_room_slow(FILE *f)
+{
+	w_flush();
+	sink.f = f;
+}
+
+/* Room for n bytes (n <= sizeof sink.buf) at the end of the buffer, for
+ * f: the caller forms its text there and adds its length to sink.n. */
+static inline char *w_room(FILE *f, size_t n)
+{
+	if (f != sink.f || n > sizeof sink.buf - sink.n)
+		w_room_slow(f);
+	return sink.buf + sink.n;
+}
+
 static inline void w_puts(const char *s, FILE *f)
 {
 	w_write(f, s, strlen(s));
@@ -161,12 +176,8 @@ static void memo_drop(void)
 
 static void put_i64(FILE *f, int64_t v)
 {
-	if (v >= 0 && v < 10) { /* most numbers printed are small */
-		w_putc('0' + (int)v, f);
-		return;
-	}
-	char buf[24];
-	w_write(f, buf, fmt_i64(buf, v));
+	char *p = w_room(f, 20);
+	sink.n += fmt_i64(p, v);
 }
 
 static inline void put_sym(FILE *f, Sym s)
@@ -333,7 +344,8 @@ static void print_shape(FILE *f, const Shape *s)
 		uint32_t tag = s->kind == SK_DIMS ? MEMO_DIMS : MEMO_OLD;
 		if (s->rank && memo_put(f, s->dims, s->rank, tag))
 			break;
-		char t[8 + 22 * 256];
+		char *t = w_room(f, 2 + 22 * (size_t)s->rank);
+		MemoMark mk = memo_mark();
 		size_t n = 0;
 		t[n++] = s->kind == SK_DIMS ? '(' : '[';
 		for (int i = 0; i < s->rank; i++) {
@@ -344,8 +356,7 @@ static void print_shape(FILE *f, const Shape *s)
 			n += fmt_i64(t + n, s->dims[i]);
 		}
 		t[n++] = s->kind == SK_DIMS ? ')' : ']';
-		MemoMark mk = memo_mark();
-		w_write(f, t, n);
+		sink.n += n;
 		if (s->rank)
 			memo_keep(f, mk, s->dims, s->rank, tag);
 		break;
