@@ -15,11 +15,13 @@ static const Graph *cur_graph;
 
 /* The printer writes a lot of small pieces (a lowered rank graph can be
  * hundreds of MB): they go through one buffer instead of one locked stdio
- * call each.  Every public entry point flushes before returning. */
+ * call each.  Every public entry point names the stream once (w_begin) and
+ * flushes before returning, so the writers below only check for room; the
+ * FILE * they are given is always sink.f. */
 static struct {
 	FILE *f;
 	size_t n;
-	unsigned long flushes; /* tells print_shape whether its text is still in buf */
+	unsigned long flushes; /* tells memo_keep whether its text is still in buf */
 	char buf[1 << 16];
 } sink;
 
@@ -31,46 +33,42 @@ static void w_flush(void)
 	sink.flushes++;
 }
 
-static void w_write_slow(FILE *f, const void *p, size_t n)
+static void w_begin(FILE *f)
 {
-	if (f != sink.f) {
-		w_flush();
-		sink.f = f;
-	}
-	if (n > sizeof sink.buf - sink.n) {
-		w_flush();
-		if (n > sizeof sink.buf) {
-			fwrite(p, 1, n, f);
-			return;
-		}
-	}
-	memcpy(sink.buf + sink.n, p, n);
-	sink.n += n;
+	sink.f = f;
+	sink.n = 0;
 }
 
-/* the common case inline: the right stream and room in the buffer */
+static void w_write_slow(const void *p, size_t n)
+{
+	w_flush();
+	if (n > sizeof sink.buf) {
+		fwrite(p, 1, n, sink.f);
+		return;
+	}
+	memcpy(sink.buf, p, n);
+	sink.n = n;
+}
+
+/* the common case inline: room in the buffer */
 static inline void w_write(FILE *f, const void *p, size_t n)
 {
-	if (f == sink.f && n <= sizeof sink.buf - sink.n) {
+	(void)f;
+	if (n <= sizeof sink.buf - sink.n) {
 		memcpy(sink.buf + sink.n, p, n);
 		sink.n += n;
 	} else {
-		w_write_slow(f, p, n);
+		w_write_slow(p, n);
 	}
 }
 
-static void w_room_slow(FILE *f)
-{
-	w_flush();
-	sink.f = f;
-}
-
-/* Room for n bytes (n <= sizeof sink.buf) at the end of the buffer, for
- * f: the caller forms its text there and adds its length to sink.n. */
+/* Room for n bytes (n <= sizeof sink.buf) at the end of the buffer: the
+ * caller forms its text there and adds its length to sink.n. */
 static inline char *w_room(FILE *f, size_t n)
 {
-	if (f != sink.f || n > sizeof sink.buf - sink.n)
-		w_room_slow(f);
+	(void)f;
+	if (n > sizeof sink.buf - sink.n)
+		w_flush();
 	return sink.buf + sink.n;
 }
 
@@ -81,12 +79,10 @@ static inline void w_puts(const char *s, FILE *f)
 
 static inline void w_putc(int c, FILE *f)
 {
-	if (f == sink.f && sink.n < sizeof sink.buf)
-		sink.buf[sink.n++] = (char)c;
-	else {
-		char ch = (char)c;
-		w_write_slow(f, &ch, 1);
-	}
+	(void)f;
+	if (sink.n == sizeof sink.buf)
+		w_flush();
+	sink.buf[sink.n++] = (char)c;
 }
 
 /* everything below prints through the buffer */
@@ -150,7 +146,8 @@ static inline MemoMark memo_mark(void)
 /* keep what was written since mk as the text of (key, n, tag) */
 static void memo_keep(FILE *f, MemoMark mk, const void *key, uint32_t n, uint32_t tag)
 {
-	if (f != sink.f || mk.flushes != sink.flushes || mk.ctx != memo.ctx)
+	(void)f;
+	if (mk.flushes != sink.flushes || mk.ctx != memo.ctx)
 		return;
 	size_t len = sink.n - mk.start;
 	if (len > MEMO_MAXLEN)
@@ -726,30 +723,39 @@ static void ir_print_module_impl(FILE *f, const Module *m)
 	cur_graph = NULL;
 }
 
+/* every public entry point ends here: the stream may be closed and the
+ * arrays freed before the next call */
+static void w_end(void)
+{
+	w_flush();
+	sink.f = NULL;
+	memo_drop();
+}
+
 void ir_print_value(FILE *f, const Value *v)
 {
+	w_begin(f);
 	ir_print_value_impl(f, v);
-	w_flush();
-	memo_drop(); /* the arrays may be freed before the next call */
+	w_end();
 }
 
 void ir_print_abs(FILE *f, const Abs *a)
 {
+	w_begin(f);
 	ir_print_abs_impl(f, a);
-	w_flush();
-	memo_drop(); /* the arrays may be freed before the next call */
+	w_end();
 }
 
 void ir_print_node(FILE *f, const Node *n)
 {
+	w_begin(f);
 	ir_print_node_impl(f, n);
-	w_flush();
-	memo_drop(); /* the arrays may be freed before the next call */
+	w_end();
 }
 
 void ir_print_module(FILE *f, const Module *m)
 {
+	w_begin(f);
 	ir_print_module_impl(f, m);
-	w_flush();
-	memo_drop(); /* the arrays may be freed before the next call */
+	w_end();
 }
