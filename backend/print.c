@@ -100,65 +100,89 @@ static inline void w_putc(int c, FILE *f)
  * (the arrays may be freed before the next call), every entry is forgotten
  * at once by a new generation.  Nothing is changed while a module prints,
  * and a text that depends on the graph being printed (a node reference) is
- * never kept. */
-enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_TUPLE, MEMO_LIST, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
+ * never kept.
+ *
+ * Dims are also found by their content (memo_get_dims): the passes give many
+ * nodes a dims array of their own with the same numbers.  Such an entry
+ * keeps the first array as its key, which stays valid while a module prints. */
+enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
 #define MEMO_BITS 14 /* 16384 slots of 32 bytes */
 #define MEMO_SLOTS (1u << MEMO_BITS)
 #define MEMO_POOL (1u << 19)
 #define MEMO_MAXLEN 4096u
-static struct MemoEnt {
+typedef struct MemoEnt {
 	const void *key;
 	uint32_t n, gen, off, len;
 	uint32_t tag;
-} memo_tab[MEMO_SLOTS];
+} MemoEnt;
+static MemoEnt memo_tab[MEMO_SLOTS];
 static struct {
 	uint32_t gen, used; /* entries of another generation are empty */
 	unsigned long ctx;  /* node references printed: the text depends on cur_graph */
 } memo = {.gen = 1};
 static char memo_pool[MEMO_POOL];
 
+/* a miss: where its text starts, for memo_keep */
 typedef struct {
+	MemoEnt *e;
+	const void *key;
+	uint32_t n, tag;
 	size_t start;
 	unsigned long flushes, ctx;
-} MemoMark;
+} Memo;
 
-static inline struct MemoEnt *memo_slot(const void *key, uint32_t n, uint32_t tag)
+static inline int memo_miss(Memo *m, MemoEnt *e, const void *key, uint32_t n, uint32_t tag)
 {
-	uint32_t h = (uint32_t)((uintptr_t)key >> 3) * 0x9E3779B1u + n * 0x85EBCA77u + tag;
-	return &memo_tab[h >> (32 - MEMO_BITS)];
+	*m = (Memo){e, key, n, tag, sink.n, sink.flushes, memo.ctx};
+	return 0;
 }
 
-/* write the kept text of (key, n, tag); 0 if there is none */
-static inline int memo_put(FILE *f, const void *key, uint32_t n, uint32_t tag)
+/* 1: the kept text of (key, n, tag) is written; 0: *m is set for the
+ * memo_keep() after the caller has printed it */
+static inline int memo_get(FILE *f, Memo *m, const void *key, uint32_t n, uint32_t tag)
 {
-	const struct MemoEnt *e = memo_slot(key, n, tag);
+	uint32_t h = (uint32_t)((uintptr_t)key >> 3) * 0x9E3779B1u + n * 0x85EBCA77u + tag;
+	MemoEnt *e = &memo_tab[h >> (32 - MEMO_BITS)];
 	if (e->key != key || e->gen != memo.gen || e->n != n || e->tag != tag)
-		return 0;
+		return memo_miss(m, e, key, n, tag);
 	w_write(f, memo_pool + e->off, e->len);
 	return 1;
 }
 
-static inline MemoMark memo_mark(void)
+/* the same for rank dims d (rank > 0), found by their numbers */
+static inline int memo_get_dims(FILE *f, Memo *m, const int64_t *d, uint32_t rank, uint32_t n, uint32_t tag)
 {
-	return (MemoMark){sink.n, sink.flushes, memo.ctx};
+	uint64_t x = rank;
+	for (uint32_t i = 0; i < rank; i++)
+		x = (x ^ (uint64_t)d[i]) * 0x100000001B3u;
+	uint32_t h = ((uint32_t)(x >> 32) ^ (uint32_t)x) * 0x9E3779B1u + n * 0x85EBCA77u + tag;
+	MemoEnt *e = &memo_tab[h >> (32 - MEMO_BITS)];
+	if (e->gen != memo.gen || e->n != n || e->tag != tag)
+		return memo_miss(m, e, d, n, tag);
+	if (e->key != d) {
+		const int64_t *k = e->key;
+		for (uint32_t i = 0; i < rank; i++)
+			if (k[i] != d[i])
+				return memo_miss(m, e, d, n, tag);
+	}
+	w_write(f, memo_pool + e->off, e->len);
+	return 1;
 }
 
-/* keep what was written since mk as the text of (key, n, tag) */
-static void memo_keep(FILE *f, MemoMark mk, const void *key, uint32_t n, uint32_t tag)
+/* keep what was written since the miss m as its text */
+static void memo_keep(const Memo *m)
 {
-	(void)f;
-	if (mk.flushes != sink.flushes || mk.ctx != memo.ctx)
+	if (m->flushes != sink.flushes || m->ctx != memo.ctx)
 		return;
-	size_t len = sink.n - mk.start;
+	size_t len = sink.n - m->start;
 	if (len > MEMO_MAXLEN)
 		return;
 	if (len > MEMO_POOL - memo.used) {
 		memo.gen++;
 		memo.used = 0;
 	}
-	struct MemoEnt *e = memo_slot(key, n, tag);
-	*e = (struct MemoEnt){key, n, memo.gen, memo.used, (uint32_t)len, tag};
-	memcpy(memo_pool + memo.used, sink.buf + mk.start, len);
+	*m->e = (MemoEnt){m->key, m->n, memo.gen, memo.used, (uint32_t)len, m->tag};
+	memcpy(memo_pool + memo.used, sink.buf + m->start, len);
 	memo.used += (uint32_t)len;
 }
 
@@ -236,9 +260,9 @@ static void print_node_ref(FILE *f, const Node *n)
 
 static void print_elems(FILE *f, const Value *v)
 {
-	if (!v->n || memo_put(f, v->u.elems, v->n, MEMO_ELEMS))
+	Memo m;
+	if (!v->n || memo_get(f, &m, v->u.elems, v->n, MEMO_ELEMS))
 		return;
-	MemoMark mk = memo_mark();
 	for (uint32_t i = 0; i < v->n; i++) {
 		if (i)
 			fputs(", ", f);
@@ -251,7 +275,7 @@ static void print_elems(FILE *f, const Value *v)
 		}
 		ir_print_value_impl(f, &v->u.elems[i]);
 	}
-	memo_keep(f, mk, v->u.elems, v->n, MEMO_ELEMS);
+	memo_keep(&m);
 }
 
 static void ir_print_value_impl(FILE *f, const Value *v)
@@ -338,11 +362,13 @@ static void print_shape(FILE *f, const Shape *s)
 	switch (s->kind) {
 	case SK_DIMS:
 	case SK_OLD: {
-		uint32_t tag = s->kind == SK_DIMS ? MEMO_DIMS : MEMO_OLD;
-		if (s->rank && memo_put(f, s->dims, s->rank, tag))
+		Memo m;
+		if (s->rank &&
+		    memo_get_dims(f, &m, s->dims, s->rank, s->rank, s->kind == SK_DIMS ? MEMO_DIMS : MEMO_OLD))
 			break;
 		char *t = w_room(f, 2 + 22 * (size_t)s->rank);
-		MemoMark mk = memo_mark();
+		m.start = sink.n; /* after a flush w_room may have made */
+		m.flushes = sink.flushes;
 		size_t n = 0;
 		t[n++] = s->kind == SK_DIMS ? '(' : '[';
 		for (int i = 0; i < s->rank; i++) {
@@ -355,7 +381,7 @@ static void print_shape(FILE *f, const Shape *s)
 		t[n++] = s->kind == SK_DIMS ? ')' : ']';
 		sink.n += n;
 		if (s->rank)
-			memo_keep(f, mk, s->dims, s->rank, tag);
+			memo_keep(&m);
 		break;
 	}
 	case SK_NOSHAPE:
@@ -363,11 +389,7 @@ static void print_shape(FILE *f, const Shape *s)
 		break;
 	case SK_TUPLE:
 	case SK_LIST: {
-		uint32_t tag = s->kind == SK_TUPLE ? MEMO_TUPLE : MEMO_LIST;
-		int big = s->rank >= 4;
-		if (big && memo_put(f, s->sub, s->rank, tag))
-			break;
-		MemoMark mk = memo_mark();
+		/* kept as part of the abstract it is in */
 		fputs(s->kind == SK_TUPLE ? "TupleShape(" : "ListShape(", f);
 		for (int i = 0; i < s->rank; i++) {
 			if (i)
@@ -375,8 +397,6 @@ static void print_shape(FILE *f, const Shape *s)
 			print_shape(f, &s->sub[i]);
 		}
 		fputc(')', f);
-		if (big)
-			memo_keep(f, mk, s->sub, s->rank, tag);
 		break;
 	}
 	default:
@@ -386,18 +406,21 @@ static void print_shape(FILE *f, const Shape *s)
 
 static void ir_print_abs_impl(FILE *f, const Abs *a)
 {
-	/* by the shape's array and the type text: a node's output abstract
-	 * is a copy, but its dims are shared */
-	const void *key = NULL;
-	uint32_t tag = MEMO_ABS | (uint32_t)a->shape.kind << 8 | (uint32_t)a->has_value << 12 |
-	               (uint32_t)a->shape.rank << 16;
-	if (!a->x && a->shape.kind != SK_NONE && a->shape.kind != SK_NOSHAPE && a->shape.rank) {
-		key = a->shape.kind == SK_DIMS || a->shape.kind == SK_OLD ? (const void *)a->shape.dims
-									  : (const void *)a->shape.sub;
-		if (memo_put(f, key, a->tstr, tag))
-			return;
+	/* by the type text and the shape: its dims by their numbers, a
+	 * tuple's by the address of its element array */
+	Memo m;
+	m.e = NULL;
+	uint32_t tag =
+	    MEMO_ABS | (uint32_t)a->shape.kind << 8 | (uint32_t)a->has_value << 12 | (uint32_t)a->shape.rank << 16;
+	if (!a->x && a->shape.rank) {
+		if (a->shape.kind == SK_DIMS || a->shape.kind == SK_OLD) {
+			if (memo_get_dims(f, &m, a->shape.dims, a->shape.rank, a->tstr, tag))
+				return;
+		} else if (a->shape.kind == SK_TUPLE || a->shape.kind == SK_LIST) {
+			if (memo_get(f, &m, a->shape.sub, a->tstr, tag))
+				return;
+		}
 	}
-	MemoMark mk = memo_mark();
 	fputc('<', f);
 	if (a->tstr)
 		put_sym(f, a->tstr);
@@ -418,28 +441,28 @@ static void ir_print_abs_impl(FILE *f, const Abs *a)
 		put_sym(f, a->x->extras[i]);
 	}
 	fputc('>', f);
-	if (key)
-		memo_keep(f, mk, key, a->tstr, tag);
+	if (m.e)
+		memo_keep(&m);
 }
 
 static void print_types(FILE *f, const Abs *t, uint32_t n)
 {
-	if (!n || memo_put(f, t, n, MEMO_TYPES))
+	Memo m;
+	if (!n || memo_get(f, &m, t, n, MEMO_TYPES))
 		return;
-	MemoMark mk = memo_mark();
 	for (uint32_t i = 0; i < n; i++) {
 		if (i)
 			fputs(", ", f);
 		ir_print_abs_impl(f, &t[i]);
 	}
-	memo_keep(f, mk, t, n, MEMO_TYPES);
+	memo_keep(&m);
 }
 
 static void print_attrs(FILE *f, const AttrList *l)
 {
-	if (!l->n || memo_put(f, l->a, l->n, MEMO_ATTRS))
+	Memo m;
+	if (!l->n || memo_get(f, &m, l->a, l->n, MEMO_ATTRS))
 		return;
-	MemoMark mk = memo_mark();
 	for (uint32_t i = 0; i < l->n; i++) {
 		if (i)
 			fputs(", ", f);
@@ -447,7 +470,7 @@ static void print_attrs(FILE *f, const AttrList *l)
 		fputs(": ", f);
 		ir_print_value_impl(f, &l->a[i].val);
 	}
-	memo_keep(f, mk, l->a, l->n, MEMO_ATTRS);
+	memo_keep(&m);
 }
 
 static void print_groups(FILE *f, const Node *n)
