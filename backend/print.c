@@ -217,8 +217,18 @@ static void put_name(FILE *f, const Node *n)
 	}
 }
 
-static const char *const numtype_name[] = {"", "I8", "I16", "I32", "I64", "U8", "U16", "U32",
-					    "U64", "F16", "F32", "F64", "BF16"};
+/* "I64(": the wrapper of a number by its NumType, padded to 8 bytes so
+ * that it is copied whole, and its length */
+static const char numtype_open[][8] = {"",     "I8(",  "I16(", "I32(", "I64(", "U8(",  "U16(",
+				       "U32(", "U64(", "F16(", "F32(", "F64(", "BF16("};
+static const uint8_t numtype_len[] = {0, 3, 4, 4, 4, 3, 4, 4, 4, 4, 4, 4, 5};
+
+static inline void put_numtype_open(FILE *f, unsigned nt)
+{
+	char *p = w_room(f, 8);
+	memcpy(p, numtype_open[nt], 8);
+	sink.n += numtype_len[nt];
+}
 
 static void print_param_ref(FILE *f, const Node *p)
 {
@@ -283,8 +293,7 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 	switch (v->kind) {
 	case V_INT:
 		if (v->numtype) {
-			fputs(numtype_name[v->numtype], f);
-			fputc('(', f);
+			put_numtype_open(f, v->numtype);
 			put_i64(f, v->u.i);
 			fputc(')', f);
 		} else {
@@ -293,8 +302,7 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 		break;
 	case V_FLOAT:
 		if (v->numtype) {
-			fputs(numtype_name[v->numtype], f);
-			fputc('(', f);
+			put_numtype_open(f, v->numtype);
 			put_sym(f, v->text);
 			fputc(')', f);
 		} else {
@@ -503,7 +511,7 @@ static void print_groups(FILE *f, const Node *n)
 	}
 }
 
-static void print_lines(FILE *f, const char *indent, const char *const *l, uint32_t n)
+static inline void print_lines(FILE *f, const char *indent, const char *const *l, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		fputs(indent, f);
