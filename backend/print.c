@@ -201,9 +201,33 @@ static void put_i64(FILE *f, int64_t v)
 	sink.n += fmt_i64(p, v);
 }
 
+/* The text of the symbols printed, by their number: one table look instead
+ * of the two calls sym_str() and sym_len().  Forgotten with the memo (the
+ * interner may be freed and refilled between two public calls). */
+#define SYMC_SLOTS 4096
+static struct {
+	Sym s;
+	uint32_t gen, len;
+	const char *p;
+} symc[SYMC_SLOTS];
+
+static void put_sym_slow(FILE *f, Sym s)
+{
+	uint32_t i = s % SYMC_SLOTS;
+	symc[i].s = s;
+	symc[i].gen = memo.gen;
+	symc[i].p = sym_str(s);
+	symc[i].len = (uint32_t)sym_len(s);
+	w_write(f, symc[i].p, symc[i].len);
+}
+
 static inline void put_sym(FILE *f, Sym s)
 {
-	w_write(f, sym_str(s), sym_len(s));
+	uint32_t i = s % SYMC_SLOTS;
+	if (symc[i].s == s && symc[i].gen == memo.gen)
+		w_write(f, symc[i].p, symc[i].len);
+	else
+		put_sym_slow(f, s);
 }
 
 /* the debug name, CNode_<id> when a pass left it unformed */
@@ -220,7 +244,7 @@ static void put_name(FILE *f, const Node *n)
 /* "I64(": the wrapper of a number by its NumType, padded to 8 bytes so
  * that it is copied whole, and its length */
 static const char numtype_open[][8] = {"",     "I8(",  "I16(", "I32(", "I64(", "U8(",  "U16(",
-				       "U32(", "U64(", "F16(", "F32(", "F64(", "BF16("};
+                                       "U32(", "U64(", "F16(", "F32(", "F64(", "BF16("};
 static const uint8_t numtype_len[] = {0, 3, 4, 4, 4, 3, 4, 4, 4, 4, 4, 4, 5};
 
 static inline void put_numtype_open(FILE *f, unsigned nt)
