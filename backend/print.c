@@ -195,10 +195,43 @@ static void memo_drop(void)
 	}
 }
 
+/* The text of the numbers printed, by their value: a node's %k is printed
+ * again by every operand that uses it, mostly a few lines later, and the
+ * next node's %k (and CNode_ id) is mostly one more, whose text is the last
+ * one's with its last digit increased.  Depends on nothing but the value,
+ * so never forgotten. */
+#define NUMC_SLOTS 2048
+typedef struct {
+	int64_t v;
+	char t[20];
+	uint32_t len; /* 0: empty */
+} NumText;
+static NumText numc[NUMC_SLOTS];
+
+static void num_fill(NumText *e, int64_t v)
+{
+	const NumText *q = &numc[(uint64_t)(v - 1) % NUMC_SLOTS];
+	if (q->v == v - 1 && q->len && q->t[q->len - 1] != '9') {
+		*e = *q;
+		e->t[e->len - 1]++;
+	} else {
+		e->len = (uint32_t)fmt_u64(e->t, (uint64_t)v);
+	}
+	e->v = v;
+}
+
 static void put_i64(FILE *f, int64_t v)
 {
 	char *p = w_room(f, 20);
-	sink.n += fmt_i64(p, v);
+	if (v < 10) {
+		sink.n += fmt_i64(p, v);
+		return;
+	}
+	NumText *e = &numc[(uint64_t)v % NUMC_SLOTS];
+	if (e->v != v || !e->len)
+		num_fill(e, v);
+	memcpy(p, e->t, sizeof e->t);
+	sink.n += e->len;
 }
 
 /* The text of the symbols printed, by their number: one table look instead
