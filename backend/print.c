@@ -208,8 +208,14 @@ typedef struct {
 } NumText;
 static NumText numc[NUMC_SLOTS];
 
-static void num_fill(NumText *e, int64_t v)
+static void put_i64_slow(int64_t v)
 {
+	char *p = w_room(NULL, 20);
+	if (v < 0) {
+		sink.n += fmt_i64(p, v);
+		return;
+	}
+	NumText *e = &numc[(uint64_t)v % NUMC_SLOTS];
 	const NumText *q = &numc[(uint64_t)(v - 1) % NUMC_SLOTS];
 	if (q->v == v - 1 && q->len && q->t[q->len - 1] != '9') {
 		*e = *q;
@@ -218,20 +224,21 @@ static void num_fill(NumText *e, int64_t v)
 		e->len = (uint32_t)fmt_u64(e->t, (uint64_t)v);
 	}
 	e->v = v;
-}
-
-static void put_i64(FILE *f, int64_t v)
-{
-	char *p = w_room(f, 20);
-	if (v < 10) {
-		sink.n += fmt_i64(p, v);
-		return;
-	}
-	NumText *e = &numc[(uint64_t)v % NUMC_SLOTS];
-	if (e->v != v || !e->len)
-		num_fill(e, v);
 	memcpy(p, e->t, sizeof e->t);
 	sink.n += e->len;
+}
+
+/* the hit: a copy of 20 bytes, no registers to save */
+static inline void put_i64(FILE *f, int64_t v)
+{
+	(void)f;
+	const NumText *e = &numc[(uint64_t)v % NUMC_SLOTS];
+	if (e->v == v && e->len && sizeof e->t <= sizeof sink.buf - sink.n) {
+		memcpy(sink.buf + sink.n, e->t, sizeof e->t);
+		sink.n += e->len;
+	} else {
+		put_i64_slow(v);
+	}
 }
 
 /* The text of the symbols printed, by their number: one table look instead
@@ -538,7 +545,7 @@ static void print_attrs(FILE *f, const AttrList *l)
 	memo_keep(&m);
 }
 
-static void print_groups(FILE *f, const Node *n)
+static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 {
 	if (n->instance) {
 		fputs(" {instance name: ", f);
@@ -550,7 +557,6 @@ static void print_groups(FILE *f, const Node *n)
 		print_attrs(f, &n->pattrs);
 		fputc('}', f);
 	}
-	const NodeExt *x = ir_node_ext(n);
 	if (x->has_cattrs || x->cattrs.n) {
 		fputs(" cnode_attrs: {", f);
 		print_attrs(f, &x->cattrs);
@@ -615,7 +621,7 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 	if (n->kind == NK_RETURN) {
 		fputs("  Return", f);
 		print_args(f, n);
-		print_groups(f, n);
+		print_groups(f, n, x);
 		fputc('\n', f);
 		if (n->has_type_line) {
 			fputs("      : (", f);
@@ -645,7 +651,7 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 			break;
 		}
 		print_args(f, n);
-		print_groups(f, n);
+		print_groups(f, n, x);
 		fputc('\n', f);
 		if (n->has_type_line) {
 			fputs("      : (", f);
