@@ -108,7 +108,7 @@ static inline void w_putc(int c, FILE *f)
 enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
 #define MEMO_BITS 14 /* 16384 slots of 32 bytes */
 #define MEMO_SLOTS (1u << MEMO_BITS)
-#define MEMO_POOL (1u << 19)
+#define MEMO_POOL (1u << 20)
 #define MEMO_MAXLEN 4096u
 typedef struct MemoEnt {
 	const void *key;
