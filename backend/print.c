@@ -429,6 +429,13 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 	}
 }
 
+/* two dims shapes with the same text */
+static inline int dims_same(const Shape *a, const Shape *b)
+{
+	return (a->kind == SK_DIMS || a->kind == SK_OLD) && a->kind == b->kind && a->rank == b->rank &&
+	       (a->dims == b->dims || !a->rank || memcmp(a->dims, b->dims, a->rank * sizeof *a->dims) == 0);
+}
+
 static void print_shape(FILE *f, const Shape *s)
 {
 	switch (s->kind) {
@@ -461,12 +468,26 @@ static void print_shape(FILE *f, const Shape *s)
 		break;
 	case SK_TUPLE:
 	case SK_LIST: {
-		/* kept as part of the abstract it is in */
+		/* Kept as part of the abstract it is in.  A Split's outputs are
+		 * mostly all alike: an element with the same dims as the one
+		 * before is a copy of its text, still in the buffer. */
 		fputs(s->kind == SK_TUPLE ? "TupleShape(" : "ListShape(", f);
+		size_t prev = 0, plen = 0;
+		unsigned long fl = 0;
 		for (int i = 0; i < s->rank; i++) {
-			if (i)
+			const Shape *e = &s->sub[i];
+			if (i) {
 				fputs(", ", f);
-			print_shape(f, &s->sub[i]);
+				if (fl == sink.flushes && plen <= sizeof sink.buf - sink.n && dims_same(e, e - 1)) {
+					memcpy(sink.buf + sink.n, sink.buf + prev, plen);
+					sink.n += plen;
+					continue;
+				}
+			}
+			prev = sink.n;
+			fl = sink.flushes;
+			print_shape(f, e);
+			plen = sink.n - prev;
 		}
 		fputc(')', f);
 		break;
