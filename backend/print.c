@@ -104,12 +104,15 @@ static inline void w_putc(int c, FILE *f)
  *
  * Dims are also found by their content (memo_get_dims): the passes give many
  * nodes a dims array of their own with the same numbers.  Such an entry
- * keeps the first array as its key, which stays valid while a module prints. */
+ * keeps the first array as its key, which stays valid while a module prints.
+ * An abstract found or kept so is also entered under its own dims' address
+ * (memo_alias, MEMO_BYADDR): looking that up costs no hash of the numbers. */
 enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
 #define MEMO_BITS 14 /* 16384 slots of 32 bytes */
 #define MEMO_SLOTS (1u << MEMO_BITS)
 #define MEMO_POOL (1u << 20)
 #define MEMO_MAXLEN 4096u
+#define MEMO_BYADDR (1u << 24) /* an abstract's entry under its dims' address */
 typedef struct MemoEnt {
 	const void *key;
 	uint32_t n, gen, off, len;
@@ -166,17 +169,18 @@ static inline int memo_get_dims(FILE *f, Memo *m, const int64_t *d, uint32_t ran
 				return memo_miss(m, e, d, n, tag);
 	}
 	w_write(f, memo_pool + e->off, e->len);
+	m->e = e;
 	return 1;
 }
 
-/* keep what was written since the miss m as its text */
-static void memo_keep(const Memo *m)
+/* keep what was written since the miss m as its text (1: kept) */
+static int memo_keep(const Memo *m)
 {
 	if (m->flushes != sink.flushes || m->ctx != memo.ctx)
-		return;
+		return 0;
 	size_t len = sink.n - m->start;
 	if (len > MEMO_MAXLEN)
-		return;
+		return 0;
 	if (len > MEMO_POOL - memo.used) {
 		memo.gen++;
 		memo.used = 0;
@@ -184,6 +188,16 @@ static void memo_keep(const Memo *m)
 	*m->e = (MemoEnt){m->key, m->n, memo.gen, memo.used, (uint32_t)len, m->tag};
 	memcpy(memo_pool + memo.used, sink.buf + m->start, len);
 	memo.used += (uint32_t)len;
+	return 1;
+}
+
+/* the entry of a hit or kept text e also under the address key: the next
+ * look for the same array needs no hash of its numbers */
+static inline void memo_alias(MemoEnt *slot, const MemoEnt *e, const void *key, uint32_t tag)
+{
+	*slot = *e;
+	slot->key = key;
+	slot->tag = tag;
 }
 
 static void memo_drop(void)
@@ -501,14 +515,18 @@ static void ir_print_abs_impl(FILE *f, const Abs *a)
 {
 	/* by the type text and the shape: its dims by their numbers, a
 	 * tuple's by the address of its element array */
-	Memo m;
-	m.e = NULL;
+	Memo m, ma;
+	m.e = ma.e = NULL;
 	uint32_t tag =
 	    MEMO_ABS | (uint32_t)a->shape.kind << 8 | (uint32_t)a->has_value << 12 | (uint32_t)a->shape.rank << 16;
 	if (!a->x && a->shape.rank) {
 		if (a->shape.kind == SK_DIMS || a->shape.kind == SK_OLD) {
-			if (memo_get_dims(f, &m, a->shape.dims, a->shape.rank, a->tstr, tag))
+			if (memo_get(f, &ma, a->shape.dims, a->tstr, tag | MEMO_BYADDR))
 				return;
+			if (memo_get_dims(f, &m, a->shape.dims, a->shape.rank, a->tstr, tag)) {
+				memo_alias(ma.e, m.e, a->shape.dims, tag | MEMO_BYADDR);
+				return;
+			}
 		} else if (a->shape.kind == SK_TUPLE || a->shape.kind == SK_LIST) {
 			if (memo_get(f, &m, a->shape.sub, a->tstr, tag))
 				return;
@@ -534,8 +552,8 @@ static void ir_print_abs_impl(FILE *f, const Abs *a)
 		put_sym(f, a->x->extras[i]);
 	}
 	fputc('>', f);
-	if (m.e)
-		memo_keep(&m);
+	if (m.e && memo_keep(&m) && ma.e)
+		memo_alias(ma.e, m.e, a->shape.dims, tag | MEMO_BYADDR);
 }
 
 static void print_types(FILE *f, const Abs *t, uint32_t n)
