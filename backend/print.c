@@ -15,11 +15,13 @@ static const Graph *cur_graph;
 
 /* The printer writes a lot of small pieces (a lowered rank graph can be
  * hundreds of MB): they go through one buffer instead of one locked stdio
- * call each.  Every public entry point flushes before returning. */
+ * call each.  Every public entry point names the stream once (w_begin) and
+ * flushes before returning, so the writers below only check for room; the
+ * FILE * they are given is always sink.f. */
 static struct {
 	FILE *f;
 	size_t n;
-	unsigned long flushes; /* tells print_shape whether its text is still in buf */
+	unsigned long flushes; /* tells memo_keep whether its text is still in buf */
 	char buf[1 << 16];
 } sink;
 
@@ -31,32 +33,43 @@ static void w_flush(void)
 	sink.flushes++;
 }
 
-static void w_write_slow(FILE *f, const void *p, size_t n)
+static void w_begin(FILE *f)
 {
-	if (f != sink.f) {
-		w_flush();
-		sink.f = f;
-	}
-	if (n > sizeof sink.buf - sink.n) {
-		w_flush();
-		if (n > sizeof sink.buf) {
-			fwrite(p, 1, n, f);
-			return;
-		}
-	}
-	memcpy(sink.buf + sink.n, p, n);
-	sink.n += n;
+	sink.f = f;
+	sink.n = 0;
 }
 
-/* the common case inline: the right stream and room in the buffer */
+static void w_write_slow(const void *p, size_t n)
+{
+	w_flush();
+	if (n > sizeof sink.buf) {
+		fwrite(p, 1, n, sink.f);
+		return;
+	}
+	memcpy(sink.buf, p, n);
+	sink.n = n;
+}
+
+/* the common case inline: room in the buffer */
 static inline void w_write(FILE *f, const void *p, size_t n)
 {
-	if (f == sink.f && n <= sizeof sink.buf - sink.n) {
+	(void)f;
+	if (n <= sizeof sink.buf - sink.n) {
 		memcpy(sink.buf + sink.n, p, n);
 		sink.n += n;
 	} else {
-		w_write_slow(f, p, n);
+		w_write_slow(p, n);
 	}
+}
+
+/* Room for n bytes (n <= sizeof sink.buf) at the end of the buffer: the
+ * caller forms its text there and adds its length to sink.n. */
+static inline char *w_room(FILE *f, size_t n)
+{
+	(void)f;
+	if (n > sizeof sink.buf - sink.n)
+		w_flush();
+	return sink.buf + sink.n;
 }
 
 static inline void w_puts(const char *s, FILE *f)
@@ -66,12 +79,10 @@ static inline void w_puts(const char *s, FILE *f)
 
 static inline void w_putc(int c, FILE *f)
 {
-	if (f == sink.f && sink.n < sizeof sink.buf)
-		sink.buf[sink.n++] = (char)c;
-	else {
-		char ch = (char)c;
-		w_write_slow(f, &ch, 1);
-	}
+	(void)f;
+	if (sink.n == sizeof sink.buf)
+		w_flush();
+	sink.buf[sink.n++] = (char)c;
 }
 
 /* everything below prints through the buffer */
@@ -79,29 +90,210 @@ static inline void w_putc(int c, FILE *f)
 #define fputc(c, f) w_putc((c), (f))
 #define fwrite(p, sz, n, f) w_write((f), (p), (size_t)(sz) * (size_t)(n))
 
-static void put_i64(FILE *f, int64_t v)
+/* The text of a piece printed from an array, by the array's address.  The
+ * lowering shares arrays between the operators it inserts (clone_op: type
+ * arrays, dims, attribute lists, constant operand tuples) and a Split's n
+ * outputs are read by n TupleGetItems that each print the whole tuple type,
+ * so a rank graph prints the same few thousand arrays hundreds of thousands
+ * of times.  Direct-mapped on (address, count, what); the texts live in one
+ * fixed pool.  When the pool is full, and when a public entry point returns
+ * (the arrays may be freed before the next call), every entry is forgotten
+ * at once by a new generation.  Nothing is changed while a module prints,
+ * and a text that depends on the graph being printed (a node reference) is
+ * never kept.
+ *
+ * Dims are also found by their content (memo_get_dims): the passes give many
+ * nodes a dims array of their own with the same numbers.  Such an entry
+ * keeps the first array as its key, which stays valid while a module prints.
+ * An abstract found or kept so is also entered under its own dims' address
+ * (memo_alias, MEMO_BYADDR): looking that up costs no hash of the numbers. */
+enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
+#define MEMO_BITS 14 /* 16384 slots of 32 bytes */
+#define MEMO_SLOTS (1u << MEMO_BITS)
+#define MEMO_POOL (1u << 20)
+#define MEMO_MAXLEN 4096u
+#define MEMO_BYADDR (1u << 24) /* an abstract's entry under its dims' address */
+typedef struct MemoEnt {
+	const void *key;
+	uint32_t n, gen, off, len;
+	uint32_t tag;
+} MemoEnt;
+static MemoEnt memo_tab[MEMO_SLOTS];
+static struct {
+	uint32_t gen, used; /* entries of another generation are empty */
+	unsigned long ctx;  /* node references printed: the text depends on cur_graph */
+} memo = {.gen = 1};
+static char memo_pool[MEMO_POOL];
+
+/* a miss: where its text starts, for memo_keep */
+typedef struct {
+	MemoEnt *e;
+	const void *key;
+	uint32_t n, tag;
+	size_t start;
+	unsigned long flushes, ctx;
+} Memo;
+
+static inline int memo_miss(Memo *m, MemoEnt *e, const void *key, uint32_t n, uint32_t tag)
 {
-	if (v >= 0 && v < 10) { /* most numbers printed are small */
-		w_putc('0' + (int)v, f);
-		return;
-	}
-	char buf[24];
-	w_write(f, buf, fmt_i64(buf, v));
+	*m = (Memo){e, key, n, tag, sink.n, sink.flushes, memo.ctx};
+	return 0;
 }
 
-/* a deferred Sym (a redistribution op's instance name) is written, not interned */
+/* 1: the kept text of (key, n, tag) is written; 0: *m is set for the
+ * memo_keep() after the caller has printed it */
+static inline int memo_get(FILE *f, Memo *m, const void *key, uint32_t n, uint32_t tag)
+{
+	uint32_t h = (uint32_t)((uintptr_t)key >> 3) * 0x9E3779B1u + n * 0x85EBCA77u + tag;
+	MemoEnt *e = &memo_tab[h >> (32 - MEMO_BITS)];
+	if (e->key != key || e->gen != memo.gen || e->n != n || e->tag != tag)
+		return memo_miss(m, e, key, n, tag);
+	w_write(f, memo_pool + e->off, e->len);
+	return 1;
+}
+
+/* the same for rank dims d (rank > 0), found by their numbers */
+static inline int memo_get_dims(FILE *f, Memo *m, const int64_t *d, uint32_t rank, uint32_t n, uint32_t tag)
+{
+	uint64_t x = rank;
+	for (uint32_t i = 0; i < rank; i++)
+		x = (x ^ (uint64_t)d[i]) * 0x100000001B3u;
+	uint32_t h = ((uint32_t)(x >> 32) ^ (uint32_t)x) * 0x9E3779B1u + n * 0x85EBCA77u + tag;
+	MemoEnt *e = &memo_tab[h >> (32 - MEMO_BITS)];
+	if (e->gen != memo.gen || e->n != n || e->tag != tag)
+		return memo_miss(m, e, d, n, tag);
+	if (e->key != d) {
+		const int64_t *k = e->key;
+		for (uint32_t i = 0; i < rank; i++)
+			if (k[i] != d[i])
+				return memo_miss(m, e, d, n, tag);
+	}
+	w_write(f, memo_pool + e->off, e->len);
+	m->e = e;
+	return 1;
+}
+
+/* keep what was written since the miss m as its text (1: kept) */
+static int memo_keep(const Memo *m)
+{
+	if (m->flushes != sink.flushes || m->ctx != memo.ctx)
+		return 0;
+	size_t len = sink.n - m->start;
+	if (len > MEMO_MAXLEN)
+		return 0;
+	if (len > MEMO_POOL - memo.used) {
+		memo.gen++;
+		memo.used = 0;
+	}
+	*m->e = (MemoEnt){m->key, m->n, memo.gen, memo.used, (uint32_t)len, m->tag};
+	memcpy(memo_pool + memo.used, sink.buf + m->start, len);
+	memo.used += (uint32_t)len;
+	return 1;
+}
+
+/* the entry of a hit or kept text e also under the address key: the next
+ * look for the same array needs no hash of its numbers */
+static inline void memo_alias(MemoEnt *slot, const MemoEnt *e, const void *key, uint32_t tag)
+{
+	*slot = *e;
+	slot->key = key;
+	slot->tag = tag;
+}
+
+static void memo_drop(void)
+{
+	memo.used = 0;
+	if (++memo.gen == 0) { /* wrapped: no entry may look current */
+		memset(memo_tab, 0, sizeof memo_tab);
+		memo.gen = 1;
+	}
+}
+
+/* The text of the numbers printed, by their value: a node's %k is printed
+ * again by every operand that uses it, mostly a few lines later, and the
+ * next node's %k (and CNode_ id) is mostly one more, whose text is the last
+ * one's with its last digit increased.  Depends on nothing but the value,
+ * so never forgotten. */
+#define NUMC_SLOTS 2048
+typedef struct {
+	int64_t v;
+	char t[20];
+	uint32_t len; /* 0: empty */
+} NumText;
+static NumText numc[NUMC_SLOTS];
+
+static void put_i64_slow(int64_t v)
+{
+	char *p = w_room(NULL, 20);
+	if (v < 0) {
+		sink.n += fmt_i64(p, v);
+		return;
+	}
+	NumText *e = &numc[(uint64_t)v % NUMC_SLOTS];
+	const NumText *q = &numc[(uint64_t)(v - 1) % NUMC_SLOTS];
+	if (q->v == v - 1 && q->len && q->t[q->len - 1] != '9') {
+		*e = *q;
+		e->t[e->len - 1]++;
+	} else {
+		e->len = (uint32_t)fmt_u64(e->t, (uint64_t)v);
+	}
+	e->v = v;
+	memcpy(p, e->t, sizeof e->t);
+	sink.n += e->len;
+}
+
+/* the hit: a copy of 20 bytes, no registers to save */
+static inline void put_i64(FILE *f, int64_t v)
+{
+	(void)f;
+	const NumText *e = &numc[(uint64_t)v % NUMC_SLOTS];
+	if (e->v == v && e->len && sizeof e->t <= sizeof sink.buf - sink.n) {
+		memcpy(sink.buf + sink.n, e->t, sizeof e->t);
+		sink.n += e->len;
+	} else {
+		put_i64_slow(v);
+	}
+}
+
+/* The text of the symbols printed, by their number: one table look instead
+ * of the two calls sym_str() and sym_len().  Forgotten with the memo (the
+ * interner may be freed and refilled between two public calls). */
+#define SYMC_SLOTS 4096
+static struct {
+	Sym s;
+	uint32_t gen, len;
+	const char *p;
+} symc[SYMC_SLOTS];
+
+/* a deferred Sym (a redistribution op's instance name) is written, not
+ * interned, and not kept in the table */
 static void put_deferred(FILE *f, Sym s)
 {
 	char buf[512];
 	w_write(f, buf, sym_format(s, buf, sizeof buf));
 }
 
+static void put_sym_slow(FILE *f, Sym s)
+{
+	if (s & SYM_DEFERRED) {
+		put_deferred(f, s);
+		return;
+	}
+	uint32_t i = s % SYMC_SLOTS;
+	symc[i].s = s;
+	symc[i].gen = memo.gen;
+	symc[i].p = sym_str(s);
+	symc[i].len = (uint32_t)sym_len(s);
+	w_write(f, symc[i].p, symc[i].len);
+}
+
 static inline void put_sym(FILE *f, Sym s)
 {
-	if (s & SYM_DEFERRED)
-		put_deferred(f, s);
+	uint32_t i = s % SYMC_SLOTS;
+	if (symc[i].s == s && symc[i].gen == memo.gen)
+		w_write(f, symc[i].p, symc[i].len);
 	else
-		w_write(f, sym_str(s), sym_len(s));
+		put_sym_slow(f, s);
 }
 
 /* the debug name, CNode_<id> when a pass left it unformed */
@@ -115,8 +307,18 @@ static void put_name(FILE *f, const Node *n)
 	}
 }
 
-static const char *const numtype_name[] = {"", "I8", "I16", "I32", "I64", "U8", "U16", "U32",
-					    "U64", "F16", "F32", "F64", "BF16"};
+/* "I64(": the wrapper of a number by its NumType, padded to 8 bytes so
+ * that it is copied whole, and its length */
+static const char numtype_open[][8] = {"",     "I8(",  "I16(", "I32(", "I64(", "U8(",  "U16(",
+                                       "U32(", "U64(", "F16(", "F32(", "F64(", "BF16("};
+static const uint8_t numtype_len[] = {0, 3, 4, 4, 4, 3, 4, 4, 4, 4, 4, 4, 5};
+
+static inline void put_numtype_open(FILE *f, unsigned nt)
+{
+	char *p = w_room(f, 8);
+	memcpy(p, numtype_open[nt], 8);
+	sink.n += numtype_len[nt];
+}
 
 static void print_param_ref(FILE *f, const Node *p)
 {
@@ -158,6 +360,9 @@ static void print_node_ref(FILE *f, const Node *n)
 
 static void print_elems(FILE *f, const Value *v)
 {
+	Memo m;
+	if (!v->n || memo_get(f, &m, v->u.elems, v->n, MEMO_ELEMS))
+		return;
 	for (uint32_t i = 0; i < v->n; i++) {
 		if (i)
 			fputs(", ", f);
@@ -170,6 +375,7 @@ static void print_elems(FILE *f, const Value *v)
 		}
 		ir_print_value_impl(f, &v->u.elems[i]);
 	}
+	memo_keep(&m);
 }
 
 static void ir_print_value_impl(FILE *f, const Value *v)
@@ -177,8 +383,7 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 	switch (v->kind) {
 	case V_INT:
 		if (v->numtype) {
-			fputs(numtype_name[v->numtype], f);
-			fputc('(', f);
+			put_numtype_open(f, v->numtype);
 			put_i64(f, v->u.i);
 			fputc(')', f);
 		} else {
@@ -187,8 +392,7 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 		break;
 	case V_FLOAT:
 		if (v->numtype) {
-			fputs(numtype_name[v->numtype], f);
-			fputc('(', f);
+			put_numtype_open(f, v->numtype);
 			put_sym(f, v->text);
 			fputc(')', f);
 		} else {
@@ -236,6 +440,7 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 		fputc(')', f);
 		break;
 	case V_NODE:
+		memo.ctx++;
 		print_node_ref(f, v->u.node);
 		break;
 	case V_GRAPH:
@@ -250,29 +455,11 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 	}
 }
 
-static struct {
-	const Shape *sub;
-	int rank, kind;
-	char *text;
-	size_t len, cap;
-} tuple_cache;
-
-/* The text of a dims shape, by its dims array: the operators the
- * lowering inserts share their type arrays (clone_op), so a rank graph
- * prints the same few hundred arrays hundreds of thousands of times.
- * Direct-mapped on the array's address; dropped with the tuple cache. */
-#define DIMS_CACHE 1024
-static struct {
-	const int64_t *dims;
-	uint8_t rank, kind, len;
-	char text[85];
-} dims_cache[DIMS_CACHE];
-
-static void tuple_cache_drop(void)
+/* two dims shapes with the same text */
+static inline int dims_same(const Shape *a, const Shape *b)
 {
-	free(tuple_cache.text);
-	memset(&tuple_cache, 0, sizeof tuple_cache);
-	memset(dims_cache, 0, sizeof dims_cache);
+	return (a->kind == SK_DIMS || a->kind == SK_OLD) && a->kind == b->kind && a->rank == b->rank &&
+	       (a->dims == b->dims || !a->rank || memcmp(a->dims, b->dims, a->rank * sizeof *a->dims) == 0);
 }
 
 static void print_shape(FILE *f, const Shape *s)
@@ -280,13 +467,13 @@ static void print_shape(FILE *f, const Shape *s)
 	switch (s->kind) {
 	case SK_DIMS:
 	case SK_OLD: {
-		size_t h = ((uintptr_t)s->dims >> 3) % DIMS_CACHE;
-		if (s->rank && dims_cache[h].dims == s->dims && dims_cache[h].rank == s->rank &&
-		    dims_cache[h].kind == s->kind) {
-			w_write(f, dims_cache[h].text, dims_cache[h].len);
+		Memo m;
+		if (s->rank &&
+		    memo_get_dims(f, &m, s->dims, s->rank, s->rank, s->kind == SK_DIMS ? MEMO_DIMS : MEMO_OLD))
 			break;
-		}
-		char t[8 + 22 * 256];
+		char *t = w_room(f, 2 + 22 * (size_t)s->rank);
+		m.start = sink.n; /* after a flush w_room may have made */
+		m.flushes = sink.flushes;
 		size_t n = 0;
 		t[n++] = s->kind == SK_DIMS ? '(' : '[';
 		for (int i = 0; i < s->rank; i++) {
@@ -297,14 +484,9 @@ static void print_shape(FILE *f, const Shape *s)
 			n += fmt_i64(t + n, s->dims[i]);
 		}
 		t[n++] = s->kind == SK_DIMS ? ')' : ']';
-		w_write(f, t, n);
-		if (s->rank && n <= sizeof dims_cache[h].text) {
-			dims_cache[h].dims = s->dims;
-			dims_cache[h].rank = s->rank;
-			dims_cache[h].kind = (uint8_t)s->kind;
-			dims_cache[h].len = (uint8_t)n;
-			memcpy(dims_cache[h].text, t, n);
-		}
+		sink.n += n;
+		if (s->rank)
+			memo_keep(&m);
 		break;
 	}
 	case SK_NOSHAPE:
@@ -312,37 +494,28 @@ static void print_shape(FILE *f, const Shape *s)
 		break;
 	case SK_TUPLE:
 	case SK_LIST: {
-		/* The n outputs of a Split are read by n TupleGetItems, each
-		 * printing the whole tuple type: the last big tuple's text is
-		 * kept and copied (shapes are never changed once built, and the
-		 * cache is dropped for every module printed). */
-		int big = s->rank >= 4;
-		if (big && s->sub == tuple_cache.sub && s->rank == tuple_cache.rank && s->kind == tuple_cache.kind) {
-			fwrite(tuple_cache.text, 1, tuple_cache.len, f);
-			break;
-		}
-		size_t start = sink.n;
-		unsigned long fl = sink.flushes;
+		/* Kept as part of the abstract it is in.  A Split's outputs are
+		 * mostly all alike: an element with the same dims as the one
+		 * before is a copy of its text, still in the buffer. */
 		fputs(s->kind == SK_TUPLE ? "TupleShape(" : "ListShape(", f);
+		size_t prev = 0, plen = 0;
+		unsigned long fl = 0;
 		for (int i = 0; i < s->rank; i++) {
-			if (i)
+			const Shape *e = &s->sub[i];
+			if (i) {
 				fputs(", ", f);
-			print_shape(f, &s->sub[i]);
+				if (fl == sink.flushes && plen <= sizeof sink.buf - sink.n && dims_same(e, e - 1)) {
+					memcpy(sink.buf + sink.n, sink.buf + prev, plen);
+					sink.n += plen;
+					continue;
+				}
+			}
+			prev = sink.n;
+			fl = sink.flushes;
+			print_shape(f, e);
+			plen = sink.n - prev;
 		}
 		fputc(')', f);
-		if (big && f == sink.f && fl == sink.flushes) {
-			size_t len = sink.n - start;
-			if (len > tuple_cache.cap) {
-				free(tuple_cache.text);
-				tuple_cache.cap = len * 2;
-				tuple_cache.text = xmalloc(tuple_cache.cap);
-			}
-			memcpy(tuple_cache.text, sink.buf + start, len);
-			tuple_cache.len = len;
-			tuple_cache.sub = s->sub;
-			tuple_cache.rank = s->rank;
-			tuple_cache.kind = s->kind;
-		}
 		break;
 	}
 	default:
@@ -352,6 +525,25 @@ static void print_shape(FILE *f, const Shape *s)
 
 static void ir_print_abs_impl(FILE *f, const Abs *a)
 {
+	/* by the type text and the shape: its dims by their numbers, a
+	 * tuple's by the address of its element array */
+	Memo m, ma;
+	m.e = ma.e = NULL;
+	uint32_t tag =
+	    MEMO_ABS | (uint32_t)a->shape.kind << 8 | (uint32_t)a->has_value << 12 | (uint32_t)a->shape.rank << 16;
+	if (!a->x && a->shape.rank) {
+		if (a->shape.kind == SK_DIMS || a->shape.kind == SK_OLD) {
+			if (memo_get(f, &ma, a->shape.dims, a->tstr, tag | MEMO_BYADDR))
+				return;
+			if (memo_get_dims(f, &m, a->shape.dims, a->shape.rank, a->tstr, tag)) {
+				memo_alias(ma.e, m.e, a->shape.dims, tag | MEMO_BYADDR);
+				return;
+			}
+		} else if (a->shape.kind == SK_TUPLE || a->shape.kind == SK_LIST) {
+			if (memo_get(f, &m, a->shape.sub, a->tstr, tag))
+				return;
+		}
+	}
 	fputc('<', f);
 	if (a->tstr)
 		put_sym(f, a->tstr);
@@ -372,10 +564,28 @@ static void ir_print_abs_impl(FILE *f, const Abs *a)
 		put_sym(f, a->x->extras[i]);
 	}
 	fputc('>', f);
+	if (m.e && memo_keep(&m) && ma.e)
+		memo_alias(ma.e, m.e, a->shape.dims, tag | MEMO_BYADDR);
+}
+
+static void print_types(FILE *f, const Abs *t, uint32_t n)
+{
+	Memo m;
+	if (!n || memo_get(f, &m, t, n, MEMO_TYPES))
+		return;
+	for (uint32_t i = 0; i < n; i++) {
+		if (i)
+			fputs(", ", f);
+		ir_print_abs_impl(f, &t[i]);
+	}
+	memo_keep(&m);
 }
 
 static void print_attrs(FILE *f, const AttrList *l)
 {
+	Memo m;
+	if (!l->n || memo_get(f, &m, l->a, l->n, MEMO_ATTRS))
+		return;
 	for (uint32_t i = 0; i < l->n; i++) {
 		if (i)
 			fputs(", ", f);
@@ -383,9 +593,10 @@ static void print_attrs(FILE *f, const AttrList *l)
 		fputs(": ", f);
 		ir_print_value_impl(f, &l->a[i].val);
 	}
+	memo_keep(&m);
 }
 
-static void print_groups(FILE *f, const Node *n)
+static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 {
 	if (n->instance) {
 		fputs(" {instance name: ", f);
@@ -397,7 +608,6 @@ static void print_groups(FILE *f, const Node *n)
 		print_attrs(f, &n->pattrs);
 		fputc('}', f);
 	}
-	const NodeExt *x = ir_node_ext(n);
 	if (x->has_cattrs || x->cattrs.n) {
 		fputs(" cnode_attrs: {", f);
 		print_attrs(f, &x->cattrs);
@@ -415,7 +625,7 @@ static void print_groups(FILE *f, const Node *n)
 	}
 }
 
-static void print_lines(FILE *f, const char *indent, const char *const *l, uint32_t n)
+static inline void print_lines(FILE *f, const char *indent, const char *const *l, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		fputs(indent, f);
@@ -462,7 +672,7 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 	if (n->kind == NK_RETURN) {
 		fputs("  Return", f);
 		print_args(f, n);
-		print_groups(f, n);
+		print_groups(f, n, x);
 		fputc('\n', f);
 		if (n->has_type_line) {
 			fputs("      : (", f);
@@ -492,15 +702,11 @@ static void ir_print_node_impl(FILE *f, const Node *n)
 			break;
 		}
 		print_args(f, n);
-		print_groups(f, n);
+		print_groups(f, n, x);
 		fputc('\n', f);
 		if (n->has_type_line) {
 			fputs("      : (", f);
-			for (uint32_t i = 0; i < n->nin_types; i++) {
-				if (i)
-					fputs(", ", f);
-				ir_print_abs_impl(f, &n->in_types[i]);
-			}
+			print_types(f, n->in_types, n->nin_types);
 			fputs(") -> (", f);
 			ir_print_abs_impl(f, &n->out);
 			fputs(")\n", f);
@@ -662,30 +868,39 @@ static void ir_print_module_impl(FILE *f, const Module *m)
 	cur_graph = NULL;
 }
 
+/* every public entry point ends here: the stream may be closed and the
+ * arrays freed before the next call */
+static void w_end(void)
+{
+	w_flush();
+	sink.f = NULL;
+	memo_drop();
+}
+
 void ir_print_value(FILE *f, const Value *v)
 {
+	w_begin(f);
 	ir_print_value_impl(f, v);
-	w_flush();
-	tuple_cache_drop(); /* the shapes may be freed before the next call */
+	w_end();
 }
 
 void ir_print_abs(FILE *f, const Abs *a)
 {
+	w_begin(f);
 	ir_print_abs_impl(f, a);
-	w_flush();
-	tuple_cache_drop(); /* the shapes may be freed before the next call */
+	w_end();
 }
 
 void ir_print_node(FILE *f, const Node *n)
 {
+	w_begin(f);
 	ir_print_node_impl(f, n);
-	w_flush();
-	tuple_cache_drop(); /* the shapes may be freed before the next call */
+	w_end();
 }
 
 void ir_print_module(FILE *f, const Module *m)
 {
+	w_begin(f);
 	ir_print_module_impl(f, m);
-	w_flush();
-	tuple_cache_drop(); /* the shapes may be freed before the next call */
+	w_end();
 }
