@@ -108,11 +108,12 @@ Sym intern_cstr(const char *s)
  * A name made by the hundred thousand and then only printed - the
  * lowering's "redistribution_op_<hash>AllGather" - is kept as its parts:
  * prefix Sym, a number, suffix Sym.  Its Sym has SYM_DEFERRED set and
- * indexes defs[]; equal parts give the same Sym (a table of their own),
- * sym_str() interns the text the first time somebody asks for it, and
- * sym_format() writes it without interning, which is what the printer
- * does.  (A deferred Sym and an interned one never spell the same text in
- * practice: only the lowering makes deferred names.) */
+ * indexes defs[]; making one is an append (a table to find equal parts
+ * again cost a cache miss or two per name, more than the name is worth).
+ * So two deferred Syms of the same text may differ: sym_same() is the
+ * equality of text.  sym_str() interns the text the first time somebody
+ * asks for it, and sym_format() writes it without interning, which is
+ * what the printer does. */
 typedef struct {
 	Sym prefix, suffix;
 	Sym real; /* the interned text, once formed */
@@ -121,53 +122,34 @@ typedef struct {
 
 static Deferred *defs;
 static uint32_t ndefs, capdefs;
-static uint32_t *dtable; /* slot -> index + 1 (0 empty) */
-static uint32_t dmask;
-
-static uint32_t def_hash(Sym prefix, uint64_t v, Sym suffix)
-{
-	uint64_t h = (v ^ ((uint64_t)prefix << 32 | suffix)) * 0x9e3779b97f4a7c15ULL;
-	h ^= h >> 31;
-	h *= 0xbf58476d1ce4e5b9ULL;
-	return (uint32_t)(h >> 32);
-}
-
-static void def_rehash(void)
-{
-	uint32_t ncap = dmask ? (dmask + 1) * 2 : 4096;
-	free(dtable);
-	dtable = xcalloc(ncap, sizeof *dtable);
-	dmask = ncap - 1;
-	for (uint32_t i = 0; i < ndefs; i++) {
-		uint32_t j = def_hash(defs[i].prefix, defs[i].v, defs[i].suffix) & dmask;
-		while (dtable[j])
-			j = (j + 1) & dmask;
-		dtable[j] = i + 1;
-	}
-}
 
 Sym sym_defer(Sym prefix, uint64_t v, Sym suffix)
 {
-	if (2 * (ndefs + 1) > dmask + 1)
-		def_rehash();
-	uint32_t j = def_hash(prefix, v, suffix) & dmask;
-	for (; dtable[j]; j = (j + 1) & dmask) {
-		const Deferred *d = &defs[dtable[j] - 1];
-		if (d->v == v && d->prefix == prefix && d->suffix == suffix)
-			return SYM_DEFERRED | (dtable[j] - 1);
-	}
 	if (ndefs == capdefs) {
 		capdefs = capdefs ? 2 * capdefs : 4096;
 		defs = xrealloc(defs, capdefs * sizeof *defs);
 	}
 	defs[ndefs] = (Deferred){prefix, suffix, 0, v};
-	dtable[j] = ndefs + 1;
 	return SYM_DEFERRED | ndefs++;
 }
 
 int sym_is_deferred(Sym s)
 {
 	return (s & SYM_DEFERRED) && (s & ~SYM_DEFERRED) < ndefs;
+}
+
+int sym_same(Sym a, Sym b)
+{
+	if (a == b)
+		return 1;
+	if (!sym_is_deferred(a) && !sym_is_deferred(b))
+		return 0; /* interned: one Sym per text */
+	if (sym_is_deferred(a) && sym_is_deferred(b)) {
+		const Deferred *x = &defs[a & ~SYM_DEFERRED], *y = &defs[b & ~SYM_DEFERRED];
+		if (x->prefix == y->prefix && x->v == y->v && x->suffix == y->suffix)
+			return 1;
+	}
+	return sym_len(a) == sym_len(b) && memcmp(sym_str(a), sym_str(b), sym_len(a)) == 0;
 }
 
 size_t sym_format(Sym s, char *buf, size_t cap)
@@ -224,10 +206,8 @@ void intern_free_all(void)
 	free(ents);
 	free(table);
 	free(defs);
-	free(dtable);
 	defs = NULL;
-	dtable = NULL;
-	ndefs = capdefs = dmask = 0;
+	ndefs = capdefs = 0;
 	ents = NULL;
 	table = NULL;
 	nents = capents = tmask = 0;

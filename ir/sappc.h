@@ -66,11 +66,14 @@ Sym intern_cstr(const char *s);
 const char *sym_str(Sym s);
 size_t sym_len(Sym s);
 /* a name kept as parts until somebody reads it: prefix, decimal v, suffix
- * (see intern.c); sym_format writes any Sym's text into buf (cap bytes,
- * NUL-terminated) without interning a deferred one, and returns its length */
+ * (see intern.c).  Two deferred Syms of one text may differ: sym_same() is
+ * text equality for any two Syms.  sym_format writes any Sym's text into
+ * buf (cap bytes, NUL-terminated) without interning a deferred one, and
+ * returns its length */
 #define SYM_DEFERRED 0x80000000u /* the bit a deferred Sym has */
 Sym sym_defer(Sym prefix, uint64_t v, Sym suffix);
 int sym_is_deferred(Sym s);
+int sym_same(Sym a, Sym b);
 size_t sym_format(Sym s, char *buf, size_t cap);
 void intern_free_all(void);
 

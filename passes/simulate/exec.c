@@ -203,7 +203,7 @@ static int gather_members(SimRun *r, RankState *s, RankState **mem)
 		RankState *t = &r->rs[s->wranks[j]];
 		if (!t->wait || is_p2p(t->wait) || t->wgroup != s->wgroup)
 			return 0;
-		if (r->o.match == SIM_MATCH_INSTANCE ? t->wait->instance != s->wait->instance : t->wseq != s->wseq)
+		if (r->o.match == SIM_MATCH_INSTANCE ? !sym_same(t->wait->instance, s->wait->instance) : t->wseq != s->wseq)
 			return 0;
 		mem[j] = t;
 	}

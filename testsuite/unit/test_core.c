@@ -72,8 +72,9 @@ static void test_intern(void **state)
 	assert_string_equal(sym_str(intern_cstr(v2)), v2);
 }
 
-/* deferred symbols: equal parts give one Sym, sym_format writes the text,
- * sym_str forms (and interns) it on demand */
+/* deferred symbols: sym_format writes the text, sym_str forms (and
+ * interns) it on demand, sym_same is text equality across deferred and
+ * interned Syms */
 static void test_defer(void **state)
 {
 	(void)state;
@@ -81,24 +82,35 @@ static void test_defer(void **state)
 	Sym a = sym_defer(pre, 18446744073709551615ULL, ag);
 	assert_true(sym_is_deferred(a));
 	assert_false(sym_is_deferred(ag));
-	assert_int_equal(sym_defer(pre, 18446744073709551615ULL, ag), a);
-	assert_int_not_equal(sym_defer(pre, 18446744073709551615ULL, rs), a);
-	assert_int_not_equal(sym_defer(pre, 7, ag), a);
+	Sym a2 = sym_defer(pre, 18446744073709551615ULL, ag);
+	assert_true(sym_same(a, a2));
+	assert_false(sym_same(sym_defer(pre, 18446744073709551615ULL, rs), a));
+	assert_false(sym_same(sym_defer(pre, 7, ag), a));
+	assert_false(sym_same(a, ag));
+	assert_true(sym_same(ag, ag));
+	assert_false(sym_same(ag, rs));
 	char buf[128];
 	assert_int_equal(sym_format(a, buf, sizeof buf), 18 + 20 + 9);
 	assert_string_equal(buf, "redistribution_op_18446744073709551615AllGather");
 	assert_int_equal(sym_format(ag, buf, sizeof buf), 9);
 	assert_string_equal(buf, "AllGather");
 	Sym z = sym_defer(pre, 0, rs);
+	Sym zi = intern_cstr("redistribution_op_0Reshape");
+	assert_true(sym_same(z, zi)); /* before and after z's text is formed */
 	assert_int_equal(sym_len(z), 26);
 	assert_string_equal(sym_str(z), "redistribution_op_0Reshape");
-	assert_ptr_equal(sym_str(z), sym_str(intern_cstr("redistribution_op_0Reshape")));
+	assert_ptr_equal(sym_str(z), sym_str(zi));
+	assert_true(sym_same(zi, z));
+	assert_false(sym_same(z, intern_cstr("redistribution_op_0Reshapf")));
 	Sym many[10000];
-	for (uint64_t i = 0; i < 10000; i++) /* forces the table to grow */
+	for (uint64_t i = 0; i < 10000; i++) /* forces the array to grow */
 		many[i] = sym_defer(pre, i * 0x9e3779b97f4a7c15ULL, ag);
-	for (uint64_t i = 0; i < 10000; i++)
-		assert_int_equal(sym_defer(pre, i * 0x9e3779b97f4a7c15ULL, ag), many[i]);
-	assert_int_equal(sym_defer(pre, 18446744073709551615ULL, ag), a);
+	for (uint64_t i = 0; i < 10000; i += 999) {
+		snprintf(buf, sizeof buf, "redistribution_op_%lluAllGather",
+		         (unsigned long long)(i * 0x9e3779b97f4a7c15ULL));
+		assert_string_equal(sym_str(many[i]), buf);
+	}
+	assert_true(sym_same(sym_defer(pre, 18446744073709551615ULL, ag), a));
 }
 
 /* keymap: equal keys share a value, different lengths and orders do
