@@ -66,8 +66,8 @@ typedef enum {
 	RD_CONCAT,       /* Concat(axis) of the n Split outputs */
 	RD_ALLTOALL,     /* split_count, split_dim, concat_dim, group */
 	RD_RESHAPE,      /* to shape[] */
-	RD_KINDS
 } RedistKind;
+#define RD_KINDS (RD_RESHAPE + 1)
 
 typedef struct RedistOp {
 	RedistKind kind;
