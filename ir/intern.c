@@ -177,25 +177,38 @@ static Sym def_real(Sym s)
 	Deferred *d = &defs[s & ~SYM_DEFERRED];
 	if (!d->real) {
 		char buf[512];
-		size_t n = sym_format(s, buf, sizeof buf);
-		d->real = intern(buf, n);
+		size_t cap = ents[d->prefix].len + 21 + ents[d->suffix].len;
+		char *p = cap <= sizeof buf ? buf : xmalloc(cap);
+		size_t n = sym_format(s, p, cap > sizeof buf ? cap : sizeof buf);
+		d->real = intern(p, n);
+		if (p != buf)
+			free(p);
 	}
 	return d->real;
 }
 
 /* (entry 0 is the empty string, Sym 0) */
+/* A deferred Sym's text is interned by def_real(), which can move ents[]:
+ * the index is taken first, in its own statement, and only then is ents read
+ * (in "ents[def_real(s)]" the compiler may load ents before the call). */
 const char *sym_str(Sym s)
 {
 	if (s < nents)
 		return ents[s].s;
-	return sym_is_deferred(s) ? ents[def_real(s)].s : "";
+	if (!sym_is_deferred(s))
+		return "";
+	Sym r = def_real(s);
+	return ents[r].s;
 }
 
 size_t sym_len(Sym s)
 {
 	if (s < nents)
 		return ents[s].len;
-	return sym_is_deferred(s) ? ents[def_real(s)].len : 0;
+	if (!sym_is_deferred(s))
+		return 0;
+	Sym r = def_real(s);
+	return ents[r].len;
 }
 
 void intern_free_all(void)
