@@ -325,15 +325,6 @@ static void parse_pass_list(PassManagerOptions *pm, const char *list)
 	free(copy);
 }
 
-/* Is path the same file as the input (another spelling, a link)? */
-static int same_file(const char *path, const char *in, const struct stat *ist)
-{
-	struct stat st;
-	if (strcmp(path, in) == 0)
-		return 1;
-	return ist && stat(path, &st) == 0 && st.st_dev == ist->st_dev && st.st_ino == ist->st_ino;
-}
-
 /* exit status for output written to stdout by --help / --version */
 static int stdout_status(void)
 {
@@ -342,6 +333,19 @@ static int stdout_status(void)
 		return 3;
 	}
 	return 0;
+}
+
+/* the end of a run: standard output must have been written in every mode;
+ * then the output files appear all together, or none of them does */
+static int finish(int rc)
+{
+	if (rc == 0)
+		rc = stdout_status();
+	if (rc == 0 && out_publish() != 0)
+		rc = 3;
+	if (rc != 0)
+		out_discard();
+	return rc;
 }
 
 static double now(void)
@@ -377,7 +381,7 @@ static int lower_one_rank(const char *dir, const char *in, const char *buf, size
 	if (rc == 0) {
 		snprintf(path, plen, "%s/rank_%d/%.*s_validate_0000.ir", dir, r, (int)bl, base);
 		OutFile of;
-		if (out_open(&of, path) != 0)
+		if (out_open_staged(&of, path) != 0)
 			rc = 3;
 		else {
 			setvbuf(of.f, NULL, _IONBF, 0); /* the printer buffers: no second copy */
@@ -387,12 +391,14 @@ static int lower_one_rank(const char *dir, const char *in, const char *buf, size
 		}
 	}
 	ir_module_free(m);
+	o->strategy_out = NULL; /* rank 0 has written the plan; it is every rank's */
 	return rc;
 }
 
 /* --all-ranks DIR: lower the same input once per rank (re-parsing the buffer:
  * parsing is cheap and modules cannot be cloned) and write
- * DIR/rank_R/NAME_validate_0000.ir, as MindSpore's dump directories do.
+ * DIR/rank_R/NAME_validate_0000.ir, as MindSpore's dump directories do
+ * (DIR is staged: see out_dir_stage).
  * Rank 0 runs first (so a bad input is reported once), the others in up to
  * one worker process per processor. */
 static int write_all_ranks(const char *dir, const char *in, const char *buf, size_t len, Options *o,
@@ -405,7 +411,9 @@ static int write_all_ranks(const char *dir, const char *in, const char *buf, siz
 	size_t bl = strlen(base);
 	if (bl > 3 && strcmp(base + bl - 3, ".ir") == 0)
 		bl -= 3;
-	if (make_dir(dir) < 0)
+	/* a staging directory, published with the other outputs: a run that
+	 * fails half way leaves no rank_R behind */
+	if (!(dir = out_dir_stage(dir)))
 		return 3;
 	size_t plen = strlen(dir) + bl + 64;
 	char *path = xmalloc(plen);
@@ -707,17 +715,11 @@ int main(int argc, char **argv)
 	o.time_passes = pm.time_passes;
 	diag_set_quiet(o.quiet);
 
-	/* never write over the input, however it is spelled */
-	const char *outs[4] = {out, dot, svg, o.strategy_out};
-	struct stat ist;
-	int have_ist = strcmp(in, "-") != 0 && stat(in, &ist) == 0;
-	for (int i = 0; i < 4; i++)
-		if (outs[i] && strcmp(outs[i], "-") != 0 && strcmp(in, "-") != 0 &&
-		    same_file(outs[i], in, have_ist ? &ist : NULL)) {
-			fprintf(stderr, "sappc: refusing to write output over the input file '%s'\n", in);
-			fprintf(stderr, "Try 'sappc --help' for more information.\n");
-			return 2;
-		}
+	/* never write over the input, nor two outputs to one file */
+	const char *out_names[] = {"-o", "--dot", "--svg", "--strategy-out", "--report", "--all-ranks"};
+	const char *out_paths[] = {out, dot, svg, o.strategy_out, report, all_ranks};
+	if (out_check_paths(in, 6, out_names, out_paths) != 0)
+		return 2;
 
 	char *buf;
 	size_t len;
@@ -736,7 +738,7 @@ int main(int argc, char **argv)
 		free(buf);
 		free(stage_rules);
 		intern_free_all();
-		return rc;
+		return finish(rc);
 	}
 	int rc = pm_run(m, &o, &pm);
 	if (rc == 0 && diag_errors())
@@ -777,5 +779,5 @@ int main(int argc, char **argv)
 	free(buf);
 	free(stage_rules);
 	intern_free_all();
-	return rc;
+	return finish(rc);
 }

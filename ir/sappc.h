@@ -605,13 +605,30 @@ int lower_assign_stages(Module *m, const Options *o);
 
 /* ---------------------------------------------------------------- io.c */
 int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */
-/* Atomic output: opens a temporary beside path; commit renames, abort removes. */
+/* The output set (all-or-nothing output; HACKING.md "Write an output file").
+ * out_open: "-" = stdout; a regular file (symbolic links followed) gets a
+ * temporary beside it, a device or pipe is written in place.  out_commit
+ * finishes writing (0, or -1 reported); the temporary then waits for
+ * out_publish, which renames every waiting output into place at the end of a
+ * successful run; out_discard (also at exit) removes them after a failure. */
 typedef struct OutFile {
 	FILE *f;
-	char *path, *tmp;
+	char *path; /* for messages */
+	int slot;   /* in the output set; -1 when written in place */
 } OutFile;
-int out_open(OutFile *o, const char *path); /* "-" = stdout */
+int out_open(OutFile *o, const char *path);
 int out_commit(OutFile *o);
 void out_abort(OutFile *o);
+/* A directory output: returns a staging directory (NULL: reported) to fill
+ * with out_open_staged (plain files, also from forked workers); out_publish
+ * renames it to path, or moves its entries into path when path exists. */
+const char *out_dir_stage(const char *path);
+int out_open_staged(OutFile *o, const char *path);
+int out_publish(void); /* 0, or -1 reported */
+void out_discard(void);
+/* Usage check before reading: no output paths[i] (option names[i]; NULL =
+ * not given, "-" = stdout) may name the input file in or another output.
+ * 0 ok, -1 after a usage message on stderr. */
+int out_check_paths(const char *in, int n, const char *const names[], const char *const paths[]);
 
 #endif

@@ -1,8 +1,9 @@
 #!/bin/bash
 # cli.sh - what sappc's command line does that a golden file cannot show;
 # prints TAP.  Golden cases of options live in testsuite/cli/ (run.sh);
-# here: exit statuses of I/O failures (3), atomic output (-o, --svg), runs
-# that fail leaving files alone, standard input, --time-passes, SVG.
+# here: exit statuses of I/O failures (3), all-or-nothing output (every file
+# option, --all-ranks, standard output, a full file system), outputs naming
+# the input or each other, standard input, --time-passes, SVG.
 #
 #   SAPPC=path/to/sappc testsuite/cli.sh
 set -u
@@ -231,5 +232,147 @@ check "--all-ranks: exit 0" test "$rc" = 0
 check "--all-ranks: every rank written" test "$(ls "$tmp/ar" | wc -l)" = 8
 check "--all-ranks: the user-strategy warning once, not per rank" \
 	test "$(grep -c 'carries a user strategy' "$tmp/err")" = 1
+# ---------------------------------------------------------------- all-or-nothing outputs
+# Every output file of a run appears together at its end, or none does; the
+# files it would replace keep their bytes (and inode) on every failure.
+mlp=$top/ir-samples/sapp_mlp.ir
+mkdir "$tmp/aon"
+# seed FILE...: give each file distinct old contents
+seed() { for f in "$@"; do echo "old $f" >"$f"; done; }
+# untouched FILE...: each still holds what seed wrote
+untouched() { for f in "$@"; do [ "$(cat "$f")" = "old $f" ] || return 1; done; }
+a=$tmp/aon
+all="$a/out.ir $a/plan.json $a/rep.txt $a/g.dot $a/g.svg"
+seed $all
+# exit 1 late in the run: --simulate finds the redistributions wrong after
+# the sapp pass has chosen (and used to write) the strategies
+SAPPC_TEST_BREAK_REDIST=1 run "$sappc" -n 8 --simulate -o "$a/out.ir" --strategy-out "$a/plan.json" \
+	--report="$a/rep.txt" --dot "$a/g.dot" --svg "$a/g.svg" "$mlp"
+check "a run failing with exit 1 after the search: exit 1" test "$rc" = 1
+check "exit 1: every existing output keeps its bytes (-o, --strategy-out, --report, --dot, --svg)" untouched $all
+check "exit 1: no temporary file left" no_temp_left "$a"
+# exit 3 at the last output: -o, --strategy-out, --report and --dot are done
+# before --svg fails
+run "$sappc" -n 8 -o "$a/out.ir" --strategy-out "$a/plan.json" --report="$a/rep.txt" --dot "$a/g.dot" \
+	--svg "$a/nosuchdir/g.svg" "$mlp"
+check "--svg into a missing directory after the other outputs: exit 3" test "$rc" = 3
+check "exit 3: every existing output keeps its bytes" untouched $all
+check "exit 3: no temporary file left" no_temp_left "$a"
+run "$sappc" -n 8 --strategy-out "$a/plan.json" --dot "$a/nosuchdir/g.dot" "$mlp"
+check "--dot failing: --strategy-out untouched" eval 'test "$rc" = 3 && untouched "$a/plan.json"'
+# a new output is not created either
+run "$sappc" -n 8 -o "$a/new.ir" --svg "$a/nosuchdir/g.svg" "$mlp"
+check "exit 3: a new -o file is not created" eval 'test "$rc" = 3 && test ! -e "$a/new.ir"'
+# and on success they all appear
+run "$sappc" -n 8 -o "$a/out.ir" --strategy-out "$a/plan.json" --report="$a/rep.txt" --dot "$a/g.dot" \
+	--svg "$a/g.svg" "$mlp"
+check "success: every output written" eval 'test "$rc" = 0 && ! untouched "$a/out.ir" && ! untouched "$a/plan.json" &&
+	! untouched "$a/rep.txt" && ! untouched "$a/g.dot" && has "<svg" "$a/g.svg"'
+check "success: no temporary file left" no_temp_left "$a"
+
+# two outputs naming one file, or an output naming the input: usage, exit 2,
+# before the input is read (a missing input would be exit 3)
+cp "$tmp/good.ir" "$a/in.ir"
+seed "$a/x"
+ln "$a/x" "$a/x-hard"
+ln -s x "$a/x-sym"
+mkdir "$a/sub"
+for args in "-o $a/x --dot $a/x" "-o $a/x --svg $a/../aon/x" "--strategy-out $a/x --report=$a/x-hard" \
+	"--report=$a/x --dot $a/x-sym" "-o $a/y --report=$a/y" "--dot $a/sub/../y --svg $a/y" \
+	"--all-ranks=$a/y -o $a/y"; do
+	run "$sappc" $args "$a/no-such-input.ir"
+	check "two outputs naming one file ($args): exit 2 before reading" \
+		eval 'test "$rc" = 2 && has "name the same file" "$tmp/err" && untouched "$a/x" && test ! -e "$a/y"'
+done
+for opt in --output= --report= --strategy-out= --dot= --svg=; do
+	run "$sappc" "$opt$a/in.ir" "$a/in.ir"
+	check "${opt%=} naming the input file: exit 2, input intact" \
+		eval 'test "$rc" = 2 && has "over the input file" "$tmp/err" && cmp -s "$a/in.ir" "$tmp/good.ir"'
+done
+run "$sappc" --report="$a/../aon/in.ir" "$a/in.ir"
+check "--report naming the input with another spelling: exit 2" test "$rc" = 2
+run "$sappc" -o - --report=- --dot /dev/null --svg /dev/null "$tmp/good.ir"
+check "standard output and /dev/null may be named twice" test "$rc" = 0
+
+# --all-ranks stages the rank directories and moves them in at the end
+mkdir "$a/ranks"
+: >"$a/ranks/rank_3" # rank 3's directory cannot be made: the run fails half way
+run "$sappc" -n 8 --all-ranks "$a/ranks" "$mlp"
+check "--all-ranks failing half way: exit 3" test "$rc" = 3
+check "--all-ranks failing half way: no rank_R left, the directory as it was" \
+	test "$(ls -A "$a/ranks")" = rank_3
+check "--all-ranks failing half way: no temporary directory left" no_temp_left "$a"
+rm "$a/ranks/rank_3"
+mkdir "$a/ranks/rank_0" && echo "old" >"$a/ranks/rank_0/keep"
+run "$sappc" -n 8 --all-ranks "$a/ranks/" "$mlp"
+check "--all-ranks into an existing directory: merged, other files kept" \
+	eval 'test "$rc" = 0 && test "$(ls "$a/ranks" | wc -l)" = 8 && test -s "$a/ranks/rank_7/sapp_mlp_validate_0000.ir" &&
+	test "$(cat "$a/ranks/rank_0/keep")" = old && no_temp_left "$a/ranks"'
+run "$sappc" -n 8 --all-ranks "$a/ranks-new" "$a/no-such-input.ir"
+check "--all-ranks with an unreadable input: no directory created" eval 'test "$rc" = 3 && test ! -e "$a/ranks-new"'
+
+# standard output: a write error is exit 3 in every mode, and the files of
+# the run are not written
+if [ -w /dev/full ]; then
+	for args in "" "--passes=" "--stop-after=verify" "-o -" "--report" "--report --report-format=json" \
+		"--simulate" "--explain=matmul" "--report=- -o -"; do
+		"$sappc" -n 2 $args "$mlp" >/dev/full 2>"$tmp/err"; rc=$?
+		check "standard output on a full device (${args:-the IR}): exit 3, said once" \
+			eval 'test "$rc" = 3 && test "$(grep -c "write error on standard output" "$tmp/err")" = 1'
+	done
+	seed "$a/plan.json"
+	"$sappc" -n 2 --simulate --strategy-out "$a/plan.json" "$mlp" >/dev/full 2>/dev/null
+	check "standard output on a full device: --strategy-out untouched" untouched "$a/plan.json"
+else
+	skip "standard output on a full device" "no /dev/full"
+fi
+
+# permission bits, owner and symbolic links
+seed "$a/perm.ir" "$a/perm.json" "$a/perm.svg"
+chmod 640 "$a/perm.ir"; chmod 600 "$a/perm.json"; chmod 604 "$a/perm.svg"
+run "$sappc" -n 2 -o "$a/perm.ir" --strategy-out "$a/perm.json" --svg "$a/perm.svg" "$mlp"
+check "an existing output keeps its permission bits" \
+	eval 'test "$rc" = 0 && test "$(stat -c %a "$a/perm.ir" "$a/perm.json" "$a/perm.svg" | tr "\n" " ")" = "640 600 604 " &&
+	! untouched "$a/perm.ir"'
+(umask 027 && "$sappc" -o "$a/umask.ir" "$tmp/good.ir")
+check "a new output gets the umask's bits (027: 640)" test "$(stat -c %a "$a/umask.ir")" = 640
+seed "$a/target.ir"
+ln -s target.ir "$a/link.ir"
+run "$sappc" -o "$a/link.ir" "$tmp/good.ir"
+check "-o on a symbolic link writes its target" \
+	eval 'test "$rc" = 0 && test -L "$a/link.ir" && cmp -s "$a/target.ir" "$tmp/good.out"'
+ln -s newtarget.ir "$a/dangling.ir"
+run "$sappc" --report="$a/dangling.ir" "$tmp/good.ir"
+check "--report on a dangling symbolic link creates its target" \
+	eval 'test "$rc" = 0 && test -L "$a/dangling.ir" && test -s "$a/newtarget.ir"'
+ln -s loop1 "$a/loop2" && ln -s loop2 "$a/loop1"
+run "$sappc" -o "$a/loop1" "$tmp/good.ir"
+check "-o on a cycle of links: exit 3" eval 'test "$rc" = 3 && test -L "$a/loop1"'
+check "links: no temporary file left" no_temp_left "$a"
+
+# a full file system (a tmpfs filled up, in a private mount namespace):
+# graphviz must not end the process, every output says so, nothing is left
+full_fs() {
+	local u=-m
+	[ "$root" = 1 ] || u=-rm
+	unshare $u sh -c 'mnt=$1 && mount -t tmpfs -o size=64k tmpfs "$mnt" || exit 99
+		cat /dev/zero >"$mnt/.fill" 2>/dev/null
+		shift; "$@" >/dev/null 2>"$0/err"; echo "rc=$?" >"$0/rc"; ls -A "$mnt" | grep -vx .fill >"$0/ls"; exit 0' \
+		"$tmp" "$tmp/full" "$@"
+}
+mkdir "$tmp/full"
+if full_fs true && [ "$(cat "$tmp/rc")" = rc=0 ]; then
+	for args in "--svg $tmp/full/g.svg" "--dot $tmp/full/g.dot" "-o $tmp/full/out.ir" "--report=$tmp/full/r.txt" \
+		"--strategy-out $tmp/full/p.json" "--all-ranks $tmp/full/ranks"; do
+		full_fs "$sappc" -n 8 $args "$mlp"
+		check "full file system (${args%%[ =]*}): exit 3, 'No space left on device', nothing left" \
+			eval 'test "$(cat "$tmp/rc")" = rc=3 && has "No space left on device" "$tmp/err" && test ! -s "$tmp/ls" &&
+			! has "gvwrite" "$tmp/err"'
+	done
+	rm -f "$tmp/rc" "$tmp/ls"
+else
+	skip "full file system" "cannot mount a tmpfs (no unshare or no user namespaces)"
+fi
+
 echo "1..$n"
 [ "$fails" = 0 ]
