@@ -246,5 +246,6 @@ void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
+	out_discard(); /* abort() skips atexit: no temporary output left behind */
 	abort();
 }
