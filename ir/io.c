@@ -151,15 +151,25 @@ static char *path_join(const char *dir, size_t dn, const char *name)
 	return p;
 }
 
+static int is_system_path(const char *p)
+{
+	return strncmp(p, "/dev/", 5) == 0 || strncmp(p, "/proc/", 6) == 0;
+}
+
 /* The file a path writes: the end of its chain of symbolic links (a link
  * that dangles names the file to create), as cp writes through a link.
- * NULL with errno ELOOP on a cycle. */
-static char *follow_links(const char *path)
+ * NULL with errno ELOOP on a cycle.  *sys: the chain went through /dev or
+ * /proc (/dev/stdout -> /proc/self/fd/1 -> a file the shell opened): that
+ * file is open already and must be written in place, and nothing may ever be
+ * renamed over a name in /dev. */
+static char *follow_links(const char *path, int *sys)
 {
 	char *p = xstrdup(path);
 	char buf[PATH_MAX];
+	*sys = 0;
 	for (int hops = 0; hops < 40; hops++) {
 		struct stat st;
+		*sys |= is_system_path(p);
 		if (lstat(p, &st) != 0 || !S_ISLNK(st.st_mode))
 			return p;
 		ssize_t k = readlink(p, buf, sizeof buf - 1);
@@ -216,14 +226,15 @@ int out_open(OutFile *o, const char *path)
 		o->f = stdout;
 		return 0;
 	}
-	char *dest = follow_links(path);
+	int sys;
+	char *dest = follow_links(path, &sys);
 	if (!dest) {
 		diag_error("cannot create '%s': %s", path, strerror(errno));
 		return -1;
 	}
 	struct stat st;
-	int exists = stat(dest, &st) == 0;
-	if (exists && !S_ISREG(st.st_mode)) {
+	int exists = stat(sys ? path : dest, &st) == 0; /* the kernel resolves /proc's links */
+	if (exists && (!S_ISREG(st.st_mode) || sys)) {
 		free(dest);
 		if (S_ISDIR(st.st_mode)) {
 			diag_error("cannot write '%s': it is a directory", path);
@@ -473,15 +484,17 @@ typedef struct FileKey {
 static void file_key(const char *path, FileKey *k)
 {
 	struct stat st;
+	int sys;
 	memset(k, 0, sizeof *k);
+	char *p = follow_links(path, &sys);
 	if (stat(path, &st) == 0) {
 		k->exists = 1;
-		k->inplace = !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+		k->inplace = (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) || sys;
 		k->dev = st.st_dev;
 		k->ino = st.st_ino;
+		free(p);
 		return;
 	}
-	char *p = follow_links(path);
 	if (!p)
 		p = xstrdup(path);
 	char *slash = strrchr(p, '/');

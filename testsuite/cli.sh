@@ -348,6 +348,15 @@ check "--report on a dangling symbolic link creates its target" \
 ln -s loop1 "$a/loop2" && ln -s loop2 "$a/loop1"
 run "$sappc" -o "$a/loop1" "$tmp/good.ir"
 check "-o on a cycle of links: exit 3" eval 'test "$rc" = 3 && test -L "$a/loop1"'
+# a link into /proc (as /dev/stdout is): the file behind it is open already,
+# write it in place and never rename over the link (/dev/stdout itself is
+# not used: a broken sappc run as root would replace it)
+ln -s /proc/self/fd/1 "$a/stdout-link"
+"$sappc" -o "$a/stdout-link" "$tmp/good.ir" >"$a/redirected" 2>"$tmp/err"; rc=$?
+check "-o on a link to /proc/self/fd/1: written in place, the link kept" \
+	eval 'test "$rc" = 0 && test -L "$a/stdout-link" && cmp -s "$a/redirected" "$tmp/good.out"'
+"$sappc" -o "$a/stdout-link" "$tmp/good.ir" 2>"$tmp/err" | cat >"$a/piped"
+check "-o on a link to /proc/self/fd/1, a pipe: written in place" cmp -s "$a/piped" "$tmp/good.out"
 check "links: no temporary file left" no_temp_left "$a"
 
 # a full file system (a tmpfs filled up, in a private mount namespace):
