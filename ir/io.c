@@ -110,6 +110,13 @@ static int pend_add(char *tmp, char *dest, const char *name, int dir)
 	return npend++;
 }
 
+static char *path_join(const char *dir, size_t dn, const char *name)
+{
+	char *p = xmalloc(dn + strlen(name) + 2);
+	sprintf(p, "%.*s/%s", (int)dn, dir, name);
+	return p;
+}
+
 /* rm -r of a temporary of ours (lstat: a link is removed, not followed) */
 static void remove_tree(const char *path)
 {
@@ -123,12 +130,10 @@ static void remove_tree(const char *path)
 	DIR *d = opendir(path);
 	if (d) {
 		struct dirent *e;
-		size_t n = strlen(path);
 		while ((e = readdir(d))) {
 			if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 				continue;
-			char *sub = xmalloc(n + strlen(e->d_name) + 2);
-			sprintf(sub, "%s/%s", path, e->d_name);
+			char *sub = path_join(path, strlen(path), e->d_name);
 			remove_tree(sub);
 			free(sub);
 		}
@@ -142,13 +147,6 @@ static void pend_drop(Pending *p)
 	if (p->state != P_GONE)
 		remove_tree(p->tmp);
 	p->state = P_GONE;
-}
-
-static char *path_join(const char *dir, size_t dn, const char *name)
-{
-	char *p = xmalloc(dn + strlen(name) + 2);
-	sprintf(p, "%.*s/%s", (int)dn, dir, name);
-	return p;
 }
 
 static int is_system_path(const char *p)
@@ -438,8 +436,8 @@ int out_publish(void)
 		if (p->state == P_GONE)
 			continue;
 		if (p->state != P_DONE)
-			rc = -1, errno = EINVAL; /* never completed: a bug of the caller */
-		else if (!p->dir)
+			die("output '%s' was opened but neither committed nor aborted", p->name);
+		if (!p->dir)
 			rc = rename(p->tmp, p->dest);
 		else if (stat(p->dest, &st) == 0)
 			rc = merge_dir(p->tmp, p->dest);

@@ -1,11 +1,15 @@
 /* test_core.c - cmocka unit tests for the IR core: hashes, interning,
- * values, shapes and shape inference, parse + print round trips. */
+ * values, shapes and shape inference, parse + print round trips, the output
+ * set. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -352,6 +356,114 @@ static void test_fragment(void **state)
 	ir_module_free(m);
 }
 
+/* the output set (ir/io.c) in one directory */
+static char odir[64];
+
+static char *opath(const char *name)
+{
+	static char buf[4][128];
+	static int k;
+	k = (k + 1) % 4;
+	snprintf(buf[k], sizeof buf[k], "%s/%s", odir, name);
+	return buf[k];
+}
+
+static void put(const char *name, const char *text)
+{
+	FILE *f = fopen(opath(name), "w");
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+static int holds(const char *name, const char *text)
+{
+	char buf[64] = {0};
+	FILE *f = fopen(opath(name), "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	return n == strlen(text) && memcmp(buf, text, n) == 0;
+}
+
+static int entries(void) /* files in odir */
+{
+	DIR *d = opendir(odir);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static void write_out(const char *name, const char *text)
+{
+	OutFile of;
+	assert_int_equal(out_open(&of, opath(name)), 0);
+	fputs(text, of.f);
+	assert_int_equal(out_commit(&of), 0);
+}
+
+static void test_output_set(void **state)
+{
+	(void)state;
+	strcpy(odir, "/tmp/sappc-outset.XXXXXX");
+	assert_non_null(mkdtemp(odir));
+	diag_set_quiet(1);
+	put("a", "old a");
+	/* committed files wait: nothing replaced until out_publish */
+	write_out("a", "new a");
+	write_out("b", "new b");
+	assert_true(holds("a", "old a"));
+	assert_int_equal(entries(), 3); /* a and two temporaries */
+	out_discard();
+	assert_true(holds("a", "old a"));
+	assert_int_equal(entries(), 1);
+	/* one destination that cannot take its file: nothing is moved */
+	write_out("a", "new a");
+	write_out("b", "new b");
+	assert_int_equal(mkdir(opath("b"), 0777), 0);
+	int e0 = diag_errors();
+	assert_int_equal(out_publish(), -1);
+	assert_true(diag_errors() > e0);
+	assert_true(holds("a", "old a"));
+	assert_int_equal(entries(), 2); /* a, the directory b */
+	assert_int_equal(rmdir(opath("b")), 0);
+	/* success: all of them */
+	write_out("a", "new a");
+	write_out("b", "new b");
+	assert_int_equal(out_publish(), 0);
+	assert_true(holds("a", "new a") && holds("b", "new b"));
+	assert_int_equal(entries(), 2);
+	/* an aborted file is gone at once, the others still go */
+	OutFile of;
+	assert_int_equal(out_open(&of, opath("c")), 0);
+	out_abort(&of);
+	write_out("b", "newer b");
+	assert_int_equal(entries(), 3);
+	assert_int_equal(out_publish(), 0);
+	assert_true(holds("b", "newer b"));
+	assert_int_equal(entries(), 2);
+	/* the usage check: the same file however spelled */
+	char a[128], a2[128], b[128], b2[128];
+	snprintf(a, sizeof a, "%s", opath("a"));
+	snprintf(a2, sizeof a2, "%s/../%s/a", odir, strrchr(odir, '/') + 1);
+	snprintf(b, sizeof b, "%s", opath("b"));
+	snprintf(b2, sizeof b2, "%s", opath("b2"));
+	assert_int_equal(link(b, b2), 0);
+	const char *names[] = {"-o", "--dot"};
+	const char *same[] = {a, a2}, *other[] = {a, b}, *hard[] = {b2, b}, *input[] = {"-", b};
+	assert_int_equal(out_check_paths("-", 2, names, same), -1);
+	assert_int_equal(out_check_paths("-", 2, names, other), 0);
+	assert_int_equal(out_check_paths("-", 2, names, hard), -1);
+	assert_int_equal(out_check_paths(b2, 2, names, input), -1);
+	unlink(opath("a"));
+	unlink(opath("b"));
+	unlink(opath("b2"));
+	assert_int_equal(rmdir(odir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -360,6 +472,7 @@ int main(void)
 		cmocka_unit_test(test_infer),    cmocka_unit_test(test_values),
 		cmocka_unit_test(test_fragment), cmocka_unit_test(test_keymap),
 		cmocka_unit_test(test_fmt_int),  cmocka_unit_test(test_defer),
+		cmocka_unit_test(test_output_set),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();
