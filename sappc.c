@@ -718,7 +718,7 @@ int main(int argc, char **argv)
 	/* never write over the input, nor two outputs to one file */
 	const char *out_names[] = {"-o", "--dot", "--svg", "--strategy-out", "--report", "--all-ranks"};
 	const char *out_paths[] = {out, dot, svg, o.strategy_out, report, all_ranks};
-	if (out_check_paths(in, 6, out_names, out_paths) != 0)
+	if (out_check_paths(in, (int)(sizeof out_paths / sizeof *out_paths), out_names, out_paths) != 0)
 		return 2;
 
 	char *buf;
