@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -96,18 +97,61 @@ static void discard_at_exit(void)
 	out_discard();
 }
 
+/* Killed (Ctrl-C, a closed pipe): remove the temporary files, with unlink
+ * only (async-signal-safe), then die of the signal.  A staging directory
+ * with files in it stays: walking it is not safe in a handler. */
+static const int fatal_signals[] = {SIGHUP, SIGINT, SIGPIPE, SIGTERM};
+
+static void on_fatal_signal(int sig)
+{
+	if (owner == getpid())
+		for (int i = 0; i < npend; i++)
+			if (pend[i].state != P_GONE && (pend[i].dir ? rmdir(pend[i].tmp) : unlink(pend[i].tmp)) == 0)
+				pend[i].state = P_GONE;
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void catch_fatal_signals(void)
+{
+	for (size_t i = 0; i < sizeof fatal_signals / sizeof *fatal_signals; i++) {
+		struct sigaction sa, old;
+		if (sigaction(fatal_signals[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
+			continue; /* ignored by whoever started us: keep it so */
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_fatal_signal;
+		sigemptyset(&sa.sa_mask);
+		sigaction(fatal_signals[i], &sa, NULL);
+	}
+}
+
+/* the handler reads pend: not while it moves or is freed */
+static void block_fatal_signals(sigset_t *old)
+{
+	sigset_t block;
+	sigemptyset(&block);
+	for (size_t i = 0; i < sizeof fatal_signals / sizeof *fatal_signals; i++)
+		sigaddset(&block, fatal_signals[i]);
+	sigprocmask(SIG_BLOCK, &block, old);
+}
+
 static int pend_add(char *tmp, char *dest, const char *name, int dir)
 {
 	if (!owner) {
 		owner = getpid();
 		atexit(discard_at_exit);
+		catch_fatal_signals();
 	}
+	sigset_t old;
+	block_fatal_signals(&old);
 	if (npend == cappend) {
 		cappend = cappend ? 2 * cappend : 8;
 		pend = xrealloc(pend, (size_t)cappend * sizeof *pend);
 	}
 	pend[npend] = (Pending){tmp, dest, xstrdup(name), dir, dir ? P_DONE : P_WRITING};
-	return npend++;
+	int slot = npend++;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return slot;
 }
 
 static char *path_join(const char *dir, size_t dn, const char *name)
@@ -456,6 +500,8 @@ void out_discard(void)
 {
 	if (owner != getpid())
 		return;
+	sigset_t old;
+	block_fatal_signals(&old);
 	for (int i = 0; i < npend; i++) {
 		pend_drop(&pend[i]);
 		free(pend[i].tmp);
@@ -465,6 +511,7 @@ void out_discard(void)
 	free(pend);
 	pend = NULL;
 	npend = cappend = 0;
+	sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
 /* ------------------------------------------------------------ usage check */

@@ -359,6 +359,20 @@ check "-o on a link to /proc/self/fd/1: written in place, the link kept" \
 check "-o on a link to /proc/self/fd/1, a pipe: written in place" cmp -s "$a/piped" "$tmp/good.out"
 check "links: no temporary file left" no_temp_left "$a"
 
+# killed: the temporaries go with the process (a closed pipe: SIGPIPE while
+# the IR is written, after the search committed --strategy-out; SIGTERM
+# while waiting for a FIFO's reader, --strategy-out committed)
+mkdir "$tmp/sig"
+"$sappc" -n 8 --strategy-out "$tmp/sig/p.json" "$tmp/big.ir" 2>/dev/null | head -c 1 >/dev/null
+check "killed by SIGPIPE: no output, no temporary file" test -z "$(ls -A "$tmp/sig")"
+mkfifo "$tmp/sig/fifo"
+"$sappc" -n 8 --strategy-out "$tmp/sig/p.json" -o "$tmp/sig/fifo" "$mlp" 2>/dev/null &
+pid=$!
+for i in $(seq 100); do ls "$tmp/sig" | grep -q 'p\.json\.tmp' && break; sleep 0.1; done
+kill -TERM "$pid"; wait "$pid"; rc=$?
+check "killed by SIGTERM: dies of it, no output, no temporary file" \
+	eval 'test "$rc" = 143 && test "$(ls -A "$tmp/sig")" = fifo'
+
 # a full file system (a tmpfs filled up, in a private mount namespace):
 # graphviz must not end the process, every output says so, nothing is left
 full_fs() {
