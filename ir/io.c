@@ -457,7 +457,8 @@ static int can_place(const char *from, const char *to, const char *name)
 	struct dirent *e;
 	while (ok && (e = readdir(d)))
 		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-			char *src = path_join(from, strlen(from), e->d_name), *dst = path_join(to, strlen(to), e->d_name);
+			char *src = path_join(from, strlen(from), e->d_name),
+			     *dst = path_join(to, strlen(to), e->d_name);
 			char *sub = path_join(name, strlen(name), e->d_name);
 			ok = can_place(src, dst, sub);
 			free(src);
@@ -582,7 +583,8 @@ int out_check_paths(const char *in, int n, const char *const names[], const char
 		}
 		for (int j = 0; j < i && !bad; j++)
 			if (paths[j] && strcmp(paths[j], "-") != 0 && !k[j].inplace && key_same(&k[i], &k[j])) {
-				fprintf(stderr, "sappc: %s and %s name the same file '%s'\n", names[j], names[i], paths[i]);
+				fprintf(stderr, "sappc: %s and %s name the same file '%s'\n", names[j], names[i],
+				        paths[i]);
 				bad = 1;
 			}
 	}
