@@ -269,7 +269,7 @@ int out_open(OutFile *o, const char *path)
 		return 0;
 	}
 	int sys;
-	char *dest = follow_links(path, &sys);
+	char *dest = *path ? follow_links(path, &sys) : (errno = ENOENT, NULL);
 	if (!dest) {
 		diag_error("cannot create '%s': %s", path, strerror(errno));
 		return -1;
@@ -371,6 +371,10 @@ void out_abort(OutFile *o)
 const char *out_dir_stage(const char *path)
 {
 	size_t n = strlen(path);
+	if (!n) {
+		diag_error("cannot create directory '': %s", strerror(ENOENT));
+		return NULL;
+	}
 	while (n > 1 && path[n - 1] == '/')
 		n--;
 	char *dest = xmalloc(n + 1);
