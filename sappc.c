@@ -215,8 +215,9 @@ static void usage(FILE *f)
 	      "                          slice, and print a report instead of the IR (exit 1 on a\n"
 	      "                          mismatch)\n"
 	      "      --seed=S            seed of the simulated inputs (default 0)\n"
-	      "      --simulate-max-mb=N refuse to simulate when the tensors of the single device and\n"
-	      "                          of all ranks need more than N MB (default 2048)\n"
+	      "      --simulate-max-mb=N refuse to simulate when the graphs, tensors and state of the\n"
+	      "                          single device and of all ranks need more than N MB\n"
+	      "                          (default 2048)\n"
 	      "\n"
 	      "",
 	      f);

@@ -131,9 +131,13 @@ void *arena_alloc(Arena *a, size_t n)
 	n = (n + 15) & ~(size_t)15;
 	Chunk *c = a->head;
 	if (!c || c->size - c->used < n) {
-		/* 1 MiB, then half of what the arena holds, up to 64 MiB */
+		/* 64 KiB, then half of what the arena holds, up to 64 MiB.  Small
+		 * first: --simulate keeps a module per rank (thousands of 40 KB
+		 * graphs), and a calloc'd chunk that reuses freed heap memory is
+		 * resident in full, used or not (1 MiB chunks made -n 1024 hold
+		 * 1.2 GB for 40 MB of graphs) */
 		size_t grow = a->total / 2;
-		grow = grow < ((size_t)1 << 20) ? (size_t)1 << 20 : grow > ((size_t)64 << 20) ? (size_t)64 << 20 : grow;
+		grow = grow < ((size_t)64 << 10) ? (size_t)64 << 10 : grow > ((size_t)64 << 20) ? (size_t)64 << 20 : grow;
 		size_t sz = n > grow / 2 ? n : grow;
 		c = chunk_new(sz, n);
 		c->used = 0;

@@ -32,6 +32,21 @@ void ir_module_free(Module *m)
 	free(m);
 }
 
+/* what a module holds: its arena's chunks, its lists, its shape pool */
+size_t ir_module_bytes(const Module *m)
+{
+	size_t n = sizeof *m + arena_used(m->arena) + (size_t)m->graphs.cap * sizeof *m->graphs.a +
+	           (size_t)m->externs.cap * sizeof *m->externs.a;
+	for (uint32_t i = 0; i < m->graphs.n; i++)
+		n += (size_t)m->graphs.a[i]->params.cap * sizeof *m->graphs.a[i]->params.a +
+		     (size_t)m->graphs.a[i]->nodes.cap * sizeof *m->graphs.a[i]->nodes.a;
+	if (m->dims_pool)
+		n += sizeof *m->dims_pool + (m->dims_pool->arena ? arena_used(m->dims_pool->arena) : 0) +
+		     (size_t)m->dims_pool->cap * sizeof *m->dims_pool->slot +
+		     (size_t)m->dims_pool->ecap * sizeof *m->dims_pool->ent;
+	return n;
+}
+
 Graph *ir_graph_new(Module *m, Sym name)
 {
 	Graph *g = arena_alloc(m->arena, sizeof *g);

@@ -386,6 +386,7 @@ struct Module {
 
 Module *ir_module_new(const char *filename);
 void ir_module_free(Module *m);
+size_t ir_module_bytes(const Module *m); /* memory it holds (arena chunks, lists, shape pool) */
 Graph *ir_graph_new(Module *m, Sym name);
 Graph *ir_entry(Module *m);
 Graph *ir_find_graph(Module *m, Sym name);

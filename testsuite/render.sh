@@ -9,8 +9,9 @@
 #   - for the rank view, every operator %k of the printed IR that is not
 #     hidden (UpdateState, monads) appears in the picture.
 # Inputs: every ir-sample (rank 0 and 5 of 8 devices, and the plan view),
-# the render goldens (testsuite/render/*.ir, with their own flags) and a
-# generated transformer large enough to be collapsed by scope.
+# the render goldens (testsuite/render/*.ir, with their own flags), a
+# generated transformer large enough to be collapsed by scope, and
+# real-sized plans of 256 layers at up to 4096 devices.
 set -u
 export LC_ALL=C
 top=${TOP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -119,6 +120,32 @@ if [ -x "$gen" ] && "$gen" -L 64 -o "$tmp/gen64.ir" 2>/dev/null; then
 	check "generated transformer, 64 layers, collapsed by scope" -n 8 "$tmp/gen64.ir"
 	check "generated transformer, 64 layers, --focus on layer 3" -n 8 \
 		--focus=Default/network-LlamaForCausalLM/model-LlamaModel/layers-CellList/3-LLamaDecodeLayer "$tmp/gen64.ir"
+fi
+# Real-sized plans (issue 16): a 256-layer transformer at 64, 1024 and 4096
+# devices, under --verify-each.  sym_str() used to read intern's entry table
+# before interning a deferred instance name could move it, and drawing these
+# segfaulted (the DOT and the SVG alike).  Above --max-nodes (1500 by
+# default) a rank graph is drawn one box per scope, as the README's first
+# command draws it; the last case draws one layer of the 4096-device rank
+# in full (--focus), every inserted redistribution op with its name.
+# Graphviz's layout is most of the cost: about 5 s a case, 7 s under ASan.
+collapsed() { # the DOT holds scope boxes g<k> and few operator nodes
+	local g
+	g=$(dot_nodes "$tmp/p.dot" | grep -c '^g[0-9]')
+	if [ "$g" -gt 256 ]; then ok "$1: drawn by scope ($g scope boxes)"; else
+		echo "$g scope boxes" >"$tmp/why"
+		notok "$1: not collapsed by scope"
+	fi
+}
+if [ -x "$gen" ] && "$gen" -L 256 -o "$tmp/gen256.ir" 2>/dev/null; then
+	for N in 64 1024 4096; do
+		check "generated transformer, 256 layers, -n $N --verify-each" -n "$N" --verify-each "$tmp/gen256.ir" &&
+			collapsed "generated transformer, 256 layers, -n $N"
+	done
+	check "generated transformer, 256 layers, -n 4096 --verify-each, --focus on layer 200" -n 4096 --verify-each \
+		--focus=Default/network-LlamaForCausalLM/model-LlamaModel/layers-CellList/200-LLamaDecodeLayer "$tmp/gen256.ir"
+else
+	notok "gen-transformer -L 256 failed"
 fi
 echo "1..$n"
 [ "$fails" = 0 ]

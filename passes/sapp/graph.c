@@ -742,11 +742,16 @@ static void aux_remove(RecNode *C, uint32_t node)
 }
 
 /* c now lists node q; only an eliminated node ever reads its users
- * (when it is contracted), so a kept one keeps none */
+ * (when it is contracted), so a kept one keeps none.  (This called itself
+ * instead of appending: endless recursion for an eliminated q.  Unreached
+ * today - nodes are contracted in graph order and operands are defined
+ * above their use, so q is always kept by then - but it is what the
+ * comment says, and the list it appends to grows in the pass arena: no
+ * pointer into it is held across the call.) */
 static void add_user(Sapp *S, uint32_t q, uint32_t c)
 {
 	if (!S->rec[q].kept)
-		add_user(S, q, c);
+		avec_push(S->arena, &S->rec[q].users, c);
 }
 
 static void aux_add(Sapp *S, uint32_t c, uint32_t q, uint32_t idx, RecMap map)

@@ -28,8 +28,15 @@
  *     AllReduce completes, and a Send (what a non-last stage returns) are
  *     not slices of anything and are left out.
  *
- * Memory: the tensors of the reference and of all ranks live at once; the
- * run is refused when their estimate exceeds --simulate-max-mb.
+ * Memory: the reference and every rank live at once - each one's graph
+ * (ir_module_bytes), tensors (sim_estimate_bytes) and run state
+ * (sim_estimate_state_bytes), plus the comparison's scratch - and all of it
+ * counts against --simulate-max-mb.  The run is refused up front, before
+ * the other ranks are lowered, when the reference plus N times the rank
+ * already lowered exceeds the limit; then again as soon as the ranks
+ * lowered so far, with the rest projected from them, exceed it (pipeline
+ * stages make ranks differ); the tensors the ranks then allocate are
+ * bounded by what is left.
  */
 #include <string.h>
 
@@ -250,9 +257,46 @@ static void print_size(FILE *f, int64_t bytes)
 	fprintf(f, "%.1f %s", kb < 1024 ? kb : kb / 1024, kb < 1024 ? "KB" : "MB");
 }
 
-/* the lowered graph of every rank; ranks[keep] = m (already lowered) */
+/* what simulating module m holds: its graph, tensors and run state */
+static int64_t held_bytes(Module *m)
+{
+	return (int64_t)ir_module_bytes(m) + sim_estimate_bytes(&m, 1) + sim_estimate_state_bytes(&m, 1);
+}
+
+/* What the simulation holds, against --simulate-max-mb. */
+typedef struct Budget {
+	double limit;    /* MB; <= 0: none */
+	int n;           /* ranks */
+	int64_t ref;     /* the single device's graph, tensors and state, and the comparison's scratch */
+	int64_t per;     /* one rank's (the one lowered first), for the ranks not lowered yet */
+	int64_t held;    /* the ranks lowered so far */
+	int64_t modules; /* of which their graphs */
+} Budget;
+
+/* the ranks lowered so far plus `todo` more like the first: refuse when it is too much */
+static int over_budget(const Budget *b, int todo)
+{
+	int64_t ranks = b->held + (int64_t)todo * b->per;
+	if (b->limit <= 0 || mb(b->ref + ranks) <= b->limit)
+		return 0;
+	diag_error("simulate: simulating %d %s needs about %.1f MB (%.1f MB for the single device, %.1f MB for the "
+	           "graphs, tensors and state of the ranks), more than the %.0f MB allowed (--simulate-max-mb)",
+	           b->n, b->n == 1 ? "rank" : "ranks", mb(b->ref + ranks), mb(b->ref), mb(ranks), b->limit);
+	return 1;
+}
+
+static void count_rank(Budget *b, Module *r)
+{
+	b->held += held_bytes(r);
+	b->modules += (int64_t)ir_module_bytes(r);
+}
+
+/* The lowered graph of every rank; ranks[keep] = m (already lowered).
+ * Stops (1) when the ranks would not fit in the budget: first with all of
+ * them projected from m, before anything else is lowered, then after each
+ * rank with the ranks lowered so far and the rest projected. */
 static int lower_ranks(Module **ranks, Module *m, int keep, const char *buf, size_t len, const Options *o,
-                       const PassManagerOptions *pm)
+                       const PassManagerOptions *pm, Budget *b)
 {
 	Options ro = *o;
 	PassManagerOptions rpm = *pm;
@@ -263,7 +307,14 @@ static int lower_ranks(Module **ranks, Module *m, int keep, const char *buf, siz
 	ro.time_passes = 0;
 	ro.explain = NULL;
 	ro.strategy_out = NULL;
-	diag_set_quiet(1);
+	int done = 0;
+	b->per = held_bytes(m);
+	if (keep >= 0) {
+		count_rank(b, m);
+		done = 1;
+	}
+	if (over_budget(b, o->device_num - done))
+		return 1;
 	int rc = 0;
 	for (int r = 0; r < o->device_num && rc == 0; r++) {
 		if (r == keep) {
@@ -271,11 +322,16 @@ static int lower_ranks(Module **ranks, Module *m, int keep, const char *buf, siz
 			continue;
 		}
 		ro.rank = r;
+		diag_set_quiet(1);
 		ranks[r] = ir_parse(m->filename, buf, len, o->fragment);
 		if (!ranks[r] || pm_run(ranks[r], &ro, &rpm) != 0 || diag_errors())
 			rc = 1;
+		diag_set_quiet(o->quiet);
+		if (rc == 0) {
+			count_rank(b, ranks[r]);
+			rc = over_budget(b, o->device_num - ++done);
+		}
 	}
-	diag_set_quiet(o->quiet);
 	return rc;
 }
 
@@ -300,22 +356,16 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	diag_set_quiet(o->quiet);
 	if (!ref || diag_errors())
 		goto out;
-	int64_t gbytes = sim_estimate_bytes(&ref, 1);
-	if (limit > 0 && mb(gbytes) > limit) {
-		diag_error("simulate: the single-device graph alone needs about %.1f MB of tensor storage, more than "
-		           "the %.0f MB allowed (--simulate-max-mb)",
-		           mb(gbytes), limit);
+	/* one device has no partial values to combine: no scratch */
+	Budget b = {limit, n, held_bytes(ref) + (n > 1 ? sim_estimate_scratch_bytes(ref) : 0), 0, 0, 0};
+	if (limit > 0 && mb(b.ref) > limit) {
+		diag_error("simulate: the single-device graph alone needs about %.1f MB (its graph, tensors and state), "
+		           "more than the %.0f MB allowed (--simulate-max-mb)",
+		           mb(b.ref), limit);
 		goto out;
 	}
-	if (lower_ranks(ranks, m, o->rank < n ? o->rank : -1, buf, len, o, pm) != 0)
+	if (lower_ranks(ranks, m, o->rank < n ? o->rank : -1, buf, len, o, pm, &b) != 0)
 		goto out;
-	int64_t rbytes = sim_estimate_bytes(ranks, n);
-	if (limit > 0 && mb(gbytes + rbytes) > limit) {
-		diag_error("simulate: the simulation needs about %.1f MB of tensor storage (%.1f MB for the single "
-		           "device, %.1f MB over the %d ranks), more than the %.0f MB allowed (--simulate-max-mb)",
-		           mb(gbytes + rbytes), mb(gbytes), mb(rbytes), n, limit);
-		goto out;
-	}
 
 	SimOptions go2 = *so;
 	go2.global = NULL;
@@ -327,6 +377,8 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	}
 	Plan plan = {n / sapp_plan_stages(m, o), ranks, n};
 	SimOptions ro = *so;
+	if (limit > 0) /* the ranks' tensors get what the graphs and run states leave */
+		ro.max_mb = limit - mb(b.ref + b.modules + sim_estimate_state_bytes(ranks, n));
 	ro.global = ref;
 	ro.slice = lower_slice;
 	ro.slice_ctx = &plan;

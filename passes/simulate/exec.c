@@ -130,9 +130,17 @@ static int arrive(SimRun *r, RankState *s, Node *n)
 			return sim_errorf(r, s, n, "peer rank %lld is not another simulated rank", (long long)peer);
 		return 0;
 	}
-	s->wn = sim_group_of(r, s, n, s->wranks, s->wcap);
+	/* one buffer of the run for the group as read; each rank keeps only
+	 * what its group needs (a buffer of R entries on each of R ranks is
+	 * R^2 words: 32 GB at -n 65536) */
+	s->wn = sim_group_of(r, s, n, r->group_buf, r->group_cap);
 	if (s->wn < 0)
 		return -1;
+	if (s->wn > s->wcap) {
+		s->wcap = s->wn;
+		s->wranks = xrealloc(s->wranks, (size_t)s->wcap * sizeof *s->wranks);
+	}
+	memcpy(s->wranks, r->group_buf, (size_t)s->wn * sizeof *s->wranks);
 	s->wgroup = group_sym(s->wranks, s->wn);
 	s->wseq = *seq_slot(s, s->wgroup);
 	return 0;
@@ -523,9 +531,9 @@ SimRun *sim_new(Module **ranks, int nranks, const SimOptions *o)
 		}
 		s->nvals = ranks[k]->next_id;
 		s->vals = xcalloc(s->nvals ? s->nvals : 1, sizeof *s->vals);
-		s->wcap = nranks > 4096 ? nranks : 4096;
-		s->wranks = xcalloc((size_t)s->wcap, sizeof *s->wranks);
 	}
+	r->group_cap = nranks > 4096 ? nranks : 4096;
+	r->group_buf = xcalloc((size_t)r->group_cap, sizeof *r->group_buf);
 	return r;
 }
 
@@ -596,6 +604,7 @@ void sim_free(SimRun *r)
 		free(r->rs[k].wranks);
 		vec_free(&r->rs[k].seqs);
 	}
+	free(r->group_buf);
 	vec_free(&r->buffers);
 	vec_free(&r->tensors);
 	vec_free(&r->values);

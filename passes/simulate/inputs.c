@@ -283,3 +283,33 @@ int64_t sim_estimate_bytes(Module **ranks, int nranks)
 	}
 	return total;
 }
+
+/* What a run keeps per node of each rank besides tensor storage: the
+ * rank's value slot, a SimValue and a SimTensor with their malloc headers,
+ * the run's three lists (at most half empty) and the comparison's index
+ * entry (compare.c: key, order, node).  Per rank: its RankState. */
+#define NODE_STATE                                                                                                     \
+	(sizeof(SimValue *) + sizeof(SimValue) + sizeof(SimTensor) + 3 * 16 + 3 * 2 * sizeof(void *) +                \
+	 2 * sizeof(uint64_t) + sizeof(void *))
+
+int64_t sim_estimate_state_bytes(Module **ranks, int nranks)
+{
+	int64_t total = 0;
+	for (int k = 0; k < nranks; k++)
+		total += (int64_t)sizeof(RankState) + (int64_t)ranks[k]->next_id * (int64_t)NODE_STATE;
+	return total;
+}
+
+/* The comparison combines a partial block in a double and a float per
+ * element (compare_partial), one block at a time: at most three times the
+ * largest tensor of the single-device graph. */
+int64_t sim_estimate_scratch_bytes(Module *global)
+{
+	Graph *g = ir_entry(global);
+	int64_t big = 0;
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		int64_t b = shape_bytes(&g->nodes.a[i]->out.shape);
+		big = b > big ? b : big;
+	}
+	return 3 * big;
+}

@@ -120,6 +120,11 @@ int64_t sim_bytes(const SimRun *r);                    /* tensor storage allocat
 /* Tensor storage a run of these modules needs (declared shapes, 4 bytes an
  * element, views not counted). */
 int64_t sim_estimate_bytes(Module **ranks, int nranks);
+/* What a run of these modules keeps besides tensor storage: a value, a
+ * tensor header and list entries per node, a state per rank. */
+int64_t sim_estimate_state_bytes(Module **ranks, int nranks);
+/* What comparing a run with the single-device one needs at a time. */
+int64_t sim_estimate_scratch_bytes(Module *global);
 
 /* ------------------------------------------------------------- report.c */
 /* --simulate's report on one run: its size and a line per output. */

@@ -18,7 +18,7 @@ typedef struct RankState {
 	Node *wait;      /* the communication op this rank is blocked at, or NULL */
 	Sym wgroup;      /* its group ("0-1") */
 	uint32_t wseq;   /* and its number among the collectives of that group on this rank */
-	int64_t *wranks; /* the group's ranks, in group order */
+	int64_t *wranks; /* the group's ranks, in group order (wn of them, wcap allocated) */
 	int wn, wcap;
 	Vec(struct GroupSeq {
 		Sym group;
@@ -49,6 +49,8 @@ struct SimRun {
 	Vec(SimValue *) values;
 	Vec(SimMsg) mail;
 	Vec(SimOverride) overrides;
+	int64_t *group_buf; /* sim_group_of's answer before it is copied to the rank: group_cap entries */
+	int group_cap;
 	int64_t bytes, limit;
 	uint32_t executed;
 	int failed;
