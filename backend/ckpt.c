@@ -169,6 +169,23 @@ static void fill_item(CkptPlan *p, CkptItem *it, uint32_t nstra, const uint32_t 
 	it->s = arena_alloc(p->arena, (tot + 1) * sizeof *it->s);
 }
 
+/* a base-128 varint at b[*i] (n bytes in all) into *v; what is wrong, or NULL */
+static const char *varint(const uint8_t *b, size_t n, size_t *i, uint64_t *v, const char *what)
+{
+	static char why[64];
+	*v = 0;
+	for (int sh = 0;; sh += 7) {
+		if (*i == n || sh > 63) {
+			snprintf(why, sizeof why,
+			         *i == n ? "the file ends inside a %s" : "a %s is longer than 10 bytes", what);
+			return why;
+		}
+		*v |= (uint64_t)(b[*i] & 0x7f) << sh;
+		if (!(b[(*i)++] & 0x80))
+			return NULL;
+	}
+}
+
 /* Where a protobuf stops making sense, for the error message: walks the
  * wire format (tags, varints, lengths) of the top-level message. */
 static const char *wire_check(const uint8_t *b, size_t n, size_t *at)
@@ -176,30 +193,17 @@ static const char *wire_check(const uint8_t *b, size_t n, size_t *at)
 	size_t i = 0;
 	while (i < n) {
 		*at = i;
-		uint64_t tag = 0, l = 0;
-		int sh = 0;
-		do {
-			if (i == n)
-				return "the file ends inside a field tag";
-			if (sh > 63)
-				return "a field tag is longer than 10 bytes";
-			tag |= (uint64_t)(b[i] & 0x7f) << sh;
-			sh += 7;
-		} while (b[i++] & 0x80);
+		uint64_t tag, l;
+		const char *why = varint(b, n, &i, &tag, "field tag");
+		if (why)
+			return why;
 		if ((tag >> 3) == 0)
 			return "field number 0 is not valid";
 		switch (tag & 7) {
 		case 0:
 		case 2:
-			sh = 0;
-			do {
-				if (i == n)
-					return "the file ends inside a number";
-				if (sh > 63)
-					return "a number is longer than 10 bytes";
-				l |= (uint64_t)(b[i] & 0x7f) << sh;
-				sh += 7;
-			} while (b[i++] & 0x80);
+			if ((why = varint(b, n, &i, &l, (tag & 7) ? "length" : "number")))
+				return why;
 			if ((tag & 7) == 2) {
 				if (l > n - i)
 					return "a field's length runs past the end of the file (truncated?)";
@@ -667,6 +671,15 @@ int ckpt_write(Module *m, const Options *o, const char *path, CkptFormat fmt)
 	Plan P;
 	memset(&P, 0, sizeof P);
 	collect(m, o, &P);
+	for (uint32_t i = 0; i < P.nlay && o->device_num > 1; i++)
+		if (!P.lay[i].p->lay || !P.lay[i].p->lay->nout || !P.lay[i].p->lay->out[0].ndev) {
+			diag_error("a MindSpore strategy checkpoint holds the weights' layouts, but '%s' has none: "
+			           "run the pipeline through the layouts pass",
+			           P.lay[i].name);
+			free(P.stra);
+			free(P.lay);
+			return 1;
+		}
 	LowerCtx c;
 	int have_c = o->device_num > 1 && lower_ctx_init(&c, m, o) == 0;
 	OutFile of;

@@ -50,7 +50,8 @@ void ckpt_plan_free(CkptPlan *p);
 int ckpt_key(const Node *n, char *buf, size_t len);
 
 /* Write the plan of a module that has run the pipeline (the rank's stage
- * after lowering), as strategy_ckpt_save_file would: 0 ok, 3 I/O. */
+ * after lowering), as strategy_ckpt_save_file would: 0 ok, 1 when the
+ * weights have no layouts (the pipeline stopped before `layouts`), 3 I/O. */
 int ckpt_write(Module *m, const Options *o, const char *path, CkptFormat fmt);
 /* Write the rank's communication groups as group_ckpt_save_file would. */
 int ckpt_write_groups(Module *m, const Options *o, const char *path);
