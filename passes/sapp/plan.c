@@ -30,7 +30,12 @@
  * so they are derived as without a file: by the SAPP search (auto) or the
  * default batch-parallel strategy (semi_auto).  The search runs first and
  * the file's strategies replace its choices for the operators they name,
- * so a file sappc wrote gives back the plan it was written from.  Layout
+ * so a file sappc wrote gives back the plan it was written from.  A user
+ * strategy that the mode keeps (semi_auto, --interfered) wins over the
+ * file's, as in MindSpore.  (Pinning the file's strategies before the
+ * search, as interfered SAPP pins user ones, was tried: the search then
+ * cuts the other operators differently, and a plan no longer survives its
+ * own checkpoint.)  Layout
  * items are checked for form only (MindSpore's loader ignores them too).
  */
 #include <jansson.h>
@@ -444,6 +449,15 @@ static int match_ckpt(Sapp *S, const char *path, const Source *file, const Sourc
 	return ok;
 }
 
+/* MindSpore takes a user (.shard()) strategy over the file's
+ * (step_parallel.cc ExtractStrategyAndInit: the primitive's strategy
+ * attribute is looked at first): an operator whose strategy sappc kept as
+ * the user's is not the file's to change */
+static int user_kept(const SappOp *X)
+{
+	return X->pinned || X->source == SRC_PINNED;
+}
+
 void sapp_apply_ckpt(Sapp *S)
 {
 	struct SappCkpt *C = S->ckpt;
@@ -451,6 +465,8 @@ void sapp_apply_ckpt(Sapp *S)
 		if (C->item[x] < 0)
 			continue;
 		SappOp *X = &S->ops[x];
+		if (user_kept(X))
+			continue;
 		const CkptItem *it = &C->plan.items[C->item[x]];
 		for (uint32_t i = 0; i < X->nin; i++) {
 			int64_t *dst = X->s + X->off[i];
