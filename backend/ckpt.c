@@ -704,19 +704,28 @@ int ckpt_write(Module *m, const Options *o, const char *path, CkptFormat fmt)
 /* ------------------------------------------------------------ groups */
 
 typedef struct GroupList {
+	KeyMap seen; /* group name (interned) -> 1; weight node id + 2^32 -> 1 */
 	Vec(const char *) name;
 	Vec(uint32_t) off, len;
 	Vec(int64_t) ranks;
 } GroupList;
 
+/* 1 the first time key is seen */
+static int first_time(GroupList *G, int64_t key)
+{
+	int fresh;
+	keymap_get(&G->seen, &key, 1, &fresh);
+	return fresh;
+}
+
 static void group_add(GroupList *G, const char *name, const int64_t *r, int n, const char *world)
 {
 	if (strcmp(name, world) == 0)
 		return; /* the world group is never created, so never saved */
-	for (uint32_t i = 0; i < G->name.n; i++)
-		if (strcmp(G->name.a[i], name) == 0)
-			return;
-	vec_push(&G->name, name);
+	Sym s = intern_cstr(name);
+	if (!first_time(G, (int64_t)s))
+		return;
+	vec_push(&G->name, sym_str(s));
 	vec_push(&G->off, G->ranks.n);
 	vec_push(&G->len, (uint32_t)n);
 	for (int i = 0; i < n; i++)
@@ -761,6 +770,7 @@ int ckpt_write_groups(Module *m, const Options *o, const char *path)
 {
 	GroupList G;
 	memset(&G, 0, sizeof G);
+	keymap_init(&G.seen, 1);
 	LowerCtx c;
 	int have_c = o->device_num > 1 && lower_ctx_init(&c, m, o) == 0;
 	const char *world = o->world_group ? o->world_group : "hccl_world_group";
@@ -809,10 +819,12 @@ int ckpt_write_groups(Module *m, const Options *o, const char *path)
 			int k = have_c && n->has_strat ? weights_of(n, w, 64, 0, 0) : 0;
 			for (int j = 0; j < k; j++) {
 				int nopt, nm;
+				if (!first_time(&G, ((int64_t)1 << 32) + w[j]->id))
+					continue; /* its mirror group is in already */
 				lower_param_shard(&c, w[j], opt, &nopt, buf, &nm);
 				if (nm > 1) {
 					lower_group_name(&c, buf, nm, name, sizeof name);
-					group_add(&G, sym_str(intern_cstr(name)), buf, nm, world);
+					group_add(&G, name, buf, nm, world);
 				}
 			}
 			const Value *gv = ir_attr_get(&n->pattrs, "group");
@@ -872,6 +884,7 @@ int ckpt_write_groups(Module *m, const Options *o, const char *path)
 	free(buf);
 	free(opt);
 	free(common);
+	keymap_free(&G.seen);
 	vec_free(&G.name);
 	vec_free(&G.off);
 	vec_free(&G.len);
