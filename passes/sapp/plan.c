@@ -416,11 +416,12 @@ static int match_ckpt(Sapp *S, const char *path, const Source *file, const Sourc
 		used[k] = 1;
 		char why[256] = "";
 		if (it->stage >= (uint32_t)S->stages)
-			snprintf(why, sizeof why, "stage %u, but there %s %lld pipeline stage%s (--pipeline-stages)", it->stage,
-			         S->stages == 1 ? "is" : "are", (long long)S->stages, S->stages == 1 ? "" : "s");
+			snprintf(why, sizeof why, "stage %u, but there %s %lld pipeline stage%s (--pipeline-stages)",
+			         it->stage, S->stages == 1 ? "is" : "are", (long long)S->stages,
+			         S->stages == 1 ? "" : "s");
 		else if (it->nstra != X->nin)
-			snprintf(why, sizeof why, "%u input strateg%s, but the operator has %u tensor input%s", it->nstra,
-			         it->nstra == 1 ? "y" : "ies", X->nin, X->nin == 1 ? "" : "s");
+			snprintf(why, sizeof why, "%u input strateg%s, but the operator has %u tensor input%s",
+			         it->nstra, it->nstra == 1 ? "y" : "ies", X->nin, X->nin == 1 ? "" : "s");
 		for (uint32_t i = 0; !*why && i < X->nin; i++)
 			if (it->len[i] > MAX_RANK)
 				snprintf(why, sizeof why, "entry %u has %u dimensions", i + 1, it->len[i]);
@@ -441,9 +442,9 @@ static int match_ckpt(Sapp *S, const char *path, const Source *file, const Sourc
 		if (!used[i] && !unmatched++)
 			first = i;
 	if (ok && unmatched)
-		diag_warning("%u entr%s of %s name%s no operator of the graph and %s ignored (the first: '%s')", unmatched,
-		             unmatched == 1 ? "y" : "ies", path, unmatched == 1 ? "s" : "", unmatched == 1 ? "is" : "are",
-		             P->items[first].key);
+		diag_warning("%u entr%s of %s name%s no operator of the graph and %s ignored (the first: '%s')",
+		             unmatched, unmatched == 1 ? "y" : "ies", path, unmatched == 1 ? "s" : "",
+		             unmatched == 1 ? "is" : "are", P->items[first].key);
 	free(by);
 	free(used);
 	return ok;
