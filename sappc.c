@@ -16,6 +16,7 @@
 #include "ir/sappc.h"
 #include "backend/render.h"
 #include "backend/report.h"
+#include "backend/ckpt.h"
 #include "passes/simulate/sim.h"
 
 enum {
@@ -64,6 +65,8 @@ enum {
 	OPT_PHASE,
 	OPT_DEVICE_MEMORY,
 	OPT_AUTO_PIPELINE,
+	OPT_STRATEGY_FORMAT,
+	OPT_GROUP_CKPT_OUT,
 };
 
 static const struct option longopts[] = {
@@ -115,6 +118,8 @@ static const struct option longopts[] = {
 	{"phase", required_argument, NULL, OPT_PHASE},
 	{"device-memory", required_argument, NULL, OPT_DEVICE_MEMORY},
 	{"auto-pipeline", no_argument, NULL, OPT_AUTO_PIPELINE},
+	{"strategy-format", required_argument, NULL, OPT_STRATEGY_FORMAT},
+	{"group-ckpt-out", required_argument, NULL, OPT_GROUP_CKPT_OUT},
 	{NULL, 0, NULL, 0},
 };
 
@@ -183,9 +188,19 @@ static void usage(FILE *f)
 	      "      --explain=NAME      explain the choices for one operator on stderr\n"
 	      "                          (instance name, full name or %k)\n"
 	      "      --strategy-out=FILE write the chosen strategies as JSON\n"
+	      "      --strategy-format=sappc|mindspore|mindspore-json\n"
+	      "                          what --strategy-out writes: sappc's JSON (the default),\n"
+	      "                          or this rank's MindSpore strategy checkpoint, protobuf or\n"
+	      "                          JSON, for strategy_ckpt_load_file (a FILE ending in .ckpt\n"
+	      "                          or .pb means mindspore)\n"
 	      "      --strategy-in=FILE  apply the strategies of FILE (written by --strategy-out)\n"
 	      "                          instead of searching; entries are matched by full name\n"
-	      "                          and checked against the graph's shapes\n"
+	      "                          and checked against the graph's shapes.  A MindSpore\n"
+	      "                          checkpoint (protobuf or JSON) sets the operators it\n"
+	      "                          names; the others are searched as usual\n"
+	      "      --group-ckpt-out=FILE\n"
+	      "                          write the communication groups of the rank as MindSpore's\n"
+	      "                          group checkpoint (group_ckpt_save_file)\n"
 	      "\n"
 	      "",
 	      f);
@@ -475,6 +490,8 @@ int main(int argc, char **argv)
 	so.max_mb = 2048;
 	const char *all_ranks = NULL;
 	const char **stage_rules = NULL;
+	int strategy_format = -1; /* CkptFormat; -1: from the file name */
+	const char *ckpt_out = NULL, *group_out = NULL;
 	o.device_num = 1;
 	o.pipeline_stages = 1;
 	o.micro_batch_num = 1;
@@ -676,6 +693,15 @@ int main(int argc, char **argv)
 		case OPT_AUTO_PIPELINE:
 			o.auto_pipeline = 1;
 			break;
+		case OPT_STRATEGY_FORMAT:
+			strategy_format = ckpt_format_named(optarg);
+			if (strategy_format < 0)
+				bad_usage("invalid value '%s' for --strategy-format (expected sappc, mindspore or mindspore-json)",
+					  optarg);
+			break;
+		case OPT_GROUP_CKPT_OUT:
+			group_out = optarg;
+			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);
 			return stdout_status();
@@ -716,9 +742,21 @@ int main(int argc, char **argv)
 	o.time_passes = pm.time_passes;
 	diag_set_quiet(o.quiet);
 
+	/* MindSpore's strategy checkpoint describes a lowered rank: written
+	 * after the pipeline, not by the sapp pass */
+	if (o.strategy_out && strategy_format < 0)
+		strategy_format = ckpt_format_of_name(o.strategy_out);
+	if (o.strategy_out && strategy_format != CKPT_SAPPC) {
+		ckpt_out = o.strategy_out;
+		o.strategy_out = NULL;
+	}
+	if ((ckpt_out || group_out) && all_ranks)
+		bad_usage("%s describes one rank: use --rank=R, not --all-ranks",
+			  ckpt_out ? "a MindSpore strategy checkpoint" : "--group-ckpt-out");
 	/* never write over the input, nor two outputs to one file */
-	const char *out_names[] = {"-o", "--dot", "--svg", "--strategy-out", "--report", "--all-ranks"};
-	const char *out_paths[] = {out, dot, svg, o.strategy_out, report, all_ranks};
+	const char *out_names[] = {"-o", "--dot", "--svg", "--strategy-out", "--report", "--all-ranks",
+				   "--strategy-out", "--group-ckpt-out"};
+	const char *out_paths[] = {out, dot, svg, o.strategy_out, report, all_ranks, ckpt_out, group_out};
 	if (out_check_paths(in, (int)(sizeof out_paths / sizeof *out_paths), out_names, out_paths) != 0)
 		return 2;
 
@@ -744,6 +782,10 @@ int main(int argc, char **argv)
 	int rc = pm_run(m, &o, &pm);
 	if (rc == 0 && diag_errors())
 		rc = 1;
+	if (rc == 0 && ckpt_out)
+		rc = ckpt_write(m, &o, ckpt_out, (CkptFormat)strategy_format);
+	if (rc == 0 && group_out)
+		rc = ckpt_write_groups(m, &o, group_out);
 	if (rc == 0 && simulate) {
 		so.world_group = o.world_group;
 		rc = sim_check_plan(m, buf, len, &o, &pm, &so, stdout);

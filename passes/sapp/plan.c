@@ -21,11 +21,28 @@
  *   - the file's `source` of each entry is kept, so out -> in -> out gives
  *     the same file; the picture (--view=plan) shows such strategies as
  *     "loaded".
+ *
+ * --strategy-in also reads MindSpore's strategy checkpoint, protobuf or
+ * JSON (backend/ckpt.c; told apart by content), as strategy_ckpt_load_file
+ * does (training-step.md §7.3 "Loading"): an operator whose key
+ * "<primitive>_<first weight>" is in the file takes the file's input
+ * strategy; the file has nothing for the operators that read no weight,
+ * so they are derived as without a file: by the SAPP search (auto) or the
+ * default batch-parallel strategy (semi_auto).  The search runs first and
+ * the file's strategies replace its choices for the operators they name,
+ * so a file sappc wrote gives back the plan it was written from.  A user
+ * strategy that the mode keeps (semi_auto, --interfered) wins over the
+ * file's, as in MindSpore.  (Pinning the file's strategies before the
+ * search, as interfered SAPP pins user ones, was tried: the search then
+ * cuts the other operators differently, and a plan no longer survives its
+ * own checkpoint.)  Layout
+ * items are checked for form only (MindSpore's loader ignores them too).
  */
 #include <jansson.h>
 #include <string.h>
 
 #include "sapp.h"
+#include "../../backend/ckpt.h"
 
 const char *const sapp_source_name[SRC_COUNT_] = {"none", "pinned", "searched", "propagated", "default", "loaded"};
 
@@ -355,12 +372,155 @@ static void load_entries(Loader *L, const json_t *ops)
 	free(used);
 }
 
-int sapp_load_plan(Sapp *S, const char *path)
+/* ------------------------------------------------------------ MindSpore's files */
+
+/* what a MindSpore file gives: the item of each operator (-1 none) */
+struct SappCkpt {
+	CkptPlan plan;
+	int32_t *item; /* per operator */
+};
+
+static int cmp_key(const void *a, const void *b)
+{
+	const CkptItem *x = *(const CkptItem *const *)a, *y = *(const CkptItem *const *)b;
+	return strcmp(x->key, y->key);
+}
+
+/* match the file's items to the operators and check that they fit; 1 ok */
+static int match_ckpt(Sapp *S, const char *path, const Source *file, const Source *ir)
+{
+	struct SappCkpt *C = S->ckpt;
+	CkptPlan *P = &C->plan;
+	int ok = 1;
+	/* the items by key (a key met twice: the later, as a map would) */
+	const CkptItem **by = xmalloc((P->nitems + 1) * sizeof *by);
+	for (uint32_t i = 0; i < P->nitems; i++)
+		by[i] = &P->items[i];
+	qsort(by, P->nitems, sizeof *by, cmp_key);
+	uint8_t *used = xcalloc(P->nitems + 1, 1);
+	C->item = xmalloc((S->nops + 1) * sizeof *C->item);
+	char key[1024];
+	for (uint32_t x = 0; x < S->nops; x++) {
+		SappOp *X = &S->ops[x];
+		C->item[x] = -1;
+		if (!X->n || !ckpt_key(X->n, key, sizeof key))
+			continue;
+		CkptItem probe = {.key = key}, *pp = &probe;
+		const CkptItem **hit = bsearch(&pp, by, P->nitems, sizeof *by, cmp_key);
+		if (!hit)
+			continue;
+		while (hit + 1 < by + P->nitems && strcmp(hit[1]->key, key) == 0)
+			hit++;
+		const CkptItem *it = *hit;
+		uint32_t k = (uint32_t)(it - P->items);
+		used[k] = 1;
+		char why[256] = "";
+		if (it->stage >= (uint32_t)S->stages)
+			snprintf(why, sizeof why, "stage %u, but there %s %lld pipeline stage%s (--pipeline-stages)",
+			         it->stage, S->stages == 1 ? "is" : "are", (long long)S->stages,
+			         S->stages == 1 ? "" : "s");
+		else if (it->nstra != X->nin)
+			snprintf(why, sizeof why, "%u input strateg%s, but the operator has %u tensor input%s",
+			         it->nstra, it->nstra == 1 ? "y" : "ies", X->nin, X->nin == 1 ? "" : "s");
+		for (uint32_t i = 0; !*why && i < X->nin; i++)
+			if (it->len[i] > MAX_RANK)
+				snprintf(why, sizeof why, "entry %u has %u dimensions", i + 1, it->len[i]);
+			else
+				sapp_check_stra(S, X, i, it->s + it->off[i], (int)it->len[i], 0, why, sizeof why);
+		if (*why) {
+			diag_set_source(file);
+			diag_error_at((Loc){0, 0}, "parallel_strategy_item '%s': %s", key, why);
+			diag_set_source(ir);
+			diag_note_at(X->n->loc, "the %s operator of the graph it names", sym_str(X->n->prim));
+			ok = 0;
+			continue;
+		}
+		C->item[x] = (int32_t)k;
+	}
+	uint32_t unmatched = 0, first = 0;
+	for (uint32_t i = 0; i < P->nitems; i++)
+		if (!used[i] && !unmatched++)
+			first = i;
+	if (ok && unmatched)
+		diag_warning("%u entr%s of %s name%s no operator of the graph and %s ignored (the first: '%s')",
+		             unmatched, unmatched == 1 ? "y" : "ies", path, unmatched == 1 ? "s" : "",
+		             unmatched == 1 ? "is" : "are", P->items[first].key);
+	free(by);
+	free(used);
+	return ok;
+}
+
+/* MindSpore takes a user (.shard()) strategy over the file's
+ * (step_parallel.cc ExtractStrategyAndInit: the primitive's strategy
+ * attribute is looked at first): an operator whose strategy sappc kept as
+ * the user's is not the file's to change */
+static int user_kept(const SappOp *X)
+{
+	return X->pinned || X->source == SRC_PINNED;
+}
+
+void sapp_apply_ckpt(Sapp *S)
+{
+	struct SappCkpt *C = S->ckpt;
+	for (uint32_t x = 0; C && x < S->nops; x++) {
+		if (C->item[x] < 0)
+			continue;
+		SappOp *X = &S->ops[x];
+		if (user_kept(X))
+			continue;
+		const CkptItem *it = &C->plan.items[C->item[x]];
+		for (uint32_t i = 0; i < X->nin; i++) {
+			int64_t *dst = X->s + X->off[i];
+			if (X->has_os && memcmp(dst, it->s + it->off[i], it->len[i] * sizeof *dst) != 0)
+				X->has_os = 0; /* an out strategy chosen for other inputs */
+			memcpy(dst, it->s + it->off[i], it->len[i] * sizeof *dst);
+		}
+		X->has_s = 1;
+		X->loaded = 1;
+		X->source = SRC_LOADED;
+		if (sapp_explaining(S, x)) {
+			char lab[512];
+			diag_note("%s: strategy loaded from the MindSpore checkpoint (key '%s'), not searched",
+			          sapp_op_label(X, lab, sizeof lab), it->key);
+		}
+	}
+}
+
+void sapp_ckpt_free(Sapp *S)
+{
+	if (!S->ckpt)
+		return;
+	ckpt_plan_free(&S->ckpt->plan);
+	free(S->ckpt->item);
+	free(S->ckpt);
+	S->ckpt = NULL;
+}
+
+static int load_ckpt(Sapp *S, const char *path, const char *buf, size_t len)
+{
+	Source file = {path, buf, len}, ir = diag_source();
+	S->ckpt = xcalloc(1, sizeof *S->ckpt);
+	diag_set_source(&file);
+	int bad = ckpt_read(path, buf, len, &S->ckpt->plan);
+	diag_set_source(&ir);
+	if (!bad && !match_ckpt(S, path, &file, &ir))
+		bad = 1;
+	return bad;
+}
+
+int sapp_load_plan(Sapp *S, const char *path, int *mindspore)
 {
 	char *buf;
 	size_t len;
+	*mindspore = 0;
 	if (io_read_file(path, &buf, &len) != 0)
 		return 3;
+	if (ckpt_format_of_text(buf, len) != CKPT_SAPPC) {
+		*mindspore = 1;
+		int bad = load_ckpt(S, path, buf, len);
+		free(buf);
+		return bad;
+	}
 	Loader L = {S, path, {path, buf, len}, diag_source(), 0};
 	json_error_t err;
 	json_t *root = json_loadb(buf, len, 0, &err);

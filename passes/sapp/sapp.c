@@ -611,10 +611,14 @@ int pass_sapp(Module *m, const Options *o)
 		rc = 1;
 		goto done;
 	}
+	int ms_file = 0;
 	if (o->strategy_in) {
-		rc = sapp_load_plan(&S, o->strategy_in);
+		rc = sapp_load_plan(&S, o->strategy_in, &ms_file);
 		if (rc)
 			goto done;
+	}
+	if (o->strategy_in && !ms_file) {
+		/* sappc's own plan: every operator's strategy is in it */
 	} else if (o->semi_auto) {
 		if (semi_auto(&S)) {
 			rc = 1;
@@ -661,6 +665,8 @@ int pass_sapp(Module *m, const Options *o)
 		t[3] = now();
 		sapp_generate(&S);
 	}
+	if (ms_file)
+		sapp_apply_ckpt(&S);
 	t[4] = now();
 	write_nodes(&S);
 	if (o->strategy_out)
@@ -672,6 +678,7 @@ int pass_sapp(Module *m, const Options *o)
 			"partition %.4fs, propagation %.4fs, output %.4fs (CPU)\n",
 			S.nops, S.nkept, S.nelim, S.nlevels, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3], t[5] - t[4]);
 done:
+	sapp_ckpt_free(&S);
 	sapp_free(&S);
 	return rc;
 }

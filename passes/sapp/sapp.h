@@ -269,6 +269,7 @@ typedef struct Sapp {
 	int64_t explain;     /* operator index for --explain, -1 */
 	int predict;         /* inference: GenerateStrategyV1 (§4.1), else V3 */
 	Sym attr[SA_COUNT_]; /* interned attribute names */
+	struct SappCkpt *ckpt; /* --strategy-in of a MindSpore checkpoint (plan.c) */
 	Dim4 *snap;          /* with pipeline stages: the cuts of every kept node
 			      * (in0, in1, out) after each level the roll-back may
 			      * return to, rollback blocks of 3 * nkept (partition.c) */
@@ -353,8 +354,13 @@ void sapp_suggest(const SappModel *M, int64_t stages, int64_t micro, int opt_sha
  * suggestion line for the summary in *line */
 int64_t sapp_auto_pipeline(Sapp *S, const char **line);
 
-/* plan.c: strategy files (--strategy-out, --strategy-in); 0 ok, 1 bad input, 3 I/O */
+/* plan.c: strategy files (--strategy-out, --strategy-in); 0 ok, 1 bad input, 3 I/O.
+ * A MindSpore checkpoint (*mindspore = 1) only names some operators: the
+ * caller derives the plan as without a file, then sapp_apply_ckpt puts the
+ * file's strategies on the operators it names. */
 int sapp_write_plan(const Sapp *S, const char *path);
-int sapp_load_plan(Sapp *S, const char *path);
+int sapp_load_plan(Sapp *S, const char *path, int *mindspore);
+void sapp_apply_ckpt(Sapp *S);
+void sapp_ckpt_free(Sapp *S);
 
 #endif

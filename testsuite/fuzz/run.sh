@@ -1,7 +1,8 @@
 #!/bin/bash
 # run.sh SRCDIR HARNESS SECONDS - runs a libFuzzer harness for a bounded time
-# over a corpus seeded from ir-samples/, testsuite/excerpts/ and the error
-# tests (copied, so the source tree is never written).  A crash or leak
+# over a corpus seeded from ir-samples/, testsuite/excerpts/, the error
+# tests and the strategy checkpoints of testsuite/ckpt/ (copied, so the
+# source tree is never written).  A crash or leak
 # leaves its input in testsuite/fuzz/artifacts/ and fails the run: turn it
 # into a regression test in testsuite/errors/.
 set -u
@@ -11,7 +12,7 @@ secs=${3:-60}
 corpus=$(mktemp -d "${TMPDIR:-/tmp}/sappc-corpus.XXXXXX")
 trap 'rm -rf "$corpus"' EXIT
 for f in "$src"/ir-samples/*.ir "$src"/testsuite/excerpts/*.ir "$src"/testsuite/errors/*.ir \
-	"$src"/testsuite/errors/*.bin "$src"/testsuite/*/*.ir; do
+	"$src"/testsuite/errors/*.bin "$src"/testsuite/*/*.ir "$src"/testsuite/ckpt/*.ckpt "$src"/testsuite/ckpt/*.ms.json; do
 	[ -f "$f" ] && cp "$f" "$corpus/$(basename "$(dirname "$f")")-$(basename "$f")"
 done
 mkdir -p testsuite/fuzz/artifacts
