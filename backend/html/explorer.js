@@ -5,8 +5,9 @@
  * open ("pieces", shared by equal boxes), and its nodes as flat integer
  * records pointing into one string table.  A click on a box opens its piece
  * in place: everything below the box moves down by the piece's height.
- * URL "#selftest=NAME[&view=V]" searches NAME, clicks the first hit and writes
- * what the panel shows into #selftest (testsuite/html.sh).
+ * URL "#selftest=NAME[&view=V][&zoom=K]" searches NAME, clicks the first hit
+ * (zooming out K times around it) and writes what the panel shows into
+ * #selftest (testsuite/html.sh).
  */
 (function () {
 	'use strict';
@@ -185,7 +186,7 @@
 	}
 	function centerOn(e) {
 		var b = toRoot(e), r = graph.getBoundingClientRect();
-		var w = Math.max(b.w * 4, 600), h = w * r.height / Math.max(r.width, 1);
+		var w = Math.max(b.w * 4, 1000), h = w * r.height / Math.max(r.width, 1);
 		vb = [b.x + b.w / 2 - w / 2, b.y + b.h / 2 - h / 2, w, h];
 		setVB();
 	}
@@ -310,12 +311,17 @@
 	}
 
 	/* ---------------------------------------------------------- search */
+	/* operators whose full name contains q or whose kind is q; an exact
+	 * full name first */
 	function find(q) {
-		q = q.toLowerCase();
-		var hits = [];
-		for (var i = 0; i < nodeCount && hits.length < 201; i++)
-			if (fullName(i).toLowerCase().indexOf(q) >= 0 || S[rec(i, F.op)].toLowerCase() === q) hits.push(i);
-		return hits;
+		var lq = q.toLowerCase(), hits = [], exact = -1;
+		for (var i = 0; i < nodeCount; i++) {
+			var f = fullName(i);
+			if (f === q) exact = i;
+			else if (hits.length < 201 && (f.toLowerCase().indexOf(lq) >= 0 || S[rec(i, F.op)].toLowerCase() === lq))
+				hits.push(i);
+		}
+		return exact >= 0 ? [exact].concat(hits.slice(0, 200)) : hits;
 	}
 	search.addEventListener('input', function () {
 		results.textContent = '';
@@ -466,11 +472,15 @@
 	showView(first);
 
 	/* ---------------------------------------------------------- self-test */
-	var st = /#selftest=([^&]*)(?:&view=(.*))?$/.exec(location.hash);
-	if (st) {
-		var out = {query: decodeURIComponent(st[1])};
-		if (st[2] !== undefined) {
-			var want = decodeURIComponent(st[2]);
+	var arg = {};
+	location.hash.replace(/^#/, '').split('&').forEach(function (kv) {
+		var e = kv.indexOf('=');
+		if (e > 0) arg[kv.slice(0, e)] = decodeURIComponent(kv.slice(e + 1));
+	});
+	if (arg.selftest !== undefined) {
+		var out = {query: arg.selftest};
+		if (arg.view !== undefined) {
+			var want = arg.view;
 			D.views.forEach(function (v, i) { if (v.name === want) viewSel.value = i; });
 			showView(+viewSel.value);
 		}
@@ -496,6 +506,11 @@
 		out.schedule_rows = document.querySelectorAll('#report-schedule tr').length;
 		showTab(false);
 		if (hit) reveal(+hit.getAttribute('data-node'));
+		if (arg.zoom) { /* zoom out around the operator: its box drawn open among the others */
+			var z = +arg.zoom;
+			vb = [vb[0] + vb[2] / 2 * (1 - z), vb[1] + vb[3] / 2 * (1 - z), vb[2] * z, vb[3] * z];
+			setVB();
+		}
 		document.body.appendChild(el('pre', {id: 'selftest'}, JSON.stringify(out)));
 	}
 })();

@@ -1,0 +1,184 @@
+#!/bin/bash
+# html.sh - TAP: the --html explorer page works in a real browser.
+# For every ir-sample (8 devices; hybrid_mlp also with 2 pipeline stages) and
+# for a generated 4096-layer transformer:
+#   - sappc writes the page (the big one timed: written in seconds);
+#   - the page is self-contained: no <script src>, <link>, <img> or url();
+#   - headless chromium opens it at "#selftest=NAME" (explorer.js searches
+#     NAME, clicks the first hit and writes what its panel shows into
+#     #selftest), where NAME is the full name of an operator of the IR the
+#     same run printed; the panel must show that operator, the strategy the
+#     IR gives it, where it came from, and its tensors; the report tab must
+#     have its table (and, with stages, the 1F1B schedule);
+#   - a screenshot is taken (left in testsuite/html-shots/ for a human).
+# Skipped when chromium is not installed, unless SAPPC_REQUIRE_BROWSER=1
+# (.ci/run), where a missing browser fails.
+set -u
+export LC_ALL=C
+top=${TOP_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+sappc=${SAPPC:-$top/sappc}
+gen=${GEN:-$top/testsuite/gen/gen-transformer}
+shots=${HTML_SHOTS:-testsuite/html-shots}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sappc-html.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() {
+	n=$((n + 1)); fails=$((fails + 1))
+	echo "not ok $n - $1"
+	[ -s "$tmp/why" ] && head -20 "$tmp/why" | cut -c1-400 | sed 's/^/# /'
+}
+browser=${CHROMIUM:-}
+for b in chromium chromium-browser; do
+	[ -z "$browser" ] && command -v "$b" >/dev/null && browser=$b
+done
+if [ -z "$browser" ]; then
+	if [ "${SAPPC_REQUIRE_BROWSER:-0}" = 1 ]; then
+		echo "1..1"
+		echo "not ok 1 - chromium is not installed (Debian: apt-get install chromium)"
+		exit 1
+	fi
+	echo "1..0 # SKIP chromium not installed (Debian: chromium)"
+	exit 0
+fi
+mkdir -p "$shots"
+# chromium as root needs --no-sandbox; a profile of its own per run
+run_browser() { # URL EXTRA-ARGS...
+	local url=$1
+	shift
+	timeout 300 "$browser" --headless --no-sandbox --disable-gpu --no-first-run --hide-scrollbars \
+		--disable-background-networking --disable-extensions --user-data-dir="$tmp/profile" \
+		--window-size=1400,900 "$@" "$url" 2>>"$tmp/browser.log"
+}
+
+# page LABEL HTML IR [expect-schedule [URL-EXTRA]]: the checks above on a
+# written page; the operator is the first MatMul with a strategy in IR, else
+# the first operator with one.  URL-EXTRA: "&view=plan" (that view),
+# "&zoom=K" (the screenshot zoomed out K times around the operator)
+page() {
+	local label=$1 html=$2 ir=$3 sched=${4:-0} extra=${5:-}
+	: >"$tmp/why"
+	if grep -Eq '<script[^>]* src=|<link |<img |url\(' "$html"; then
+		grep -Eo '.{20}(<script[^>]* src=|<link |<img |url\().{40}' "$html" | head -3 >"$tmp/why"
+		notok "$label: the page refers to something outside itself"
+		return
+	fi
+	local line
+	line=$(grep -n -m1 '= MatMul(.*{in_strategy: ' "$ir" || grep -n -m1 '{in_strategy: ' "$ir")
+	local at=${line%%:*}
+	local strat
+	strat=$(echo "$line" | sed 's/.*{in_strategy: \(.*\)}$/\1/; s/, out_strategy: .*//')
+	local full
+	full=$(sed -n "$((at + 1)),$((at + 4))p" "$ir" | grep -m1 -o 'Fullname with scope: (.*)' |
+		sed 's/^Fullname with scope: (\(.*\))$/\1/')
+	if [ -z "$full" ] || [ -z "$strat" ]; then
+		echo "no operator with a strategy and a full name in $ir" >"$tmp/why"
+		notok "$label: nothing to look for"
+		return
+	fi
+	local q
+	q=$(printf '%s' "$full" | sed 's/%/%25/g; s/ /%20/g; s/#/%23/g; s/&/%26/g')
+	run_browser "file://$html#selftest=$q$extra" --dump-dom >"$tmp/dom.html"
+	local res
+	res=$(grep -o '<pre id="selftest">.*</pre>' "$tmp/dom.html")
+	if [ -z "$res" ]; then
+		tail -5 "$tmp/browser.log" >"$tmp/why"
+		notok "$label: the page did not run its self-test (script error?)"
+		return
+	fi
+	echo "$res" >"$tmp/why"
+	case $res in
+	*'"hits":0'*) notok "$label: searching '$full' finds nothing"; return ;;
+	esac
+	case $res in
+	*"\"name\":\"%"*" $full\""*) ;;
+	*) notok "$label: the panel does not show $full"; return ;;
+	esac
+	case $res in
+	*"\"strategy\":\"$strat"*) ;;
+	*) notok "$label: the panel's strategy of $full is not the IR's $strat"; return ;;
+	esac
+	case $res in
+	*'"source":"source: '[a-z]*) ;;
+	*) notok "$label: the panel does not say where the strategy came from"; return ;;
+	esac
+	case $res in
+	*'"tensors":"input 0  ('*'output  ('*) ;;
+	*) notok "$label: the panel shows no tensor shapes"; return ;;
+	esac
+	case $res in
+	*'"selected":1'*) ;;
+	*) notok "$label: the operator is not highlighted in the graph"; return ;;
+	esac
+	case $res in
+	*'"report_rows":0,'* | *'"report_rows":1,'*) notok "$label: the report tab has no table"; return ;;
+	esac
+	case $extra in
+	*view=plan*)
+		case $res in
+		*'"view":"plan"'*) ;;
+		*) notok "$label: the plan view was not shown"; return ;;
+		esac ;;
+	esac
+	if [ "$sched" = 1 ]; then
+		case $res in
+		*'"schedule_rows":0}'* | *'"schedule_rows":1}'*) notok "$label: no pipeline schedule"; return ;;
+		esac
+	fi
+	ok "$label: '$full' found, strategy $strat"
+	local png=$shots/$(echo "$label" | tr -c 'A-Za-z0-9_.-' _).png
+	rm -f "$png"
+	run_browser "file://$html#selftest=$q$extra" --screenshot="$png" >/dev/null
+	if [ -s "$png" ] && [ "$(wc -c <"$png")" -gt 10000 ]; then
+		ok "$label: screenshot $png"
+	else
+		notok "$label: no screenshot"
+	fi
+}
+
+for f in "$top"/ir-samples/*.ir; do
+	name=$(basename "$f" .ir)
+	: >"$tmp/why"
+	if ! "$sappc" -n 8 -q "$f" -o "$tmp/$name.ir" --html "$tmp/$name.html" 2>"$tmp/why"; then
+		notok "$name: sappc --html failed"
+		continue
+	fi
+	page "$name -n 8" "$tmp/$name.html" "$tmp/$name.ir"
+	case $name in
+	sapp_mlp | llama_layer) page "$name -n 8 plan view" "$tmp/$name.html" "$tmp/$name.ir" 0 "&view=plan" ;;
+	esac
+done
+
+# a pipeline: the per-stage schedule
+if "$sappc" -n 8 -q --pipeline-stages=2 --micro-batch-num=4 "$top/ir-samples/hybrid_mlp.ir" -o "$tmp/pp.ir" \
+	--html "$tmp/pp.html" 2>"$tmp/why"; then
+	page "hybrid_mlp 2 stages" "$tmp/pp.html" "$tmp/pp.ir" 1
+else
+	notok "hybrid_mlp 2 stages: sappc --html failed"
+fi
+
+# 4096 layers: written in seconds, opens collapsed, a box opens on search
+"$gen" -L 4096 -o "$tmp/big.ir"
+start=$(date +%s.%N)
+if "$sappc" -n 8 -q "$tmp/big.ir" -o "$tmp/big.out.ir" --html "$tmp/big.html" 2>"$tmp/why"; then
+	secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+	echo "# 4096 layers: --html written in $secs s, $(wc -c <"$tmp/big.html") bytes"
+	# the bound is loose: the machine may be shared (the figure is the point)
+	if awk -v s="$secs" 'BEGIN { exit !(s < 180) }'; then
+		ok "4096 layers: --html written in $secs s"
+	else
+		notok "4096 layers: --html took $secs s"
+	fi
+	page "4096 layers" "$tmp/big.html" "$tmp/big.out.ir" 0 "&zoom=12"
+	case $(cat "$tmp/why") in
+	*'"groups":0,'*) notok "4096 layers: the overview is not collapsed" ;;
+	*'"expanded":1'*) ok "4096 layers: collapsed overview, the operator's box opened in place" ;;
+	*) notok "4096 layers: the operator's box did not open" ;;
+	esac
+else
+	notok "4096 layers: sappc --html failed"
+fi
+
+echo "1..$n"
+[ "$fails" = 0 ]
