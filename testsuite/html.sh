@@ -59,6 +59,7 @@ run_browser() { # URL EXTRA-ARGS...
 page() {
 	local label=$1 html=$2 ir=$3 sched=${4:-0} extra=${5:-}
 	: >"$tmp/why"
+	res= full= strat=
 	if grep -Eq '<script[^>]* src=|<link |<img |url\(' "$html"; then
 		grep -Eo '.{20}(<script[^>]* src=|<link |<img |url\().{40}' "$html" | head -3 >"$tmp/why"
 		notok "$label: the page refers to something outside itself"
@@ -67,9 +68,7 @@ page() {
 	local line
 	line=$(grep -n -m1 '= MatMul(.*{in_strategy: ' "$ir" || grep -n -m1 '{in_strategy: ' "$ir")
 	local at=${line%%:*}
-	local strat
 	strat=$(echo "$line" | sed 's/.*{in_strategy: \(.*\)}$/\1/; s/, out_strategy: .*//')
-	local full
 	full=$(sed -n "$((at + 1)),$((at + 4))p" "$ir" | grep -m1 -o 'Fullname with scope: (.*)' |
 		sed 's/^Fullname with scope: (\(.*\))$/\1/')
 	if [ -z "$full" ] || [ -z "$strat" ]; then
@@ -80,7 +79,6 @@ page() {
 	local q
 	q=$(printf '%s' "$full" | sed 's/%/%25/g; s/ /%20/g; s/#/%23/g; s/&/%26/g')
 	run_browser "file://$html#selftest=$q$extra" --dump-dom >"$tmp/dom.html"
-	local res
 	res=$(grep -o '<pre id="selftest">.*</pre>' "$tmp/dom.html")
 	if [ -z "$res" ]; then
 		tail -5 "$tmp/browser.log" >"$tmp/why"
@@ -145,6 +143,19 @@ for f in "$top"/ir-samples/*.ir; do
 		continue
 	fi
 	page "$name -n 8" "$tmp/$name.html" "$tmp/$name.ir"
+	# the panel's search levels are --explain's, without its prefixes
+	if [ -n "$res" ] && [ -n "$full" ]; then
+		"$sappc" -n 8 -q "$f" -o /dev/null --explain="$full" 2>&1 |
+			sed -n 's/^sapp: explain: .*: \(level [0-9]* (cut by [0-9]*)\)$/\1/p
+				s/^\(  option .*\)/\1/p; s/^\(  choice: .*\)/\1/p; s/^\(  no options: .*\)/\1/p
+				s/^sapp: explain: .*: \(after [0-9]* level(s).*\)$/\1/p' >"$tmp/levels"
+		exp=$(awk '{ printf "%s\\n", $0 }' "$tmp/levels")
+		echo "$res" >"$tmp/why"
+		case $res in
+		*"\"levels\":\"$exp\""*) ok "$name -n 8: search levels as --explain prints them ($(wc -l <"$tmp/levels") lines)" ;;
+		*) echo "expected: $exp" >>"$tmp/why"; notok "$name -n 8: search levels differ from --explain" ;;
+		esac
+	fi
 	case $name in
 	sapp_mlp | llama_layer) page "$name -n 8 plan view" "$tmp/$name.html" "$tmp/$name.ir" 0 "&view=plan" ;;
 	esac

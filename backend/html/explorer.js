@@ -5,9 +5,9 @@
  * open ("pieces", shared by equal boxes), and its nodes as flat integer
  * records pointing into one string table.  A click on a box opens its piece
  * in place: everything below the box moves down by the piece's height.
- * URL "#selftest=NAME[&view=V][&zoom=K]" searches NAME, clicks the first hit
- * (zooming out K times around it) and writes what the panel shows into
- * #selftest (testsuite/html.sh).
+ * URL "#selftest=NAME[&view=V][&zoom=K][&tab=report]" searches NAME, clicks
+ * the first hit (zooming out K times around it) and writes what the panel
+ * shows into #selftest (testsuite/html.sh).
  */
 (function () {
 	'use strict';
@@ -511,6 +511,7 @@
 			vb = [vb[0] + vb[2] / 2 * (1 - z), vb[1] + vb[3] / 2 * (1 - z), vb[2] * z, vb[3] * z];
 			setVB();
 		}
+		if (arg.tab === 'report') showTab(true);
 		document.body.appendChild(el('pre', {id: 'selftest'}, JSON.stringify(out)));
 	}
 })();
