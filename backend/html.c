@@ -44,6 +44,21 @@ typedef struct {
 	json_t *arr;
 } Strings;
 
+/* a JSON string of s[0..n); jansson takes only UTF-8, and names and labels
+ * come from the input: other bytes become '?' */
+static json_t *jstr(const char *s, size_t n)
+{
+	json_t *j = json_stringn(s, n);
+	if (j)
+		return j;
+	char *c = xmalloc(n + 1);
+	for (size_t i = 0; i < n; i++)
+		c[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
+	j = json_stringn(c, n);
+	free(c);
+	return j;
+}
+
 static int str_id(Strings *t, const char *s, size_t n)
 {
 	int64_t key = intern(s, n);
@@ -51,7 +66,7 @@ static int str_id(Strings *t, const char *s, size_t n)
 	int *v = keymap_get(&t->idx, &key, 1, &fresh);
 	if (fresh) {
 		*v = (int)json_array_size(t->arr);
-		json_array_append_new(t->arr, json_stringn(s, n));
+		json_array_append_new(t->arr, jstr(s, n));
 	}
 	return *v;
 }
@@ -170,7 +185,7 @@ static void add_node(Strings *t, json_t *arr, const Node *n, int group)
 static json_t *svg_json(char *svg, size_t len)
 {
 	const char *s = strstr(svg, "<svg");
-	json_t *j = s ? json_stringn(s, len - (size_t)(s - svg)) : json_string("");
+	json_t *j = s ? jstr(s, len - (size_t)(s - svg)) : json_string("");
 	free(svg);
 	return j;
 }
@@ -361,7 +376,7 @@ int html_write(Module *m, const char *in, const char *buf, size_t len, const Opt
 	keymap_init(&t.idx, sizeof(int));
 	t.arr = json_array();
 	json_t *root = json_object();
-	json_object_set_new(root, "input", json_string(in));
+	json_object_set_new(root, "input", jstr(in, strlen(in)));
 	json_object_set_new(root, "devices", json_integer(o->device_num));
 	int stages = sapp_plan_stages(m, o);
 	int per_stage = o->device_num / (stages > 0 ? stages : 1);
@@ -388,19 +403,20 @@ int html_write(Module *m, const char *in, const char *buf, size_t len, const Opt
 	Options pv = *o;
 	pv.view_plan = 1;
 	Module *plan = o->device_num > 1 ? pm_plan_module(m, in, buf, len, &pv, pm) : NULL;
+	int bad = o->device_num > 1 && !plan; /* reported, exit 1 */
 	if (plan && plan != m) {
 		json_array_append_new(views, view_json(&t, gv, plan, &pv, "plan", -1, rc, NULL, &err));
 		ir_module_free(plan);
-	} else if (o->device_num > 1) {
-		err = 1;
 	}
+	/* m itself when the pipeline stopped before the lowering: no ranks */
+	int unlowered = plan == m;
 	char name[64];
-	snprintf(name, sizeof name, o->device_num > 1 ? "rank %d" : "graph", o->rank);
+	snprintf(name, sizeof name, unlowered ? "plan" : o->device_num > 1 ? "rank %d" : "graph", o->rank);
 	ReportConfig c = *rc;
-	json_array_append_new(views, view_json(&t, gv, m, o, name, o->rank, &c, r, &err));
+	json_array_append_new(views, view_json(&t, gv, m, unlowered ? &pv : o, name, o->rank, &c, r, &err));
 	uint32_t budget = drawn_count(m);
 	int shown = 1;
-	for (int k = 0; k < o->device_num && !err && shown < RANK_MAX; k++) {
+	for (int k = 0; k < o->device_num && !err && !bad && !unlowered && shown < RANK_MAX; k++) {
 		if (k == o->rank)
 			continue;
 		if (budget + drawn_count(m) > RANK_BUDGET)
@@ -433,7 +449,7 @@ int html_write(Module *m, const char *in, const char *buf, size_t len, const Opt
 	json_object_set_new(root, "views", views);
 	/* this plan against pure data parallel, on the rank of --rank */
 	c.rank = o->rank;
-	Report *dp = err ? NULL : report_data_parallel(in, buf, len, o, pm, &c);
+	Report *dp = err || bad ? NULL : report_data_parallel(in, buf, len, o, pm, &c);
 	json_object_set_new(root, "data_parallel", dp ? report_totals_json(dp) : json_null());
 	free(dp);
 	free(r);
@@ -447,7 +463,7 @@ int html_write(Module *m, const char *in, const char *buf, size_t len, const Opt
 	json_object_set_new(root, "strings", t.arr);
 	keymap_free(&t.idx);
 	gv_svg_close(gv);
-	int rcode = err ? 3 : write_page(path, root);
+	int rcode = bad ? 1 : err ? 3 : write_page(path, root);
 	json_decref(root);
 	return rcode;
 }

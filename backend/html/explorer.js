@@ -236,11 +236,10 @@
 			return h && h.querySelector('g.node[data-node="' + i + '"]');
 		}
 		var id = 'n' + rec(i, F.id);
-		return Array.prototype.find.call(g0.querySelectorAll('g.node > title'), function (t) {
-			return t.textContent === id;
-		}) ? Array.prototype.find.call(g0.querySelectorAll('g.node > title'), function (t) {
-			return t.textContent === id;
-		}).parentNode : null;
+		var t = Array.prototype.find.call(g0.querySelectorAll('g.node > title'), function (x) {
+			return x.textContent === id;
+		});
+		return t ? t.parentNode : null;
 	}
 	function reveal(i) {
 		var e = nodeElement(i);
@@ -311,17 +310,17 @@
 	}
 
 	/* ---------------------------------------------------------- search */
-	/* operators whose full name contains q or whose kind is q; an exact
-	 * full name first */
+	/* operators whose full name contains q or whose kind is q: the exact
+	 * full name first, then operators of kind q, then the others */
 	function find(q) {
-		var lq = q.toLowerCase(), hits = [], exact = -1;
+		var lq = q.toLowerCase(), exact = [], kind = [], part = [];
 		for (var i = 0; i < nodeCount; i++) {
 			var f = fullName(i);
-			if (f === q) exact = i;
-			else if (hits.length < 201 && (f.toLowerCase().indexOf(lq) >= 0 || S[rec(i, F.op)].toLowerCase() === lq))
-				hits.push(i);
+			if (f === q) exact.push(i);
+			else if (S[rec(i, F.op)].toLowerCase() === lq) { if (kind.length < 201) kind.push(i); }
+			else if (part.length < 201 && f.toLowerCase().indexOf(lq) >= 0) part.push(i);
 		}
-		return exact >= 0 ? [exact].concat(hits.slice(0, 200)) : hits;
+		return exact.concat(kind, part).slice(0, 201);
 	}
 	search.addEventListener('input', function () {
 		results.textContent = '';
