@@ -422,14 +422,9 @@ int html_write(Module *m, const char *in, const char *buf, size_t len, const Opt
 		if (budget + drawn_count(m) > RANK_BUDGET)
 			break;
 		Options ro = *o;
-		ro.rank = k;
-		ro.explain = NULL;
-		ro.strategy_out = NULL;
-		ro.time_passes = 0;
 		PassManagerOptions rp = *pm;
-		rp.print_after = NULL;
-		rp.print_after_all = 0;
-		rp.time_passes = 0;
+		report_rerun_options(&ro, &rp);
+		ro.rank = k;
 		int errs = diag_errors();
 		diag_set_silent(1);
 		Module *mk = ir_parse(in, (char *)buf, len, o->fragment);

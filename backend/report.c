@@ -448,20 +448,26 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
  * pipeline with every strategy replaced by the default batch-parallel one),
  * so a user sees what the search bought.  NULL (with a warning) when that
  * plan cannot be lowered. */
+void report_rerun_options(Options *o, PassManagerOptions *pm)
+{
+	o->explain = NULL;
+	o->strategy_out = NULL;
+	o->time_passes = 0;
+	pm->print_after = NULL;
+	pm->print_after_all = 0;
+	pm->time_passes = 0;
+}
+
 Report *report_data_parallel(const char *in, const char *buf, size_t len, const Options *o,
 			     const PassManagerOptions *pm, const ReportConfig *c)
 {
 	Report *dp = xcalloc(1, sizeof *dp);
 	Options od = *o;
+	PassManagerOptions pd = *pm;
+	report_rerun_options(&od, &pd);
 	od.semi_auto = 1;
 	od.data_parallel = 1;
-	od.explain = NULL;
-	od.strategy_out = NULL;
 	od.record_levels = 0;
-	PassManagerOptions pd = *pm;
-	pd.print_after = NULL;
-	pd.print_after_all = 0;
-	pd.time_passes = 0;
 	pd.stop_after = NULL;
 	int have_dp = 0;
 	int errs = diag_errors();
