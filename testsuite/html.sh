@@ -93,12 +93,12 @@ need() {
 
 # page LABEL HTML IR [expect-schedule [URL-EXTRA]]: the checks above on a
 # written page; the operator is the first MatMul with a strategy in IR, else
-# the first operator with one.  URL-EXTRA: "&view=plan" (that view),
+# the first operator with one.  URL-EXTRA: "&view=plan" or "&view=rank%205" (that view),
 # "&zoom=K" (the screenshot zoomed out K times around the operator)
 page() {
 	local label=$1 html=$2 ir=$3 sched=${4:-0} extra=${5:-}
 	: >"$tmp/why"
-	res= full= strat=
+	res= full= strat= oshape=
 	if grep -Eq '<script[^>]* src=|<link |<img |url\(' "$html"; then
 		grep -Eo '.{20}(<script[^>]* src=|<link |<img |url\().{40}' "$html" | head -3 >"$tmp/why"
 		notok "$label: the page refers to something outside itself"
@@ -110,6 +110,8 @@ page() {
 	strat=$(echo "$line" | sed 's/.*{in_strategy: \(.*\)}$/\1/; s/, out_strategy: .*//')
 	full=$(sed -n "$((at + 1)),$((at + 4))p" "$ir" | grep -m1 -o 'Fullname with scope: (.*)' |
 		sed 's/^Fullname with scope: (\(.*\))$/\1/')
+	# its output's local shape, from its type line
+	oshape=$(sed -n "$((at + 1))p" "$ir" | sed -n 's/.*-> (<Tensor\[[A-Za-z0-9]*\], \(([0-9, ]*)\)>)$/\1/p')
 	if [ -z "$full" ] || [ -z "$strat" ]; then
 		echo "no operator with a strategy and a full name in $ir" >"$tmp/why"
 		notok "$label: nothing to look for"
@@ -129,11 +131,15 @@ page() {
 	need "*\"name\":\"%* $full\"*" "the panel does not show $full" || return
 	need "*\"strategy\":\"$strat*" "the panel's strategy of $full is not the IR's $strat" || return
 	need '*"source":"source: '[a-z]'*' "the panel does not say where the strategy came from" || return
-	need '*"tensors":"input 0  (*output  (*' "the panel shows no tensor shapes" || return
+	need "*\"tensors\":\"input 0  (*output  $oshape*" "the panel's output shape is not the IR's $oshape" || return
 	need '*"selected":1*' "the operator is not highlighted in the graph" || return
 	need '*"report_rows":[1-9][0-9]*' "the report tab has no table (its ten rows)" || return
 	case $extra in
-	*view=plan*) need '*"view":"plan"*' "the plan view was not shown" || return ;;
+	*view=*)
+		local v=${extra#*view=}
+		v=${v%%&*}
+		v=${v//%20/ }
+		need "*\"view\":\"$v\"*" "the view '$v' was not shown" || return ;;
 	esac
 	if [ "$sched" = 1 ]; then
 		need '*"schedule_rows":[2-9]*' "no pipeline schedule" || return
@@ -171,7 +177,13 @@ for f in "$top"/ir-samples/*.ir; do
 		esac
 	fi
 	case $name in
-	sapp_mlp | llama_layer) page "$name -n 8 plan view" "$tmp/$name.html" "$tmp/$name.ir" 0 "&view=plan" ;;
+	sapp_mlp | llama_layer)
+		# the plan view: global shapes, as the graph stands after the search
+		"$sappc" -n 8 -q --stop-after=sapp "$f" -o "$tmp/$name.plan.ir"
+		page "$name -n 8 plan view" "$tmp/$name.html" "$tmp/$name.plan.ir" 0 "&view=plan"
+		# the rank switch: rank 5's graph, lowered again, its own local shapes
+		"$sappc" -n 8 -q --rank 5 "$f" -o "$tmp/$name.5.ir"
+		page "$name -n 8 rank 5" "$tmp/$name.html" "$tmp/$name.5.ir" 0 "&view=rank%205" ;;
 	esac
 done
 
