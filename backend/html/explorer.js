@@ -41,8 +41,9 @@
 	var tabGraph = el('button', {'class': 'on'}, 'Graph'), tabReport = el('button', {}, 'Report');
 	tabs.appendChild(tabGraph);
 	tabs.appendChild(tabReport);
-	[title, el('label', {}, 'view '), viewSel, search, tabs].forEach(function (x) { header.appendChild(x); });
-	header.children[1].appendChild(viewSel);
+	var viewLabel = el('label', {}, 'view ');
+	viewLabel.appendChild(viewSel);
+	[title, viewLabel, search, tabs].forEach(function (x) { header.appendChild(x); });
 	var graph = el('div', {id: 'graph'}), aside = el('aside', {id: 'panel'}), report = el('div', {id: 'report'});
 	var results = el('div', {id: 'results'}), hint = el('div', {id: 'hint'},
 		'drag to pan, wheel to zoom, click an operator for its plan, a box to open it');
@@ -169,24 +170,29 @@
 
 	/* ---------------------------------------------------------- pan, zoom */
 	function setVB() { svg.setAttribute('viewBox', vb.join(' ')); }
+	/* the whole picture, or for a tall one its top at full width */
 	function fit() {
 		var b = svg.viewBox.baseVal, r = graph.getBoundingClientRect();
-		var w = b.width, h = Math.min(b.height, w * r.height / Math.max(r.width, 1));
-		if (b.height <= w * r.height / Math.max(r.width, 1)) h = b.height;
-		vb = [b.x, b.y, w, Math.max(h, 1)];
-		if (h < b.height) vb[3] = w * r.height / Math.max(r.width, 1); /* tall: the top, fitted to width */
+		var aspect = r.height / Math.max(r.width, 1);
+		vb = [b.x, b.y, b.width, b.height > b.width * aspect ? b.width * aspect : b.height];
 		setVB();
 	}
-	function toRoot(e) { /* an element's box in the root's user units */
-		var b = e.getBBox(), m = e.getCTM(), r = svg.getCTM();
-		var p = svg.createSVGPoint();
+	/* an element's box in the root's user units (those of the viewBox):
+	 * its transforms inside the graph, then the graph's own */
+	function toRoot(e) {
+		var b = e.getBBox(), m = g0.getCTM().inverse().multiply(e.getCTM());
+		var t = g0.transform.baseVal.consolidate();
+		if (t) m = t.matrix.multiply(m);
+		var p = svg.createSVGPoint(), q = svg.createSVGPoint();
 		p.x = b.x; p.y = b.y;
-		var q = p.matrixTransform(r.inverse().multiply(m));
-		return {x: q.x, y: q.y, w: b.width, h: b.height};
+		q.x = b.x + b.width; q.y = b.y + b.height;
+		p = p.matrixTransform(m);
+		q = q.matrixTransform(m);
+		return {x: p.x, y: p.y, w: q.x - p.x, h: q.y - p.y};
 	}
 	function centerOn(e) {
 		var b = toRoot(e), r = graph.getBoundingClientRect();
-		var w = Math.max(b.w * 4, 1000), h = w * r.height / Math.max(r.width, 1);
+		var w = Math.max(b.w / 0.6, 1000), h = w * r.height / Math.max(r.width, 1);
 		vb = [b.x + b.w / 2 - w / 2, b.y + b.h / 2 - h / 2, w, h];
 		setVB();
 	}
@@ -436,10 +442,17 @@
 		report.appendChild(ct);
 		report.appendChild(el('h2', {}, 'Operators with a strategy (rank ' + main.rank + ', local shapes)'));
 		var ops = [];
-		for (var i = 0; i < main.nodes.length / main.fields && ops.length < 20000; i++)
-			if (S[rec(i, F.strat)])
-				ops.push([link(i), S[rec(i, F.op)], S[rec(i, F.strat)], S[rec(i, F.source)] || '-']);
+		var more = 0;
+		for (var i = 0; i < main.nodes.length / main.fields; i++)
+			if (S[rec(i, F.strat)]) {
+				if (ops.length < 20000)
+					ops.push([link(i), S[rec(i, F.op)], S[rec(i, F.strat)], S[rec(i, F.source)] || '-']);
+				else
+					more++;
+			}
 		report.appendChild(table(['operator', 'kind', 'strategy', 'source'], ops));
+		if (more) /* a table this long is no use to read: the search finds the rest */
+			report.appendChild(el('p', {'class': 'muted'}, more + ' more: search them in the graph'));
 		V = save;
 	}
 	function showTab(rep) {
@@ -447,11 +460,8 @@
 		tabGraph.classList.toggle('on', !rep);
 		report.style.display = rep ? 'block' : 'none';
 		graph.style.display = rep ? 'none' : 'block';
-		if (rep && !report.firstChild) {
-			var k = +viewSel.value;
+		if (rep && !report.firstChild)
 			buildReport();
-			showView(k);
-		}
 	}
 	tabGraph.addEventListener('click', function () { showTab(false); });
 	tabReport.addEventListener('click', function () { showTab(true); });
@@ -510,6 +520,7 @@
 			vb = [vb[0] + vb[2] / 2 * (1 - z), vb[1] + vb[3] / 2 * (1 - z), vb[2] * z, vb[3] * z];
 			setVB();
 		}
+		out.viewbox = vb.map(Math.round).join(' ');
 		if (arg.tab === 'report') showTab(true);
 		document.body.appendChild(el('pre', {id: 'selftest'}, JSON.stringify(out)));
 	}
