@@ -190,6 +190,43 @@ static json_t *svg_json(char *svg, size_t len)
 	return j;
 }
 
+/* an operator the lowering inserted to redistribute a tensor (named by
+ * MindSpore's rule, ir-format.md §1.10) */
+static int is_redist(const Node *n)
+{
+	return n->kind == NK_CNODE && n->instance && strncmp(sym_str(n->instance), "redistribution_op_", 18) == 0;
+}
+
+/* serves[node id] = the index of the operator a redistribution operator
+ * feeds (through a chain of others), -1 for the rest: MindSpore names the
+ * chain after that consumer, and the page counts its cost there */
+static int32_t *redist_consumers(const Module *m, const int32_t *pos)
+{
+	int32_t *serves = xmalloc(((size_t)m->next_id + 1) * sizeof *serves);
+	for (uint32_t i = 0; i <= m->next_id; i++)
+		serves[i] = -1;
+	Vec(const Node *) stack = {0};
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
+			const Node *c = m->graphs.a[gi]->nodes.a[i];
+			if (c->dead || is_redist(c) || pos[c->id] < 0)
+				continue;
+			vec_push(&stack, c);
+			while (stack.n) {
+				const Node *n = stack.a[--stack.n];
+				for (uint32_t k = 0; k < n->nargs; k++) {
+					const Node *a = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+					if (a && serves[a->id] < 0 && is_redist(a)) {
+						serves[a->id] = pos[c->id];
+						vec_push(&stack, a);
+					}
+				}
+			}
+		}
+	vec_free(&stack);
+	return serves;
+}
+
 static json_t *view_json(Strings *t, GvSvg *gv, Module *m, const Options *o, const char *name, int rank,
 			 const ReportConfig *rc, Report *r, int *err)
 {
@@ -278,16 +315,19 @@ static json_t *view_json(Strings *t, GvSvg *gv, Module *m, const Options *o, con
 	/* communication: each operation with its cost and the node it serves */
 	if (r) {
 		report_collect(m, rc, r);
+		int32_t *serves = redist_consumers(m, pos);
 		json_t *comm = json_array();
 		for (int i = 0; i < r->ncomm; i++) {
 			const ReportComm *c = &r->comm[i];
-			int32_t at = pos[c->node->id], from = pos[lower_origin(c->node)->id];
+			int32_t at = pos[c->node->id];
+			int32_t from = serves[c->node->id] >= 0 ? serves[c->node->id] : pos[lower_origin(c->node)->id];
 			if (at < 0)
 				continue;
 			json_t *e = json_pack("[iisiiff]", at, from < 0 ? at : from, c->kind, c->category, c->group,
 					      c->bytes, c->secs);
 			json_array_append_new(comm, e);
 		}
+		free(serves);
 		json_object_set_new(v, "comm", comm);
 		json_object_set_new(v, "totals", report_totals_json(r));
 		json_object_set_new(v, "operators", json_integer(r->nops));

@@ -134,6 +134,13 @@ page() {
 	need "*\"tensors\":\"input 0  (*output  $oshape*" "the panel's output shape is not the IR's $oshape" || return
 	need '*"selected":1*' "the operator is not highlighted in the graph" || return
 	need '*"report_rows":[1-9][0-9]*' "the report tab has no table (its ten rows)" || return
+	# a forward AllReduce of its output in the IR: the panel counts it with its bytes
+	local k
+	k=$(echo "$line" | sed -n 's/^[0-9]*: *%\([0-9]*\).*/\1/p')
+	if grep -Eq "= AllReduce\(%$k\).*instance name: forward_op_" "$ir"; then
+		need '*"comm":"*| AllReduce | forward collectives | [0-9]* | [0-9.]* [KMG]*i*B | [0-9.]*'* \
+			"the panel does not show the forward AllReduce of %$k" || return
+	fi
 	case $extra in
 	*view=*)
 		local v=${extra#*view=}

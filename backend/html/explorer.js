@@ -305,9 +305,12 @@
 			if (c[0] !== i && c[1] !== i) return;
 			rows.push([link(c[0]), c[2], D.categories[c[3]], c[4], human(c[5]), us(c[6])]);
 		});
-		if (V.comm)
-			section('Communication', rows.length ? table(['operation', 'kind', 'category', 'group', 'bytes sent',
-				'time (us)'], rows, [0, 0, 0, 1, 1, 1]) : el('p', {'class': 'muted'}, 'none on this rank'));
+		if (V.comm) {
+			var ct = rows.length ? table(['operation', 'kind', 'category', 'group', 'bytes sent', 'time (us)'], rows,
+				[0, 0, 0, 1, 1, 1]) : el('p', {'class': 'muted'}, 'none on this rank');
+			ct.id = 'panel-comm';
+			section('Communication it causes (bytes each device sends, alpha-beta time)', ct);
+		}
 	}
 	function link(i) {
 		var a = el('a', {'class': 'op'}, '%' + rec(i, F.local) + ' ' + S[rec(i, F.name)]);
@@ -508,6 +511,9 @@
 			var lv = document.getElementById('panel-levels');
 			out.levels = lv ? lv.textContent : '';
 			out.selected = document.querySelectorAll('#graph g.node.sel').length;
+			out.comm = Array.prototype.map.call(document.querySelectorAll('#panel-comm tr'), function (tr) {
+				return Array.prototype.map.call(tr.children, function (td) { return td.textContent; }).join(' | ');
+			}).slice(1).join('; ');
 			out.expanded = Object.keys(expanded).length;
 		}
 		showTab(true);
