@@ -194,6 +194,18 @@ for f in "$top"/ir-samples/*.ir; do
 	esac
 done
 
+# boxes opened in place: llama_layer collapsed into a few scopes, every box
+# opened (the first first), none may overlap one below it
+"$sappc" -n 8 -q --max-nodes=12 "$top/ir-samples/llama_layer.ir" -o "$tmp/ll.ir" --html "$tmp/ll.html" 2>"$tmp/why"
+run_browser "file://$tmp/ll.html#selftest=MatMul&open=all" --dump-dom >"$tmp/dom.html"
+res=$(grep -o '<pre id="selftest">.*</pre>' "$tmp/dom.html")
+echo "$res" >"$tmp/why"
+case $res in
+*'"opened":0,'* | '') notok "llama_layer --max-nodes=12: no box opened" ;;
+*'"opened":'*',"misplaced":0,'*) ok "llama_layer --max-nodes=12: every box opened in place, none over another or off its place" ;;
+*) notok "llama_layer --max-nodes=12: open boxes overlap or left their place" ;;
+esac
+
 # a pipeline: the per-stage schedule
 if "$sappc" -n 8 -q --pipeline-stages=2 --micro-batch-num=4 "$top/ir-samples/hybrid_mlp.ir" -o "$tmp/pp.ir" \
 	--html "$tmp/pp.html" 2>"$tmp/why"; then

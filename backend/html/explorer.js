@@ -5,9 +5,10 @@
  * open ("pieces", shared by equal boxes), and its nodes as flat integer
  * records pointing into one string table.  A click on a box opens its piece
  * in place: everything below the box moves down by the piece's height.
- * URL "#selftest=NAME[&view=V][&zoom=K][&tab=report]" searches NAME, clicks
- * the first hit (zooming out K times around it) and writes what the panel
- * shows into #selftest (testsuite/html.sh).
+ * URL "#selftest=NAME[&view=V][&zoom=K][&tab=report][&open=all]" searches
+ * NAME, clicks the first hit (zooming out K times around it; opening every
+ * box and counting those that overlap one below or left their box's place)
+ * and writes what the panel shows into #selftest (testsuite/html.sh).
  */
 (function () {
 	'use strict';
@@ -93,8 +94,19 @@
 		root.querySelectorAll('polygon, polyline, path, text, ellipse').forEach(function (e) {
 			var a = e.tagName === 'path' ? 'd' : e.tagName === 'text' ? 'y' : e.tagName === 'ellipse' ? 'cy' :
 				'points';
-			shiftable.push([e, a, e.getAttribute(a)]);
+			e._orig = e.getAttribute(a);
+			shiftable.push([e, a, e._orig]);
 		});
+	}
+	/* a box's extent before any box opened (its outline's own points) */
+	function origBox(box) {
+		var xs = [], ys = [];
+		box.querySelector('polygon')._orig.replace(/(-?[\d.]+),(-?[\d.]+)/g, function (m, x, y) {
+			xs.push(+x);
+			ys.push(+y);
+		});
+		var x0 = Math.min.apply(null, xs), y0 = Math.min.apply(null, ys);
+		return {x: x0, y: y0, width: Math.max.apply(null, xs) - x0, height: Math.max.apply(null, ys) - y0};
 	}
 
 	function shiftY(y) {
@@ -125,7 +137,7 @@
 		if (expanded[k] || V.groups[k][1] < 0) return;
 		var box = boxOf(k);
 		if (!box) return;
-		var bb = box.getBBox();
+		var bb = origBox(box);
 		var piece = parseSvg(V.pieces[V.groups[k][1]]);
 		var pg = piece.querySelector('g.graph');
 		var w = piece.viewBox.baseVal.width, h = piece.viewBox.baseVal.height, head = 24;
@@ -525,6 +537,26 @@
 			var z = +arg.zoom;
 			vb = [vb[0] + vb[2] / 2 * (1 - z), vb[1] + vb[3] / 2 * (1 - z), vb[2] * z, vb[3] * z];
 			setVB();
+		}
+		if (arg.open === 'all') { /* every box opened, top first: each opens below the ones open above */
+			for (var g = 0; g < V.groups.length; g++) expand(g);
+			var ks = Object.keys(expanded), bad = 0;
+			ks.forEach(function (a) {
+				ks.forEach(function (b) {
+					var A = toRoot(expanded[a].holder), B = toRoot(expanded[b].holder);
+					if (expanded[a].cy < expanded[b].cy && A.y + A.h > B.y + 0.5) bad++;
+				});
+			});
+			/* and each sits where its box's outline has moved to */
+			ks.forEach(function (k) {
+				var e = expanded[k], top = Infinity;
+				e.box.querySelector('polygon').getAttribute('points').replace(/-?[\d.]+,(-?[\d.]+)/g,
+					function (m, y) { top = Math.min(top, +y); });
+				var ty = +/translate\([^,]*,([^)]*)\)/.exec(e.holder.getAttribute('transform'))[1];
+				if (Math.abs(ty - top) > 0.5) bad++;
+			});
+			out.opened = ks.length;
+			out.misplaced = bad;
 		}
 		out.viewbox = vb.map(Math.round).join(' ');
 		if (arg.tab === 'report') showTab(true);
