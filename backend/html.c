@@ -157,7 +157,8 @@ static void add_node(Strings *t, json_t *arr, const Node *n, int group)
 		size_t cut = slash ? (size_t)(slash - full) : 0;
 		rec[F_SCOPE] = str_id(t, full, cut);
 		rec[F_NAME] = str_c(t, slash ? slash + 1 : full);
-		rec[F_OP] = str_c(t, n->kind == NK_RETURN ? "Return" : n->callee_kind == CK_PRIM ? sym_str(n->prim) : "call");
+		const char *op = n->callee_kind == CK_PRIM ? sym_str(n->prim) : "call";
+		rec[F_OP] = str_c(t, n->kind == NK_RETURN ? "Return" : op);
 	}
 	FILE *f = open_memstream(&buf, &len);
 	if (f) {
@@ -482,6 +483,9 @@ int html_write(Module *m, const char *in, const char *buf, size_t len, const Opt
 			ir_module_free(mk);
 	}
 	json_object_set_new(root, "views", views);
+	/* ranks left out (the budget): the page says how to see them */
+	int left_out = unlowered || o->device_num < 2 ? 0 : o->device_num - shown;
+	json_object_set_new(root, "ranks_left_out", json_integer(left_out));
 	/* this plan against pure data parallel, on the rank of --rank */
 	c.rank = o->rank;
 	Report *dp = err || bad ? NULL : report_data_parallel(in, buf, len, o, pm, &c);

@@ -37,6 +37,8 @@
 		(D.stages > 1 ? ', ' + D.stages + ' stages' : ''));
 	var viewSel = el('select', {id: 'view', title: 'plan view or the graph of one rank'});
 	D.views.forEach(function (v, i) { viewSel.appendChild(el('option', {value: i}, v.name)); });
+	if (D.ranks_left_out) /* too large to hold every rank: how to see another */
+		viewSel.appendChild(el('option', {disabled: ''}, D.ranks_left_out + ' more ranks: sappc --rank=R --html'));
 	var search = el('input', {type: 'search', id: 'search', placeholder: 'search operator, name or scope'});
 	var tabs = el('span', {'class': 'tabs'});
 	var tabGraph = el('button', {'class': 'on'}, 'Graph'), tabReport = el('button', {}, 'Report');
