@@ -136,7 +136,8 @@
 	}
 	/* group k's piece drawn open in place of its box */
 	function expand(k) {
-		if (expanded[k] || V.groups[k][1] < 0) return;
+		if (V.groups[k][1] < 0) return listGroup(k);
+		if (expanded[k]) return;
 		var box = boxOf(k);
 		if (!box) return;
 		var bb = origBox(box);
@@ -250,6 +251,7 @@
 
 	function nodeElement(i) {
 		var w = where[i];
+		if (w && V.groups[w[0]][1] < 0) return boxOf(w[0]); /* not drawn open: its box */
 		if (w) {
 			expand(w[0]);
 			var h = expanded[w[0]] && expanded[w[0]].holder;
@@ -325,6 +327,22 @@
 			ct.id = 'panel-comm';
 			section('Communication it causes (bytes each device sends, alpha-beta time)', ct);
 		}
+	}
+	/* a box too large to draw open (html.c PIECE_MAX): its operators listed */
+	function listGroup(k) {
+		var g = V.groups[k], scope = S[g[0]].split('\n')[0];
+		aside.textContent = '';
+		aside.appendChild(el('h2', {}, scope));
+		aside.appendChild(el('p', {'class': 'muted'}, g[2].length + ' operators, too many to draw open here; ' +
+			'draw them with: sappc --focus=' + scope + ' --svg FILE'));
+		g[2].slice(0, 1000).forEach(function (i) {
+			var d = el('div');
+			d.appendChild(link(i));
+			d.appendChild(document.createTextNode(' ' + S[rec(i, F.op)] + ' ' + S[rec(i, F.strat)]));
+			aside.appendChild(d);
+		});
+		if (g[2].length > 1000) aside.appendChild(el('p', {'class': 'muted'}, 'and ' + (g[2].length - 1000) +
+			' more: search them'));
 	}
 	function link(i) {
 		var a = el('a', {'class': 'op'}, '%' + rec(i, F.local) + ' ' + S[rec(i, F.name)]);
