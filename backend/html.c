@@ -398,9 +398,9 @@ static int write_page(const char *path, json_t *root)
 	fputs("<script type=\"application/json\" id=\"sappc-data\">", f);
 	int rc = json_dumpf(root, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ESCAPE_SLASH | JSON_REAL_PRECISION(10));
 	fprintf(f, "</script>\n<script>\n%s</script>\n</body>\n</html>\n", html_explorer_js);
-	if (rc != 0) {
+	if (rc != 0 && !ferror(f)) { /* a write error is out_commit's to report, with its cause */
 		out_abort(&of);
-		diag_error("cannot write '%s'", path);
+		diag_error("cannot encode the page's data for '%s'", path);
 		return 3;
 	}
 	return out_commit(&of) != 0 ? 3 : 0;

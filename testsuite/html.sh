@@ -43,6 +43,12 @@ else notok "--html naming the input: exit $rc"; fi
 "$sappc" -n 8 -o /dev/null --html "$tmp/nosuchdir/p.html" "$sample" 2>"$tmp/why"
 rc=$?
 if [ "$rc" = 3 ]; then ok "--html into a missing directory: exit 3"; else notok "--html into a missing directory: exit $rc"; fi
+if [ -w /dev/full ]; then
+	"$sappc" -n 8 -o /dev/null --html /dev/full "$sample" 2>"$tmp/why"
+	rc=$?
+	if [ "$rc" = 3 ] && grep -q 'No space left' "$tmp/why"; then ok "--html to a full disk: exit 3, the cause said"
+	else notok "--html to a full disk: exit $rc"; fi
+fi
 printf 'this is not IR\n' >"$tmp/bad.ir"
 "$sappc" -n 8 -o /dev/null --html "$tmp/o/bad.html" "$tmp/bad.ir" 2>"$tmp/why"
 rc=$?
