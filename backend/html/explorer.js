@@ -384,6 +384,15 @@
 		});
 	});
 
+	search.addEventListener('keydown', function (ev) {
+		if (ev.key === 'Enter') { /* the first hit */
+			var first = results.querySelector('div[data-node]');
+			if (first) first.click();
+		} else if (ev.key === 'Escape') {
+			results.style.display = 'none';
+		}
+	});
+
 	/* ---------------------------------------------------------- report */
 	function sortable(t) {
 		var ths = t.querySelectorAll('th');
