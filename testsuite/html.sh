@@ -157,7 +157,7 @@ page() {
 	if [ "$sched" = 1 ]; then
 		need '*"schedule_rows":[2-9]*' "no pipeline schedule" || return
 	fi
-	ok "$label: '$full' found, strategy $strat"
+	ok "$label: '$full' found, strategy $strat ($(echo "$res" | grep -o '"ms":[0-9]*' | cut -d: -f2) ms to load and test)"
 	local png=$shots/$(echo "$label" | tr -c 'A-Za-z0-9_.-' _).png
 	rm -f "$png"
 	run_browser "file://$html#selftest=$q$extra" --screenshot="$png" >/dev/null

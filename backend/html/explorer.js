@@ -588,6 +588,7 @@
 			out.misplaced = bad;
 		}
 		out.viewbox = vb.map(Math.round).join(' ');
+		out.ms = Math.round(performance.now()); /* since the page began to load */
 		if (arg.tab === 'report') showTab(true);
 		document.body.appendChild(el('pre', {id: 'selftest'}, JSON.stringify(out)));
 	}
