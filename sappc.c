@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "ir/sappc.h"
+#include "backend/html.h"
 #include "backend/render.h"
 #include "backend/report.h"
 #include "backend/ckpt.h"
@@ -28,6 +29,7 @@ enum {
 	OPT_TIME_PASSES,
 	OPT_DOT,
 	OPT_SVG,
+	OPT_HTML,
 	OPT_FRAGMENT,
 	OPT_VIEW,
 	OPT_MAX_NODES,
@@ -81,6 +83,7 @@ static const struct option longopts[] = {
 	{"time-passes", no_argument, NULL, OPT_TIME_PASSES},
 	{"dot", required_argument, NULL, OPT_DOT},
 	{"svg", required_argument, NULL, OPT_SVG},
+	{"html", required_argument, NULL, OPT_HTML},
 	{"fragment", no_argument, NULL, OPT_FRAGMENT},
 	{"view", required_argument, NULL, OPT_VIEW},
 	{"max-nodes", required_argument, NULL, OPT_MAX_NODES},
@@ -133,6 +136,9 @@ static void usage(FILE *f)
 	      "  -o, --output=FILE       write the resulting IR to FILE ('-' = stdout, the default)\n"
 	      "      --dot=FILE          write the graph as Graphviz DOT (before layout)\n"
 	      "      --svg=FILE          render the graph to SVG through libgvc\n"
+	      "      --html=FILE         write a self-contained page to explore the plan in a browser:\n"
+	      "                          the graph by rank and the plan view, search, each operator's\n"
+	      "                          strategy, layouts, search levels and communication, the report\n"
 	      "      --view=rank|plan    what --dot/--svg draw: the graph as printed (rank), or the\n"
 	      "                          global graph with every operator's strategy (plan)\n"
 	      "      --max-nodes=N       above N operators, draw one box per scope (default 1500)\n"
@@ -482,7 +488,7 @@ int main(int argc, char **argv)
 {
 	Options o = {0};
 	PassManagerOptions pm = {0};
-	const char *out = "-", *dot = NULL, *svg = NULL;
+	const char *out = "-", *dot = NULL, *svg = NULL, *html = NULL;
 	int passes_given = 0, out_given = 0, simulate = 0, report_json = 0;
 	const char *report = NULL;
 	ReportConfig rc_cfg = {0, 0, 8, 100.0, 12.5, 2.0, 10.0, NULL};
@@ -544,6 +550,10 @@ int main(int argc, char **argv)
 			break;
 		case OPT_SVG:
 			svg = optarg;
+			break;
+		case OPT_HTML:
+			html = optarg;
+			o.record_levels = 1; /* the page shows every operator's search levels */
 			break;
 		case OPT_FRAGMENT:
 			o.fragment = 1;
@@ -755,8 +765,8 @@ int main(int argc, char **argv)
 			  ckpt_out ? "a MindSpore strategy checkpoint" : "--group-ckpt-out");
 	/* never write over the input, nor two outputs to one file */
 	const char *out_names[] = {"-o", "--dot", "--svg", "--strategy-out", "--report", "--all-ranks",
-				   "--strategy-out", "--group-ckpt-out"};
-	const char *out_paths[] = {out, dot, svg, o.strategy_out, report, all_ranks, ckpt_out, group_out};
+				   "--strategy-out", "--group-ckpt-out", "--html"};
+	const char *out_paths[] = {out, dot, svg, o.strategy_out, report, all_ranks, ckpt_out, group_out, html};
 	if (out_check_paths(in, (int)(sizeof out_paths / sizeof *out_paths), out_names, out_paths) != 0)
 		return 2;
 
@@ -818,6 +828,12 @@ int main(int argc, char **argv)
 		rc = 3;
 	if (pic && pic != m)
 		ir_module_free(pic);
+	if (rc == 0 && html) {
+		rc_cfg.world = o.device_num;
+		rc_cfg.rank = o.rank;
+		rc_cfg.world_group = o.world_group;
+		rc = html_write(m, strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, &o, &pm, &rc_cfg, html);
+	}
 	ir_module_free(m);
 	free(buf);
 	free(stage_rules);

@@ -87,6 +87,11 @@ static int hidden(const Node *n)
 	return n->kind == NK_PARAM && n->out.tstr && strcmp(sym_str(n->out.tstr), "UMonad") == 0;
 }
 
+int dot_drawn(const Node *n)
+{
+	return !hidden(n);
+}
+
 static void group_text(char *buf, size_t n, const Node *c)
 {
 	int64_t r[64];
@@ -118,7 +123,9 @@ static void source_style(Agnode_t *an, const char *how)
 	}
 }
 
-static void label_node(Agnode_t *an, const Node *n, const Options *o)
+/* with_name 0: the label leaves out what differs between repeated layers
+ * (instance and parameter names), so equal pieces draw alike (html.c) */
+static void label_node(Agnode_t *an, const Node *n, const Options *o, int with_name)
 {
 	char shp[256], lab[1024], extra[512] = "";
 	Kind k = kind_of(n);
@@ -127,7 +134,7 @@ static void label_node(Agnode_t *an, const Node *n, const Options *o)
 	set(an, "style", "filled");
 	set(an, "fillcolor", kind_style[k].fill);
 	if (n->kind == NK_PARAM) {
-		snprintf(lab, sizeof lab, "%s\n%s", sym_str(n->name), shp);
+		snprintf(lab, sizeof lab, "%s\n%s", with_name ? sym_str(n->name) : kind_style[k].name, shp);
 	} else if (n->kind == NK_RETURN) {
 		snprintf(lab, sizeof lab, "Return\n%s", shp);
 	} else {
@@ -155,12 +162,27 @@ static void label_node(Agnode_t *an, const Node *n, const Options *o)
 				snprintf(extra + l, sizeof extra - l, "\n%s", how);
 			}
 		}
-		if (n->instance)
+		if (n->instance && with_name)
 			snprintf(lab, sizeof lab, "%s\n%s\n%s%s%s", op, sym_str(n->instance), shp, *extra ? "\n" : "", extra);
 		else
 			snprintf(lab, sizeof lab, "%s\n%s%s%s", op, shp, *extra ? "\n" : "", extra);
 	}
 	set(an, "label", lab);
+}
+
+/* an edge into operand k of n: the shape it carries and its producer's layout */
+static void label_edge(Agedge_t *e, const Node *n, uint32_t k)
+{
+	const Node *p = n->args[k].u.node;
+	char shp[256], lay[160], lab[420];
+	const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
+	shape_text(shp, sizeof shp, ab);
+	if (lower_layout_text(p, lay, sizeof lay)) {
+		snprintf(lab, sizeof lab, "%s\n%s", shp, lay);
+		set(e, "label", lab);
+	} else {
+		set(e, "label", shp);
+	}
 }
 
 /* ------------------------------------------------------------ collapsing */
@@ -583,7 +605,7 @@ static void seq_register(void *state, int objtype, void *obj)
 
 static Agiddisc_t seq_iddisc = {seq_open, seq_map, seq_alloc, seq_free, seq_print, seq_close, seq_register};
 
-void *dot_build(const Module *m, const Options *o)
+static Agraph_t *new_graph(void)
 {
 	static Agdisc_t disc;
 	disc = AgDefaultDisc;
@@ -593,6 +615,17 @@ void *dot_build(const Module *m, const Options *o)
 	agattr(g, AGNODE, (char *)"fontname", (char *)"Helvetica");
 	agattr(g, AGEDGE, (char *)"fontname", (char *)"Helvetica");
 	agattr(g, AGEDGE, (char *)"fontsize", (char *)"10");
+	return g;
+}
+
+void *dot_build(const Module *m, const Options *o)
+{
+	return dot_build_groups(m, o, NULL);
+}
+
+void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
+{
+	Agraph_t *g = new_graph();
 	int total = count_ops(m);
 	int maxn = o && o->max_nodes > 0 ? o->max_nodes : 1500;
 	Group *groups = NULL;
@@ -639,7 +672,7 @@ void *dot_build(const Module *m, const Options *o)
 			char name[32];
 			snprintf(name, sizeof name, "n%u", p->id);
 			drawn[p->id] = agnode(sg, name, 1);
-			label_node(drawn[p->id], p, o);
+			label_node(drawn[p->id], p, o, 1);
 		}
 		for (uint32_t i = 0; i < gr->nodes.n; i++) {
 			const Node *n = gr->nodes.a[i];
@@ -696,7 +729,7 @@ void *dot_build(const Module *m, const Options *o)
 			char name[32];
 			snprintf(name, sizeof name, "n%u", n->id);
 			drawn[n->id] = agnode(home, name, 1);
-			label_node(drawn[n->id], n, o);
+			label_node(drawn[n->id], n, o, 1);
 		}
 		stage_cl.n = 0;
 	}
@@ -728,22 +761,26 @@ void *dot_build(const Module *m, const Options *o)
 				char ename[48];
 				snprintf(ename, sizeof ename, "e%u_%u", n->id, k);
 				Agedge_t *e = agedge(g, a, b, ename, 1);
-				if (!pm && !n->mark) {
-					char shp[256], lay[160], lab[420];
-					const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
-					shape_text(shp, sizeof shp, ab);
-					if (lower_layout_text(p, lay, sizeof lay)) {
-						snprintf(lab, sizeof lab, "%s\n%s", shp, lay);
-						set(e, "label", lab);
-					} else {
-						set(e, "label", shp);
-					}
-				}
+				if (!pm && !n->mark)
+					label_edge(e, n, k);
 			}
 		}
 	}
 	free(merged.a);
 	free(drawn);
+	if (out) {
+		out->n = ngroups;
+		out->of = xcalloc((size_t)m->next_id + 1, sizeof *out->of);
+		out->key = xcalloc((size_t)ngroups + 1, sizeof *out->key);
+		for (int k = 0; k < ngroups; k++)
+			out->key[k] = groups[k].key;
+		for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+			for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
+				const Node *n = m->graphs.a[gi]->nodes.a[i];
+				if (n->kind == NK_CNODE && n->mark != PARAM_SHOWN)
+					out->of[n->id] = n->mark;
+			}
+	}
 	ir_clear_marks((Module *)m);
 	free(groups);
 	add_legend(g, o);
@@ -753,6 +790,64 @@ void *dot_build(const Module *m, const Options *o)
 			 ngroups, maxn);
 		set(g, "label", lab);
 	}
+	return g;
+}
+
+void dot_groups_free(DotGroups *d)
+{
+	free(d->of);
+	free(d->key);
+	memset(d, 0, sizeof *d);
+}
+
+/* One collapsed box drawn open: its operators (named x0, x1, ... in the
+ * given order) with the weights and inputs they read (w0, w1, ...) and the
+ * edges among them, labelled without names (label_node with_name 0), so two
+ * boxes of equal layers give the same graph and are laid out once. */
+void *dot_build_piece(const Module *m, const Options *o, Node *const *nodes, uint32_t count)
+{
+	(void)m;
+	Agraph_t *g = new_graph();
+	Vec(Node *) params = {0};
+	Agnode_t **drawn = xcalloc((size_t)count + 1, sizeof *drawn);
+	for (uint32_t i = 0; i < count; i++)
+		nodes[i]->mark = i + 1;
+	for (uint32_t i = 0; i < count; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "x%u", i);
+		drawn[i] = agnode(g, name, 1);
+		label_node(drawn[i], nodes[i], o, 0);
+	}
+	for (uint32_t i = 0; i < count; i++)
+		for (uint32_t k = 0; k < nodes[i]->nargs; k++) {
+			Node *p = nodes[i]->args[k].kind == V_NODE ? nodes[i]->args[k].u.node : NULL;
+			if (!p || p->kind != NK_PARAM || p->mark || hidden(p))
+				continue;
+			p->mark = count + params.n + 1;
+			vec_push(&params, p);
+		}
+	drawn = xrealloc(drawn, ((size_t)count + params.n + 1) * sizeof *drawn);
+	for (uint32_t j = 0; j < params.n; j++) {
+		char name[32];
+		snprintf(name, sizeof name, "w%u", j);
+		drawn[count + j] = agnode(g, name, 1);
+		label_node(drawn[count + j], params.a[j], o, 0);
+	}
+	for (uint32_t i = 0; i < count; i++)
+		for (uint32_t k = 0; k < nodes[i]->nargs; k++) {
+			const Node *p = nodes[i]->args[k].kind == V_NODE ? nodes[i]->args[k].u.node : NULL;
+			if (!p || !p->mark || hidden(p))
+				continue;
+			char ename[48];
+			snprintf(ename, sizeof ename, "e%u_%u", i, k);
+			label_edge(agedge(g, drawn[p->mark - 1], drawn[i], ename, 1), nodes[i], k);
+		}
+	for (uint32_t i = 0; i < count; i++)
+		nodes[i]->mark = 0;
+	for (uint32_t j = 0; j < params.n; j++)
+		params.a[j]->mark = 0;
+	vec_free(&params);
+	free(drawn);
 	return g;
 }
 

@@ -6,6 +6,8 @@
  * write to a FILE (gvwrite_no_z in lib/gvc/gvdevice.c calls exit), and a full
  * disk must be exit 3 with our message and no temporary left behind. */
 #include <graphviz/gvc.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "render.h"
 
@@ -54,4 +56,67 @@ int gv_render_svg(const Module *m, const Options *o, const char *path)
 	dot_free(g);
 	gvFreeContext(gvc);
 	return rc;
+}
+
+struct GvSvg {
+	GVC_t *gvc;
+};
+
+GvSvg *gv_svg_open(void)
+{
+	GVC_t *gvc = gvContext();
+	if (!gvc) {
+		diag_error("cannot start graphviz (gvContext failed)");
+		return NULL;
+	}
+	GvSvg *s = xcalloc(1, sizeof *s);
+	s->gvc = gvc;
+	return s;
+}
+
+char *gv_svg_render(GvSvg *s, void *graph, size_t *len)
+{
+	Agraph_t *g = graph;
+	char *data = NULL, *copy = NULL;
+	unsigned int n = 0;
+	if (gvLayout(s->gvc, g, "dot") != 0) {
+		diag_error("graphviz layout failed");
+		return NULL;
+	}
+	if (gvRenderData(s->gvc, g, "svg", &data, &n) != 0 || !data) {
+		diag_error("graphviz could not render SVG");
+	} else {
+		copy = xmalloc((size_t)n + 1);
+		memcpy(copy, data, n);
+		copy[n] = 0;
+		*len = n;
+	}
+	if (data)
+		gvFreeRenderData(data);
+	gvFreeLayout(s->gvc, g);
+	return copy;
+}
+
+void gv_svg_close(GvSvg *s)
+{
+	if (s) {
+		gvFreeContext(s->gvc);
+		free(s);
+	}
+}
+
+char *gv_dot_text(void *graph, size_t *len)
+{
+	char *text = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&text, &n);
+	if (!f)
+		return NULL;
+	int bad = agwrite(graph, f) == EOF;
+	if (fclose(f) != 0 || bad) {
+		free(text);
+		return NULL;
+	}
+	*len = n;
+	return text;
 }

@@ -352,7 +352,7 @@ void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Re
 		c->bw_intra, c->lat_intra, c->bw_inter, c->lat_inter, c->per_node);
 }
 
-static json_t *cats_json(const Report *r)
+json_t *report_totals_json(const Report *r)
 {
 	json_t *o = json_object();
 	for (int i = 0; i < RC_COUNT; i++) {
@@ -434,9 +434,9 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 		json_array_append_new(comm, o);
 	}
 	json_object_set_new(root, "communication", comm);
-	json_object_set_new(root, "totals", cats_json(r));
+	json_object_set_new(root, "totals", report_totals_json(r));
 	if (dp)
-		json_object_set_new(root, "data_parallel_totals", cats_json(dp));
+		json_object_set_new(root, "data_parallel_totals", report_totals_json(dp));
 	int rc = json_dumpf(root, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
 	fputc('\n', f);
 	json_decref(root);
@@ -446,22 +446,28 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 /* --report: the plan's report, next to the one of the pure data-parallel
  * plan of the same graph (the input parsed again and run through the same
  * pipeline with every strategy replaced by the default batch-parallel one),
- * so a user sees what the search bought. */
-int report_run(const Module *m, const char *in, const char *buf, size_t len, const Options *o,
-	       const PassManagerOptions *pm, const ReportConfig *c, const char *path, int json)
+ * so a user sees what the search bought.  NULL (with a warning) when that
+ * plan cannot be lowered. */
+void report_rerun_options(Options *o, PassManagerOptions *pm)
 {
-	Report *r = xcalloc(1, sizeof *r), *dp = xcalloc(1, sizeof *dp);
-	report_collect(m, c, r);
-	/* the data-parallel reference */
+	o->explain = NULL;
+	o->strategy_out = NULL;
+	o->time_passes = 0;
+	pm->print_after = NULL;
+	pm->print_after_all = 0;
+	pm->time_passes = 0;
+}
+
+Report *report_data_parallel(const char *in, const char *buf, size_t len, const Options *o,
+			     const PassManagerOptions *pm, const ReportConfig *c)
+{
+	Report *dp = xcalloc(1, sizeof *dp);
 	Options od = *o;
+	PassManagerOptions pd = *pm;
+	report_rerun_options(&od, &pd);
 	od.semi_auto = 1;
 	od.data_parallel = 1;
-	od.explain = NULL;
-	od.strategy_out = NULL;
-	PassManagerOptions pd = *pm;
-	pd.print_after = NULL;
-	pd.print_after_all = 0;
-	pd.time_passes = 0;
+	od.record_levels = 0;
 	pd.stop_after = NULL;
 	int have_dp = 0;
 	int errs = diag_errors();
@@ -475,22 +481,34 @@ int report_run(const Module *m, const char *in, const char *buf, size_t len, con
 	}
 	diag_set_silent(0);
 	diag_restore(errs);
-	if (!have_dp)
+	if (md)
+		ir_module_free(md);
+	if (!have_dp) {
 		diag_warning("no data-parallel comparison: the data-parallel plan of this graph cannot be lowered");
+		free(dp);
+		return NULL;
+	}
+	return dp;
+}
+
+int report_run(const Module *m, const char *in, const char *buf, size_t len, const Options *o,
+	       const PassManagerOptions *pm, const ReportConfig *c, const char *path, int json)
+{
+	Report *r = xcalloc(1, sizeof *r);
+	report_collect(m, c, r);
+	Report *dp = report_data_parallel(in, buf, len, o, pm, c);
 	int rc = 0;
 	OutFile of;
 	if (out_open(&of, path) != 0) {
 		rc = 3;
 	} else {
 		if (json)
-			report_print_json(of.f, m, c, r, have_dp ? dp : NULL);
+			report_print_json(of.f, m, c, r, dp);
 		else
-			report_print_text(of.f, m, c, r, have_dp ? dp : NULL);
+			report_print_text(of.f, m, c, r, dp);
 		if (out_commit(&of) != 0)
 			rc = 3;
 	}
-	if (md)
-		ir_module_free(md);
 	free(r);
 	free(dp);
 	return rc;

@@ -528,6 +528,7 @@ typedef struct Options {
 	int enable_alltoall;
 	int no_redist_opt;  /* --disable-redistribution-opt: no §4.2 step 6 (pre-2.3 op lists) */
 	const char *explain;
+	int record_levels;  /* keep every searched operator's --explain level table (StratInfo) */
 	const char *strategy_out;
 	const char *strategy_in; /* --strategy-in: apply this plan instead of searching */
 	const char *world_group;
@@ -595,11 +596,22 @@ int sapp_plan_stages(const Module *m, const Options *o);
 /* where the sapp pass got a node's strategy: "pinned", "searched",
  * "propagated", "default"; NULL when the node has none */
 const char *sapp_strategy_source(const Node *n);
+/* the --explain lines of n's search levels when Options.record_levels was
+ * set; "" when none were recorded (not searched, or not asked), NULL when n
+ * has no strategy */
+const char *sapp_strategy_levels(const Node *n);
 /* ----------------------------------------------------- passes/lower/ */
 /* n's output layout after the `layouts` pass as "D=[4,2] M=[1,-1]" (device
  * matrix, tensor map; " opt=K" for optimizer-sharded weights) in buf; NULL
  * when n has no single tensor output layout */
 const char *lower_layout_text(const Node *n, char *buf, size_t len);
+/* the layout of n's tensor input k (out 0) or output k (out 1) with its
+ * global shape, "D=[4,2] M=[1,-1] S=(64,32)" (" opt=K" as above); NULL when
+ * it has none or there is no such tensor */
+const char *lower_tensor_layout_text(const Node *n, int out, uint32_t k, char *buf, size_t len);
+/* the operator whose full name names n when the lowering inserted n (the one
+ * it serves), else n */
+const Node *lower_origin(const Node *n);
 /* Node.stage of the entry graph's operators as the pipeline pass assigns
  * them, without cutting the graph (pipeline.c); 0 ok, 1 reported */
 int lower_assign_stages(Module *m, const Options *o);

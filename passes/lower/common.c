@@ -262,6 +262,30 @@ const char *lower_layout_text(const Node *n, char *buf, size_t len)
 	return buf;
 }
 
+const char *lower_tensor_layout_text(const Node *n, int out, uint32_t k, char *buf, size_t len)
+{
+	const NodeLayout *l = n->lay;
+	if (!l || len == 0)
+		return NULL;
+	const TLay *t = NULL;
+	if (out && l->out && k < l->nout)
+		t = &l->out[k];
+	else if (!out && l->in && k < l->nin)
+		t = &l->in[k];
+	if (!t || !t->ndev)
+		return NULL;
+	tlay_format(t, buf, len);
+	size_t used = strlen(buf);
+	if (out && l->opt_rep > 1 && used < len)
+		snprintf(buf + used, len - used, " opt=%d", (int)l->opt_rep);
+	return buf;
+}
+
+const Node *lower_origin(const Node *n)
+{
+	return n->lay && n->lay->origin ? n->lay->origin : n;
+}
+
 void tlay_replicated(LowerCtx *c, TLay *t, int per_stage, const int64_t *shape, int rank)
 {
 	int32_t dev[1] = {per_stage};

@@ -968,6 +968,11 @@ void sapp_free(Sapp *S)
 	free(S->cons);
 	free(S->edges.slot);
 	free(S->op_of_node);
+	if (S->levels) {
+		for (uint32_t x = 0; x < S->nops; x++)
+			free(S->levels[x].s);
+		free(S->levels);
+	}
 	if (S->arena)
 		arena_free(S->arena);
 }

@@ -134,21 +134,57 @@ static void weight_sort(WSort *t, WItem *w, uint32_t n, uint32_t *order)
 		order[t->cnt[t->of[i]]++] = w[i].idx;
 }
 
-static void explain_level(const Sapp *S, const PartNode *N, int level, int p, const SappChoice *c)
+/* --explain's table of one level: on stderr after "sapp: explain: LABEL: "
+ * (lead), or without a lead into Sapp.levels (Options.record_levels) */
+static void explain_level(FILE *f, const char *lead, const PartNode *N, int level, int p, const SappChoice *c)
 {
-	char lab[256];
-	fprintf(stderr, "sapp: explain: %s: level %d (cut by %d)\n", sapp_op_label(&S->ops[N->rec], lab, sizeof lab),
-		level, p);
+	fprintf(f, "%slevel %d (cut by %d)\n", lead, level, p);
 	if (!c->nopt)
-		fprintf(stderr, "  no options: a %s node is never cut\n", sapp_rectype_name[N->type]);
+		fprintf(f, "  no options: a %s node is never cut\n", sapp_rectype_name[N->type]);
 	for (int k = 0; k < c->nopt; k++) {
 		if (c->total[k] == SAPP_INVALID)
-			fprintf(stderr, "  option %-4s invalid\n", c->name[k]);
+			fprintf(f, "  option %-4s invalid\n", c->name[k]);
 		else
-			fprintf(stderr, "  option %-4s op cost %.6g  redistribution %.6g  total %.6g\n", c->name[k],
+			fprintf(f, "  option %-4s op cost %.6g  redistribution %.6g  total %.6g\n", c->name[k],
 				c->opcost[k], c->redis[k], c->total[k]);
 	}
-	fprintf(stderr, "  choice: %s\n", c->best < 0 ? "no cut" : c->name[c->best]);
+	fprintf(f, "  choice: %s\n", c->best < 0 ? "no cut" : c->name[c->best]);
+}
+
+/* append what fill prints to operator x's recorded level text */
+static void record(Sapp *S, uint32_t x, void (*fill)(FILE *, const void *), const void *arg)
+{
+	char buf[2048];
+	FILE *f = fmemopen(buf, sizeof buf, "w");
+	if (!f)
+		return;
+	fill(f, arg);
+	long k = ftell(f);
+	fclose(f);
+	if (k <= 0)
+		return;
+	if ((size_t)k >= sizeof buf)
+		k = sizeof buf - 1;
+	SappText *t = &S->levels[x];
+	if (t->n + (size_t)k + 1 > t->cap) {
+		t->cap = (t->n + (size_t)k + 1) * 2;
+		t->s = xrealloc(t->s, t->cap);
+	}
+	memcpy(t->s + t->n, buf, (size_t)k);
+	t->n += (size_t)k;
+	t->s[t->n] = 0;
+}
+
+typedef struct {
+	const PartNode *N;
+	int level, p;
+	const SappChoice *c;
+} LevelArgs;
+
+static void fill_level(FILE *f, const void *arg)
+{
+	const LevelArgs *a = arg;
+	explain_level(f, "", a->N, a->level, a->p, a->c);
 }
 
 static void print_cuts(const PartNode *N, char *buf, size_t n)
@@ -236,8 +272,16 @@ int sapp_partition(Sapp *S)
 					sapp_prefetch(&S->vis[M->link[j].nb]);
 			}
 			sapp_choose(S, N, p, level, &c);
-			if (sapp_explaining(S, N->rec))
-				explain_level(S, N, level, p, &c);
+			if (sapp_explaining(S, N->rec)) {
+				char lab[256], lead[300];
+				snprintf(lead, sizeof lead, "sapp: explain: %s: ",
+					 sapp_op_label(&S->ops[N->rec], lab, sizeof lab));
+				explain_level(stderr, lead, N, level, p, &c);
+			}
+			if (S->levels) {
+				LevelArgs la = {N, level, p, &c};
+				record(S, N->rec, fill_level, &la);
+			}
 			sapp_apply_choice(N, &c);
 			V->lvl = level;
 			V->in0 = c.best < 0 ? ONES : c.eff[c.best][0];
@@ -252,6 +296,17 @@ int sapp_partition(Sapp *S)
 		wsort_free(&ws);
 	free(pins);
 	return 0;
+}
+
+typedef struct {
+	int keep, levels;
+	const char *cuts;
+} RollArgs;
+
+static void fill_roll(FILE *f, const void *arg)
+{
+	const RollArgs *a = arg;
+	fprintf(f, "after %d level(s)%s: %s\n", a->keep, a->levels ? " (pipeline roll-back)" : "", a->cuts);
 }
 
 /* Pipeline roll-back (§3.6): every node not pinned takes its cuts after
@@ -273,12 +328,17 @@ void sapp_rollback(Sapp *S, int levels)
 	}
 	for (uint32_t k = 0; k < S->nkept; k++) {
 		const PartNode *N = &S->part[k];
-		if (!N->pinned && sapp_explaining(S, N->rec)) {
-			char lab[256], cuts[256];
-			print_cuts(N, cuts, sizeof cuts);
+		if (N->pinned || (!sapp_explaining(S, N->rec) && !S->levels))
+			continue;
+		char lab[256], cuts[256];
+		print_cuts(N, cuts, sizeof cuts);
+		if (sapp_explaining(S, N->rec))
 			fprintf(stderr, "sapp: explain: %s: after %d level(s)%s: %s\n",
 				sapp_op_label(&S->ops[N->rec], lab, sizeof lab), keep_levels,
 				levels ? " (pipeline roll-back)" : "", cuts);
+		if (S->levels) {
+			RollArgs ra = {keep_levels, levels, cuts};
+			record(S, N->rec, fill_roll, &ra);
 		}
 	}
 }

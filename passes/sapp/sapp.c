@@ -370,6 +370,8 @@ typedef struct StraTab {
 	Module *m;
 	Sym in_key, out_key;
 	StratInfo *si[SRC_COUNT_];
+	const SappText *levels; /* Sapp.levels, by operator; NULL: not recorded */
+	const SappOp *ops;
 	StraSlot *slot;
 	uint32_t cap, used;
 	Vec(int64_t) key; /* the keys of the slots, then scratch for the next one */
@@ -475,6 +477,14 @@ static void write_node(StraTab *t, SappOp *X)
 	n->strat.n = na;
 	n->has_strat = 1;
 	uint8_t src = X->loaded ? SRC_LOADED : X->source;
+	if (t->levels && t->levels[X - t->ops].n) {
+		/* its own record: the level table is the operator's */
+		StratInfo *si = arena_alloc(m->arena, sizeof *si);
+		si->source = src;
+		si->levels = intern(t->levels[X - t->ops].s, t->levels[X - t->ops].n);
+		n->si = si;
+		return;
+	}
 	if (!t->si[src]) {
 		t->si[src] = arena_alloc(m->arena, sizeof(StratInfo));
 		t->si[src]->source = src;
@@ -489,6 +499,8 @@ static void write_nodes(Sapp *S)
 	t.m = S->m;
 	t.in_key = S->attr[SA_in_strategy];
 	t.out_key = S->attr[SA_out_strategy];
+	t.levels = S->levels;
+	t.ops = S->ops;
 	for (uint32_t x = 0; x < S->nops; x++) {
 		if (x + 8 < S->nops && S->ops[x + 8].n) { /* the node's fields this writes */
 			sapp_prefetch(&S->ops[x + 8].n->strat);
@@ -606,6 +618,8 @@ int pass_sapp(Module *m, const Options *o)
 	sapp_build(&S);
 	t[1] = now();
 	S.explain = find_explain(&S, o->explain);
+	if (o->record_levels)
+		S.levels = xcalloc(S.nops + 1, sizeof *S.levels);
 	if (S.explain == -2) {
 		diag_error("--explain=%s: no operator has this instance name, full name or %%k number", o->explain);
 		rc = 1;
@@ -693,4 +707,11 @@ int sapp_plan_stages(const Module *m, const Options *o)
 const char *sapp_strategy_source(const Node *n)
 {
 	return n && n->si ? sapp_source_name[n->si->source] : NULL;
+}
+
+const char *sapp_strategy_levels(const Node *n)
+{
+	if (!n || !n->si)
+		return NULL;
+	return n->si->levels ? sym_str(n->si->levels) : "";
 }

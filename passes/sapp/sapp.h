@@ -67,6 +67,8 @@ extern const char *const sapp_source_name[SRC_COUNT_];
 /* per-node data left on the IR (Node.si) for the printers */
 struct StratInfo {
 	uint8_t source;
+	Sym levels; /* Options.record_levels: the --explain text of the search
+		     * levels (interned, so equal tables are shared), else 0 */
 };
 
 /* the passes walk the IR's nodes in order, each a few cache misses away:
@@ -239,6 +241,12 @@ typedef struct SappOp {
 	uint32_t *cons_op, *cons_slot;
 } SappOp;
 
+/* a growing text (Sapp.levels) */
+typedef struct SappText {
+	char *s;
+	size_t n, cap;
+} SappText;
+
 typedef struct Sapp {
 	Module *m;
 	const Options *o;
@@ -267,6 +275,8 @@ typedef struct Sapp {
 	int primes[64];      /* the prime of each level */
 	int weight_order;
 	int64_t explain;     /* operator index for --explain, -1 */
+	SappText *levels;    /* Options.record_levels: per operator, its --explain
+			      * level lines (partition.c), else NULL */
 	int predict;         /* inference: GenerateStrategyV1 (§4.1), else V3 */
 	Sym attr[SA_COUNT_]; /* interned attribute names */
 	struct SappCkpt *ckpt; /* --strategy-in of a MindSpore checkpoint (plan.c) */
