@@ -229,6 +229,62 @@ static int check_operands(const Node *n)
 	return 0;
 }
 
+static int same_value_shape(const Shape *a, const Shape *b)
+{
+	if (!(is_dims(a) || is_seq(a)) || !(is_dims(b) || is_seq(b)))
+		return 1; /* monads, scalars: not compared */
+	return shape_equal(a, b);
+}
+
+/* MakeTuple and TupleGetItem have no shape rule, but their types follow
+ * from their operands all the same: a tuple's elements are its operands,
+ * an item is its tuple's element (so nothing sized differently reaches the
+ * operators behind them). */
+static int check_tuple_ops(const Node *n)
+{
+	char lu[160], a[256], b[256];
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || !n->out.tstr)
+		return 0;
+	const Shape *o = &n->out.shape;
+	if (n->op == OP_MakeTuple && o->kind == SK_TUPLE) {
+		if (o->rank != n->nargs) {
+			diag_error_at(type_loc(n), "%s: the declared tuple has %u elements for %u operands",
+				      label(n, lu, sizeof lu), o->rank, n->nargs);
+			return 1;
+		}
+		for (uint32_t i = 0; i < n->nargs; i++) {
+			const Abs *x = operand_abs(n, i);
+			if (x && !same_value_shape(&x->shape, &o->sub[i])) {
+				abs_text(a, sizeof a, &n->out);
+				abs_text(b, sizeof b, x);
+				diag_error_at(type_loc(n), "%s: operand %u is %s, but the declared tuple %s has another element there",
+					      label(n, lu, sizeof lu), i + 1, b, a);
+				return 1;
+			}
+		}
+	}
+	int64_t k;
+	if (n->op == OP_TupleGetItem && n->nargs == 2 && value_get_int(&n->args[1], &k)) {
+		const Abs *t = operand_abs(n, 0);
+		if (!t || !is_seq(&t->shape))
+			return 0;
+		if (k < 0 || k >= t->shape.rank) {
+			abs_text(a, sizeof a, t);
+			diag_error_at(n->loc, "%s: item %lld of %s, which has %u elements", label(n, lu, sizeof lu),
+				      (long long)k, a, t->shape.rank);
+			return 1;
+		}
+		if (!same_value_shape(&t->shape.sub[k], o)) {
+			abs_text(a, sizeof a, &n->out);
+			abs_text(b, sizeof b, t);
+			diag_error_at(type_loc(n), "%s: declares %s, but item %lld of %s differs", label(n, lu, sizeof lu), a,
+				      (long long)k, b);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* A Return returns one value, of the type its type line declares. */
 static int check_return(const Node *n, const uint8_t *bad_out)
 {
@@ -415,7 +471,8 @@ int pass_verify(Module *m, const Options *o)
 				check_ref(n, &ir_node_ext(n)->callee, i + 1);
 			/* one root cause, one error: a wrong operand shape also makes
 			 * the output look wrong, a wrong output its users' operands */
-			if (check_operands(n) || check_edges(n, bad_out) || check_return(n, bad_out) || check_shape(n))
+			if (check_operands(n) || check_edges(n, bad_out) || check_return(n, bad_out) ||
+			    check_tuple_ops(n) || check_shape(n))
 				bad_out[n->id] = 1;
 		}
 	}

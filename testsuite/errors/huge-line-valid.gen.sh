@@ -11,8 +11,8 @@ awk 'BEGIN {
 	printf "      : ("
 	for (i = 0; i < 400000; i++)
 		printf "%s<Int64, NoShape>", (i ? ", " : "")
-	print ") -> (<Tuple[Int64*400000], TupleShape(NoShape)>)"
+	print ") -> (<Tuple[Int64*400000]>)"
 	print "  Return(%0)"
-	print "      : (<Tuple[Int64*400000], TupleShape(NoShape)>)"
+	print "      : (<Tuple[Int64*400000]>)"
 	print "}"
 }'
