@@ -186,6 +186,7 @@ static Graph *pending_graph(BuildCtx *b)
 {
 	if (!b->pending) {
 		b->pending = ir_graph_new(b->m, 0);
+		b->pending->loc = (Loc){b->ls.line, 1}; /* until its subgraph line */
 		if (b->pend.n) {
 			b->pending->lead = freeze(b, b->pend.a, b->pend.n);
 			b->pending->nlead = b->pend.n;
