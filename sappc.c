@@ -273,16 +273,18 @@ static void check_usage(const Options *o, const PassManagerOptions *pm, const Re
 {
 	int S = o->pipeline_stages, N = o->device_num;
 	if (S > 1 && N % S != 0)
-		bad_usagef("%d devices cannot be divided into %d pipeline stages (--pipeline-stages must divide --device-num)",
-			   N, S);
+		bad_usagef(
+		    "%d devices cannot be divided into %d pipeline stages (--pipeline-stages must divide --device-num)",
+		    N, S);
 	if (o->rank >= N)
-		bad_usagef("--rank=%d is out of range for %d device%s (ranks 0 to %d)", o->rank, N, N == 1 ? "" : "s", N - 1);
+		bad_usagef("--rank=%d is out of range for %d device%s (ranks 0 to %d)", o->rank, N, N == 1 ? "" : "s",
+		           N - 1);
 	for (int i = 0; i < o->nstage_rules && S > 1; i++) {
 		const char *eq = strrchr(o->stage_rules[i], '=');
 		long k = strtol(eq + 1, NULL, 10);
 		if (k >= S)
-			bad_usagef("--stage=%s: stage %ld is out of range for %d pipeline stages (0 to %d)", o->stage_rules[i],
-				   k, S, S - 1);
+			bad_usagef("--stage=%s: stage %ld is out of range for %d pipeline stages (0 to %d)",
+			           o->stage_rules[i], k, S, S - 1);
 	}
 	if (pm->print_after) {
 		int found = 0;
@@ -292,7 +294,12 @@ static void check_usage(const Options *o, const PassManagerOptions *pm, const Re
 			bad_usage("--print-after=%s names a pass that is not in the pipeline", pm->print_after);
 	}
 	if (q->all_ranks) {
-		const char *other = q->out_given ? "--output" : q->dot ? "--dot" : q->svg ? "--svg" : q->simulate ? "--simulate" : q->report ? "--report" : NULL;
+		const char *other = q->out_given  ? "--output"
+		                    : q->dot      ? "--dot"
+		                    : q->svg      ? "--svg"
+		                    : q->simulate ? "--simulate"
+		                    : q->report   ? "--report"
+		                                  : NULL;
 		if (other)
 			bad_usagef("--all-ranks writes one graph per rank and cannot be combined with %s", other);
 	}

@@ -234,7 +234,8 @@ static Graph *node_graph(BuildCtx *b, Loc loc)
 	/* a dump (a header or subgraph blocks) keeps every node in a block;
 	 * only a file of bare node lines forms an implicit graph */
 	if (!b->fragment && (b->m->has_header || b->blocks || b->pending))
-		err(b, loc, "node line outside any subgraph (a dump's nodes go between 'subgraph @NAME(...) {' and '}')");
+		err(b, loc,
+		    "node line outside any subgraph (a dump's nodes go between 'subgraph @NAME(...) {' and '}')");
 	Sym name = b->m->entry ? b->m->entry : intern_cstr("main");
 	Graph *g;
 	if (b->pending) {
@@ -923,8 +924,9 @@ void b_sg_open(BuildCtx *b, Loc loc, Tok *name, Tok *parent, VList *params)
 {
 	flush_node(b);
 	if (!b->fragment && b->implicit_g && !b->blocks && b->implicit_g->nodes.n)
-		diag_error_at(b->implicit_g->nodes.a[0]->loc,
-			      "node line outside any subgraph (a dump's nodes go between 'subgraph @NAME(...) {' and '}')");
+		diag_error_at(
+		    b->implicit_g->nodes.a[0]->loc,
+		    "node line outside any subgraph (a dump's nodes go between 'subgraph @NAME(...) {' and '}')");
 	b->blocks++;
 	if (b->cur && b->in_braces) {
 		err(b, loc, "starts inside subgraph '@%s', which is missing its '}'", sym_str(b->cur->name));
@@ -1630,10 +1632,10 @@ static Sym dtype_of(const char *t)
  * mindspore/core/ir/dtype/number.cc: Bool, Int<n>, UInt<n>, Float<n>, BFloat16,
  * Complex<n>) and the short 2022 spellings (Tensor(F32)). */
 static const char *const known_dtypes[] = {
-	"Bool",    "Int4",    "Int8",      "Int16", "Int32", "Int64", "UInt8",     "UInt16",     "UInt32",   "UInt64",
-	"Float16", "Float32", "Float64",   "BFloat16", "Complex64", "Complex128", "String", "Float8E4M3FN",
-	"Float8E5M2", "HiFloat8", "F16",   "F32",   "F64",   "BF16",  "I8",        "I16",        "I32",      "I64",
-	"U8",      "U16",     "U32",       "U64",
+    "Bool",   "Int4",         "Int8",       "Int16",    "Int32",   "Int64",    "UInt8",     "UInt16",
+    "UInt32", "UInt64",       "Float16",    "Float32",  "Float64", "BFloat16", "Complex64", "Complex128",
+    "String", "Float8E4M3FN", "Float8E5M2", "HiFloat8", "F16",     "F32",      "F64",       "BF16",
+    "I8",     "I16",          "I32",        "I64",      "U8",      "U16",      "U32",       "U64",
 };
 
 /* Every tensor element type in a type string (a tuple names several):

@@ -149,8 +149,8 @@ enum { OPF_ELIMINATE = 1, OPF_PRIMFUNC = 2, OPF_COMM = 4, OPF_ACTIVATION = 8, OP
 
 typedef struct OpInfo {
 	const char *name;
-	int8_t arity;       /* leading tensor operands; -1 = variadic */
-	int8_t amin, amax;  /* operand count bounds (-1: not checked) */
+	int8_t arity;      /* leading tensor operands; -1 = variadic */
+	int8_t amin, amax; /* operand count bounds (-1: not checked) */
 	uint8_t shape;
 	uint8_t family;
 	uint16_t flags;

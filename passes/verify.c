@@ -152,15 +152,17 @@ static int check_edges(const Node *n, const uint8_t *bad_out)
 			char a[256], b[256];
 			abs_text(a, sizeof a, &p->out);
 			abs_text(b, sizeof b, &n->in_types[i]);
-			diag_error_at(type_loc(n), "%s: operand %u is %s on this type line, but its producer %s gives %s",
-				      label(n, lu, sizeof lu), i + 1, b, label(p, lp, sizeof lp), a);
+			diag_error_at(type_loc(n),
+			              "%s: operand %u is %s on this type line, but its producer %s gives %s",
+			              label(n, lu, sizeof lu), i + 1, b, label(p, lp, sizeof lp), a);
 			bad = 1;
 		} else {
 			char a[128], b[128];
 			fmt_dims(a, sizeof a, ps->dims, ps->rank);
 			fmt_dims(b, sizeof b, is->dims, is->rank);
-			diag_error_at(type_loc(n), "%s: operand %u has shape %s on this type line, but its producer %s gives %s",
-				      label(n, lu, sizeof lu), i + 1, b, label(p, lp, sizeof lp), a);
+			diag_error_at(type_loc(n),
+			              "%s: operand %u has shape %s on this type line, but its producer %s gives %s",
+			              label(n, lu, sizeof lu), i + 1, b, label(p, lp, sizeof lp), a);
 			bad = 1;
 		}
 		if (p->kind == NK_PARAM)
@@ -201,10 +203,10 @@ static int check_operands(const Node *n)
 	if (oi->amin >= 0 && (n->nargs < (uint32_t)oi->amin || n->nargs > (uint32_t)oi->amax)) {
 		if (oi->amin == oi->amax)
 			diag_error_at(n->loc, "%s: %u operand%s, but %s takes %d", label(n, lu, sizeof lu), n->nargs,
-				      n->nargs == 1 ? "" : "s", oi->name, oi->amin);
+			              n->nargs == 1 ? "" : "s", oi->name, oi->amin);
 		else
-			diag_error_at(n->loc, "%s: %u operand%s, but %s takes %d to %d", label(n, lu, sizeof lu), n->nargs,
-				      n->nargs == 1 ? "" : "s", oi->name, oi->amin, oi->amax);
+			diag_error_at(n->loc, "%s: %u operand%s, but %s takes %d to %d", label(n, lu, sizeof lu),
+			              n->nargs, n->nargs == 1 ? "" : "s", oi->name, oi->amin, oi->amax);
 		return 1;
 	}
 	if (!takes_tensors(oi))
@@ -216,13 +218,14 @@ static int check_operands(const Node *n)
 		if (i < (uint32_t)oi->arity && is_seq(&a->shape)) {
 			abs_text(t, sizeof t, a);
 			diag_error_at(n->loc, "%s: operand %u is %s, but %s computes on a tensor there",
-				      label(n, lu, sizeof lu), i + 1, t, oi->name);
+			              label(n, lu, sizeof lu), i + 1, t, oi->name);
 			return 1;
 		}
 		if (i >= (uint32_t)oi->arity && n->args[i].kind == V_NODE && a->is_tensor && is_dims(&a->shape)) {
 			abs_text(t, sizeof t, a);
 			diag_error_at(n->loc, "%s: operand %u is a tensor (%s), but %s takes %d tensor operand%s",
-				      label(n, lu, sizeof lu), i + 1, t, oi->name, oi->arity, oi->arity == 1 ? "" : "s");
+			              label(n, lu, sizeof lu), i + 1, t, oi->name, oi->arity,
+			              oi->arity == 1 ? "" : "s");
 			return 1;
 		}
 	}
@@ -249,7 +252,7 @@ static int check_tuple_ops(const Node *n)
 	if (n->op == OP_MakeTuple && o->kind == SK_TUPLE) {
 		if (o->rank != n->nargs) {
 			diag_error_at(type_loc(n), "%s: the declared tuple has %u elements for %u operands",
-				      label(n, lu, sizeof lu), o->rank, n->nargs);
+			              label(n, lu, sizeof lu), o->rank, n->nargs);
 			return 1;
 		}
 		for (uint32_t i = 0; i < n->nargs; i++) {
@@ -257,8 +260,10 @@ static int check_tuple_ops(const Node *n)
 			if (x && !same_value_shape(&x->shape, &o->sub[i])) {
 				abs_text(a, sizeof a, &n->out);
 				abs_text(b, sizeof b, x);
-				diag_error_at(type_loc(n), "%s: operand %u is %s, but the declared tuple %s has another element there",
-					      label(n, lu, sizeof lu), i + 1, b, a);
+				diag_error_at(
+				    type_loc(n),
+				    "%s: operand %u is %s, but the declared tuple %s has another element there",
+				    label(n, lu, sizeof lu), i + 1, b, a);
 				return 1;
 			}
 		}
@@ -271,14 +276,14 @@ static int check_tuple_ops(const Node *n)
 		if (k < 0 || k >= t->shape.rank) {
 			abs_text(a, sizeof a, t);
 			diag_error_at(n->loc, "%s: item %lld of %s, which has %u elements", label(n, lu, sizeof lu),
-				      (long long)k, a, t->shape.rank);
+			              (long long)k, a, t->shape.rank);
 			return 1;
 		}
 		if (!same_value_shape(&t->shape.sub[k], o)) {
 			abs_text(a, sizeof a, &n->out);
 			abs_text(b, sizeof b, t);
-			diag_error_at(type_loc(n), "%s: declares %s, but item %lld of %s differs", label(n, lu, sizeof lu), a,
-				      (long long)k, b);
+			diag_error_at(type_loc(n), "%s: declares %s, but item %lld of %s differs",
+			              label(n, lu, sizeof lu), a, (long long)k, b);
 			return 1;
 		}
 	}
@@ -413,14 +418,17 @@ static void check_whole(const Graph *g)
 	for (uint32_t i = 0; i < g->nodes.n; i++) {
 		const Node *n = g->nodes.a[i];
 		if (n->kind == NK_RETURN && i + 1 < g->nodes.n)
-			diag_error_at(g->nodes.a[i + 1]->loc, "%s comes after the Return of subgraph '@%s' (the Return is a graph's last node)",
-				      label(g->nodes.a[i + 1], lu, sizeof lu), sym_str(g->name));
+			diag_error_at(g->nodes.a[i + 1]->loc,
+			              "%s comes after the Return of subgraph '@%s' (the Return is a graph's last node)",
+			              label(g->nodes.a[i + 1], lu, sizeof lu), sym_str(g->name));
 		if ((n->kind == NK_CNODE || n->kind == NK_RETURN) && !n->out.tstr)
-			diag_error_at(n->loc, "%s has no type line (write '      : (<INPUT TYPES>)%s' under the node line)",
-				      label(n, lu, sizeof lu), n->kind == NK_RETURN ? "" : " -> (<OUTPUT TYPE>)");
+			diag_error_at(n->loc,
+			              "%s has no type line (write '      : (<INPUT TYPES>)%s' under the node line)",
+			              label(n, lu, sizeof lu), n->kind == NK_RETURN ? "" : " -> (<OUTPUT TYPE>)");
 	}
 	if (!g->nodes.n || g->nodes.a[g->nodes.n - 1]->kind != NK_RETURN)
-		diag_error_at(g->loc, "subgraph '@%s' has no Return (its last node must be 'Return(%%k)')", sym_str(g->name));
+		diag_error_at(g->loc, "subgraph '@%s' has no Return (its last node must be 'Return(%%k)')",
+		              sym_str(g->name));
 }
 
 int pass_verify(Module *m, const Options *o)
