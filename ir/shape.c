@@ -285,8 +285,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 					else if (!add_ok(d[i], e->dims[i], &d[i]))
 						return WHY("Concat size along axis %lld overflows", (long long)axis);
 				} else if (d[i] >= 0 && e->dims[i] >= 0 && d[i] != e->dims[i]) {
-					return WHY("Concat pieces differ in dimension %d: %lld against %lld", i, (long long)d[i],
-					           (long long)e->dims[i]);
+					return WHY("Concat pieces differ in dimension %d: %lld against %lld", i,
+					           (long long)d[i], (long long)e->dims[i]);
 				}
 			}
 		}

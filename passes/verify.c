@@ -239,6 +239,46 @@ static int same_value_shape(const Shape *a, const Shape *b)
 	return shape_equal(a, b);
 }
 
+/* literal operand i, else attribute key, as an integer */
+static int int_arg(const Node *n, uint32_t i, const char *key, int64_t *v)
+{
+	if (i < n->nargs && n->args[i].kind != V_NODE && n->args[i].kind != V_EXTERN)
+		return value_get_int(&n->args[i], v);
+	return value_get_int(ir_attr_get(&n->pattrs, key), v);
+}
+
+/* Split(x, axis, output_num) gives output_num equal pieces of x along axis. */
+static int check_split(const Node *n)
+{
+	char lu[160], a[256], b[256];
+	const Abs *x = operand_abs(n, 0);
+	int64_t axis, num;
+	if (!x || x->shape.kind != SK_DIMS || !int_arg(n, 1, "axis", &axis) || !int_arg(n, 2, "output_num", &num))
+		return 0;
+	const Shape *xs = &x->shape, *o = &n->out.shape;
+	if (axis < 0)
+		axis += xs->rank;
+	int ok = axis >= 0 && axis < xs->rank && num == o->rank && num > 0;
+	int64_t piece = ok ? xs->dims[axis] : 0;
+	if (ok && piece >= 0) {
+		ok = piece % num == 0;
+		piece /= num;
+	}
+	for (int k = 0; ok && k < o->rank; k++) {
+		const Shape *e = &o->sub[k];
+		ok = e->kind == SK_DIMS && e->rank == xs->rank;
+		for (int i = 0; ok && i < xs->rank; i++)
+			ok = e->dims[i] == (i == axis ? piece : xs->dims[i]);
+	}
+	if (ok)
+		return 0;
+	abs_text(a, sizeof a, &n->out);
+	abs_text(b, sizeof b, x);
+	diag_error_at(type_loc(n), "%s: declares %s, which is not %s in %lld equal pieces along axis %lld",
+	              label(n, lu, sizeof lu), a, b, (long long)num, (long long)axis);
+	return 1;
+}
+
 /* MakeTuple and TupleGetItem have no shape rule, but their types follow
  * from their operands all the same: a tuple's elements are its operands,
  * an item is its tuple's element (so nothing sized differently reaches the
@@ -269,6 +309,8 @@ static int check_tuple_ops(const Node *n)
 		}
 	}
 	int64_t k;
+	if (n->op == OP_Split && o->kind == SK_TUPLE)
+		return check_split(n);
 	if (n->op == OP_TupleGetItem && n->nargs == 2 && value_get_int(&n->args[1], &k)) {
 		const Abs *t = operand_abs(n, 0);
 		if (!t || !is_seq(&t->shape))
