@@ -151,7 +151,7 @@ static void usage(FILE *f)
 	      "  -n, --device-num=N      number of devices, 1 to 65536 (default 1)\n"
 	      "      --parallel-mode=MODE  auto (SAPP search, the default; also recursive_programming)\n"
 	      "                          or semi_auto (keep given strategies, batch-parallel default)\n"
-	      "      --pipeline-stages=S pipeline stages (default 1); S must divide N\n"
+	      "      --pipeline-stages=S pipeline stages, 1 to 64 (default 1); S must divide N\n"
 	      "      --micro-batch-num=K micro-batches per step with pipeline stages (default 1)\n"
 	      "      --dataset-strategy=data_parallel|full_batch\n"
 	      "                          how graph inputs are split (default data_parallel)\n"
@@ -268,6 +268,64 @@ static NORETURN void bad_usage(const char *fmt, const char *arg)
 	fprintf(stderr, fmt, arg);
 	fprintf(stderr, "\nTry 'sappc --help' for more information.\n");
 	exit(2);
+}
+
+/* bad_usage with a message formatted here */
+static NORETURN void bad_usagef(const char *fmt, ...) PRINTF(1, 2);
+static NORETURN void bad_usagef(const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	bad_usage("%s", msg);
+}
+
+/* What the driver is asked to do besides the pipeline: the outputs and
+ * reports that --all-ranks would silently drop. */
+typedef struct Requests {
+	int out_given, simulate;
+	const char *dot, *svg, *report, *html, *all_ranks;
+} Requests;
+
+/* Option combinations that no graph can satisfy are usage errors (exit 2),
+ * found before the input is read (sappc(1), EXIT STATUS). */
+static void check_usage(const Options *o, const PassManagerOptions *pm, const Requests *q)
+{
+	int S = o->pipeline_stages, N = o->device_num;
+	if (S > 1 && N % S != 0)
+		bad_usagef(
+		    "%d devices cannot be divided into %d pipeline stages (--pipeline-stages must divide --device-num)",
+		    N, S);
+	if (o->rank >= N)
+		bad_usagef("--rank=%d is out of range for %d device%s (ranks 0 to %d)", o->rank, N, N == 1 ? "" : "s",
+		           N - 1);
+	for (int i = 0; i < o->nstage_rules && S > 1; i++) {
+		const char *eq = strrchr(o->stage_rules[i], '=');
+		long k = strtol(eq + 1, NULL, 10);
+		if (k >= S)
+			bad_usagef("--stage=%s: stage %ld is out of range for %d pipeline stages (0 to %d)",
+			           o->stage_rules[i], k, S, S - 1);
+	}
+	if (pm->print_after) {
+		int found = 0;
+		for (int i = 0; i < pm->npasses; i++)
+			found |= strcmp(pm->passes[i]->name, pm->print_after) == 0;
+		if (!found)
+			bad_usage("--print-after=%s names a pass that is not in the pipeline", pm->print_after);
+	}
+	if (q->all_ranks) {
+		const char *other = q->out_given  ? "--output"
+		                    : q->dot      ? "--dot"
+		                    : q->svg      ? "--svg"
+		                    : q->simulate ? "--simulate"
+		                    : q->report   ? "--report"
+		                    : q->html     ? "--html"
+		                                  : NULL;
+		if (other)
+			bad_usagef("--all-ranks writes one graph per rank and cannot be combined with %s", other);
+	}
 }
 
 static long parse_long(const char *opt, const char *s, long lo, long hi)
@@ -596,7 +654,7 @@ int main(int argc, char **argv)
 			o.interfered = 1;
 			break;
 		case OPT_PIPELINE_STAGES:
-			o.pipeline_stages = (int)parse_long("--pipeline-stages", optarg, 1, 65536);
+			o.pipeline_stages = (int)parse_long("--pipeline-stages", optarg, 1, PIPELINE_MAX_STAGES);
 			break;
 		case OPT_MICRO_BATCH_NUM:
 			o.micro_batch_num = (int)parse_long("--micro-batch-num", optarg, 1, 1 << 30);
@@ -661,7 +719,7 @@ int main(int argc, char **argv)
 			const char *eq = strrchr(optarg, '=');
 			if (!eq || eq == optarg)
 				bad_usage("--stage=%s: expected PATTERN=K", optarg);
-			parse_long("--stage", eq + 1, 0, 1023);
+			parse_long("--stage", eq + 1, 0, PIPELINE_MAX_STAGES - 1);
 			stage_rules = xrealloc(stage_rules, (size_t)(o.nstage_rules + 1) * sizeof *stage_rules);
 			stage_rules[o.nstage_rules++] = optarg;
 			o.stage_rules = stage_rules;
@@ -723,11 +781,6 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (o.pipeline_stages > 1 && o.device_num % o.pipeline_stages != 0) {
-		/* an impossible configuration, like a bad strategy: exit 1 */
-		diag_error("%d devices cannot be divided into %d pipeline stages", o.device_num, o.pipeline_stages);
-		return 1;
-	}
 	{
 		const char *env = getenv("MS_INTERFERED_SAPP");
 		if (env && strcmp(env, "1") == 0)
@@ -747,6 +800,7 @@ int main(int argc, char **argv)
 		if (!found)
 			bad_usage("--stop-after=%s names a pass that is not in the pipeline", pm.stop_after);
 	}
+	check_usage(&o, &pm, &(Requests){out_given, simulate, dot, svg, report, html, all_ranks});
 	pm.verify_each = pm.verify_each;
 	o.verify_each = pm.verify_each;
 	o.time_passes = pm.time_passes;

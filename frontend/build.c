@@ -53,6 +53,10 @@ struct BuildCtx {
 	Sym cycle;
 	Sym funcunion;
 	int skip;            /* a node line failed to parse: drop its type line */
+	int commented;       /* a "#" line came after b->last's node line */
+	int blocks;          /* "subgraph @g(...) {" lines read so far */
+	Graph *implicit_g;   /* the graph of node lines outside any block, if any */
+	Loc entry_loc;       /* the "# IR entry" line */
 	int fragment;
 	const char *fname;
 };
@@ -160,6 +164,7 @@ static void lexerr(LexState *ls, const char *p, const char *fmt, ...)
 static void flush_node(BuildCtx *b)
 {
 	Node *n = b->last;
+	b->commented = 0;
 	if (n) {
 		if (b->nodelines.n) {
 			NodeExt *x = ir_node_ext_mut(b->m, n);
@@ -181,6 +186,7 @@ static Graph *pending_graph(BuildCtx *b)
 {
 	if (!b->pending) {
 		b->pending = ir_graph_new(b->m, 0);
+		b->pending->loc = (Loc){b->ls.line, 1}; /* until its subgraph line */
 		if (b->pend.n) {
 			b->pending->lead = freeze(b, b->pend.a, b->pend.n);
 			b->pending->nlead = b->pend.n;
@@ -218,8 +224,18 @@ static void attach_header_params(BuildCtx *b, Graph *g)
  * for the hand-written minimal form and dump fragments. */
 static Graph *node_graph(BuildCtx *b, Loc loc)
 {
-	if (b->cur)
+	if (b->cur) {
+		/* the Return ends a graph's nodes (ir-format.md §1.3) */
+		if (!b->fragment && b->cur->nodes.n && b->cur->nodes.a[b->cur->nodes.n - 1]->kind == NK_RETURN)
+			err(b, loc, "node line after the Return of subgraph '@%s' (the Return is a graph's last node)",
+			    sym_str(b->cur->name));
 		return b->cur;
+	}
+	/* a dump (a header or subgraph blocks) keeps every node in a block;
+	 * only a file of bare node lines forms an implicit graph */
+	if (!b->fragment && (b->m->has_header || b->blocks || b->pending))
+		err(b, loc,
+		    "node line outside any subgraph (a dump's nodes go between 'subgraph @NAME(...) {' and '}')");
 	Sym name = b->m->entry ? b->m->entry : intern_cstr("main");
 	Graph *g;
 	if (b->pending) {
@@ -242,6 +258,8 @@ static Graph *node_graph(BuildCtx *b, Loc loc)
 		attach_header_params(b, g);
 	b->cur = g;
 	b->implicit = 1;
+	if (!b->implicit_g)
+		b->implicit_g = g;
 	b->locals.n = 0;
 	b->in_order = 0;
 	return g;
@@ -718,8 +736,9 @@ int b_abort(BuildCtx *b)
 	return diag_too_many();
 }
 
-void b_entry(BuildCtx *b, Tok *t)
+void b_entry(BuildCtx *b, Loc loc, Tok *t)
 {
+	b->entry_loc = loc;
 	b->m->entry = t->s;
 	b->m->has_header = 1;
 	if (b->pend.n && !b->m->nlead && !b->m->graphs.n) {
@@ -904,6 +923,11 @@ Value b_sgparam(BuildCtx *b, Tok *t)
 void b_sg_open(BuildCtx *b, Loc loc, Tok *name, Tok *parent, VList *params)
 {
 	flush_node(b);
+	if (!b->fragment && b->implicit_g && !b->blocks && b->implicit_g->nodes.n)
+		diag_error_at(
+		    b->implicit_g->nodes.a[0]->loc,
+		    "node line outside any subgraph (a dump's nodes go between 'subgraph @NAME(...) {' and '}')");
+	b->blocks++;
 	if (b->cur && b->in_braces) {
 		err(b, loc, "starts inside subgraph '@%s', which is missing its '}'", sym_str(b->cur->name));
 		diag_note_at(b->cur->loc, "subgraph '@%s' starts here", sym_str(b->cur->name));
@@ -1018,6 +1042,7 @@ void b_comment(BuildCtx *b, Tok *t)
 	}
 	if (b->last) {
 		add_line(&b->nodelines, s);
+		b->commented = 1;
 		return;
 	}
 	if (b->pending && !b->cur) {
@@ -1038,6 +1063,7 @@ void b_scope(BuildCtx *b, Loc loc, Tok *t)
 	if (b->last && !b->last->scope_kind && b->nodelines.n == 0) {
 		b->last->scope_kind = (uint8_t)t->k;
 		b->last->scope = t->s;
+		b->commented = 1;
 		return;
 	}
 	b_comment(b, t);
@@ -1091,8 +1117,18 @@ static void apply_groups(BuildCtx *b, Node *n, Groups *g)
 	if (!st)
 		st = ir_attr_get(&xr->cattrs, "pipeline_stage");
 	int64_t s;
-	if (st && value_get_int(st, &s))
-		n->stage = (int32_t)s;
+	if (!st)
+		return;
+	if (st->kind != V_INT || !value_get_int(st, &s)) {
+		err(b, n->loc, "the stage attribute must be an integer");
+		return;
+	}
+	if (s < 0 || s >= PIPELINE_MAX_STAGES) {
+		err(b, n->loc, "stage %lld is out of range (pipeline stages are numbered 0 to %d)", (long long)s,
+		    PIPELINE_MAX_STAGES - 1);
+		return;
+	}
+	n->stage = (int32_t)s;
 }
 
 static void register_local(BuildCtx *b, Loc loc, int64_t k, Node *n)
@@ -1202,6 +1238,13 @@ static void typeline(BuildCtx *b, Loc loc, Loc eol, VList *ins, Abs *out)
 		return; /* the node line above failed to parse: already reported */
 	if (!n) {
 		err(b, loc, "type line without a node above it");
+		return;
+	}
+	if (!n->has_type_line && b->commented) {
+		/* real dumps print the type line right under its node; after a
+		 * comment it would be taken for a further (kernel) type line and
+		 * the node would lose its shapes */
+		err(b, loc, "it must come right under the node line, before any '#' line");
 		return;
 	}
 	if (n->has_type_line || b->nodelines.n) {
@@ -1585,6 +1628,37 @@ static Sym dtype_of(const char *t)
 	return intern(p, (size_t)(e - p));
 }
 
+/* Element types a tensor may have: MindSpore's type names (mindspore-ai/mindspore,
+ * mindspore/core/ir/dtype/number.cc: Bool, Int<n>, UInt<n>, Float<n>, BFloat16,
+ * Complex<n>) and the short 2022 spellings (Tensor(F32)). */
+static const char *const known_dtypes[] = {
+    "Bool",   "Int4",         "Int8",       "Int16",    "Int32",   "Int64",    "UInt8",     "UInt16",
+    "UInt32", "UInt64",       "Float16",    "Float32",  "Float64", "BFloat16", "Complex64", "Complex128",
+    "String", "Float8E4M3FN", "Float8E5M2", "HiFloat8", "F16",     "F32",      "F64",       "BF16",
+    "I8",     "I16",          "I32",        "I64",      "U8",      "U16",      "U32",       "U64",
+};
+
+/* Every tensor element type in a type string (a tuple names several):
+ * an unknown one is an error, not a tensor of 4-byte elements. */
+static void check_dtypes(BuildCtx *b, Loc loc, const char *t)
+{
+	for (const char *p = t; (p = strstr(p, "Tensor")) != NULL;) {
+		p += 6;
+		char close = *p == '[' ? ']' : *p == '(' ? ')' : 0;
+		if (!close)
+			continue;
+		const char *e = strchr(++p, close);
+		if (!e)
+			return;
+		size_t n = (size_t)(e - p), i;
+		for (i = 0; i < sizeof known_dtypes / sizeof known_dtypes[0]; i++)
+			if (strlen(known_dtypes[i]) == n && memcmp(known_dtypes[i], p, n) == 0)
+				break;
+		if (i == sizeof known_dtypes / sizeof known_dtypes[0])
+			err(b, loc, "unknown tensor element type '%.*s'", (int)n, p);
+	}
+}
+
 static int to_shape(BuildCtx *b, Loc loc, const Value *v, Shape *s)
 {
 	memset(s, 0, sizeof *s);
@@ -1644,6 +1718,7 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 	a->is_ref = strncmp(t, "Ref[", 4) == 0;
 	a->dtype = dtype_of(t);
 	a->is_tensor = a->dtype != 0;
+	check_dtypes(b, loc, t);
 	Vec(Sym) extras = {0};
 	Sym ref_key = 0;
 	uint8_t ref_colon = 0;
@@ -1804,6 +1879,19 @@ static void resolve_foreign(BuildCtx *b)
 	}
 }
 
+/* What the graphs of a dump must be: every name once, the entry the header
+ * names present.  An excerpt (--fragment) may hold any part of a dump, even
+ * a graph printed twice (analyze_fail files).  verify checks the rest (a
+ * Return ends every graph, every node has its types). */
+static void check_graphs(BuildCtx *b)
+{
+	if (b->fragment)
+		return;
+	ir_check_graph_names(b->m);
+	if (b->m->has_header && !ir_find_graph(b->m, b->m->entry))
+		diag_error_at(b->entry_loc, "the entry graph '@%s' is not in the file", sym_str(b->m->entry));
+}
+
 static int check_nul(const char *fname, const char *buf, size_t len)
 {
 	const char *z = memchr(buf, 0, len);
@@ -1821,20 +1909,56 @@ static int check_nul(const char *fname, const char *buf, size_t len)
 	return -1;
 }
 
+/* The input is UTF-8 text (names, scopes and debug lines are MindSpore
+ * strings): the first byte that does not start or continue a well-formed
+ * sequence is an error. */
+static int check_utf8(const char *buf, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)buf, *e = p + len;
+	uint32_t line = 1;
+	const unsigned char *ls = p;
+	while (p < e) {
+		unsigned c = *p;
+		if (c < 0x80) {
+			if (c == '\n') {
+				line++;
+				ls = p + 1;
+			}
+			p++;
+			continue;
+		}
+		size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+		int ok = n && (size_t)(e - p) >= n;
+		for (size_t i = 1; ok && i < n; i++)
+			ok = (p[i] & 0xc0) == 0x80;
+		/* no overlong forms, surrogates or code points past U+10FFFF */
+		if (ok && n == 3)
+			ok = !(c == 0xe0 && p[1] < 0xa0) && !(c == 0xed && p[1] >= 0xa0);
+		if (ok && n == 4)
+			ok = !(c == 0xf0 && p[1] < 0x90) && !(c == 0xf4 && p[1] >= 0x90);
+		if (!ok) {
+			diag_error_at((Loc){line, (uint32_t)(p - ls) + 1}, "invalid UTF-8 byte 0x%02x in the input", c);
+			return -1;
+		}
+		p += n;
+	}
+	return 0;
+}
+
 Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment)
 {
 	Source src = {filename, buf, len};
 	diag_set_source(&src);
 	int errs0 = diag_errors();
 	if (len == 0) {
-		diag_error_at((Loc){0, 0}, "empty input: no graph to read");
+		diag_error_at((Loc){1, 1}, "empty input: no graph to read");
 		return NULL;
 	}
 	if (strspn(buf, " \t\r\n") == len) {
-		diag_error_at((Loc){0, 0}, "the input is only white space: no graph to read");
+		diag_error_at((Loc){1, 1}, "the input is only white space: no graph to read");
 		return NULL;
 	}
-	if (check_nul(filename, buf, len))
+	if (check_nul(filename, buf, len) || check_utf8(buf, len))
 		return NULL;
 	BuildCtx *b = xcalloc(1, sizeof *b);
 	b->m = ir_module_new(filename);
@@ -1856,6 +1980,8 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 		if (!b->pending->name)
 			b->pending->name = intern_cstr("main");
 	}
+	if (diag_errors() == errs0 && rc == 0)
+		check_graphs(b);
 	if (b->hparams.n) {
 		Graph *g = ir_entry(b->m);
 		if (!g) {
@@ -1875,7 +2001,7 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 		}
 	}
 	if (!b->m->graphs.n && !diag_errors() && !b->m->has_header)
-		diag_error_at((Loc){0, 0}, "no graph, node or parameter in the input");
+		diag_error_at((Loc){1, 1}, "no graph, node or parameter in the input");
 	if (!b->m->graphs.n)
 		ir_graph_new(b->m, b->m->entry ? b->m->entry : intern_cstr("main"));
 	if (!b->m->entry)

@@ -91,7 +91,7 @@ enum { SE_OTHER, SE_EOL, SE_BADCHAR, SE_BADSTRING, SE_BADINT, SE_UNTERMINATED, S
 void b_syntax_error_at(BuildCtx *b, Loc loc, int cls, const char *got, const char **expected, int nexpected);
 void b_recover(BuildCtx *b);
 int b_abort(BuildCtx *b);
-void b_entry(BuildCtx *b, Tok *t);
+void b_entry(BuildCtx *b, Loc loc, Tok *t);
 void b_header_attrs(BuildCtx *b);
 void b_attrline(BuildCtx *b, Tok *t);
 void b_paramdef(BuildCtx *b, Loc loc, Tok *t, Abs *type, VList *tail);

@@ -73,7 +73,7 @@ file:	  %empty
 	;
 
 line:	  NL
-	| HDR_ENTRY NL			{ b_entry(b, &$1); }
+	| HDR_ENTRY NL			{ b_entry(b, LOC(@1), &$1); }
 	| HDR_NSUB NL
 	| HDR_ATTRS NL			{ b_header_attrs(b); }
 	| ATTRLINE NL			{ b_attrline(b, &$1); }

@@ -63,6 +63,39 @@ Graph *ir_entry(Module *m)
 	return g ? g : (m->graphs.n ? m->graphs.a[0] : NULL);
 }
 
+/* (name, position) of a graph: names given twice are found by sorting */
+typedef struct GraphKey {
+	Sym name;
+	uint32_t index;
+} GraphKey;
+
+static int graphkey_cmp(const void *pa, const void *pb)
+{
+	const GraphKey *a = pa, *b = pb;
+	if (a->name != b->name)
+		return a->name < b->name ? -1 : 1;
+	return a->index < b->index ? -1 : a->index > b->index;
+}
+
+int ir_check_graph_names(const Module *m)
+{
+	uint32_t n = m->graphs.n;
+	int bad = 0;
+	GraphKey *k = xmalloc((n + 1) * sizeof *k);
+	for (uint32_t i = 0; i < n; i++)
+		k[i] = (GraphKey){m->graphs.a[i]->name, i};
+	qsort(k, n, sizeof *k, graphkey_cmp);
+	for (uint32_t i = 1; i < n; i++)
+		if (k[i].name == k[i - 1].name) {
+			const Graph *first = m->graphs.a[k[i - 1].index], *again = m->graphs.a[k[i].index];
+			diag_error_at(again->loc, "subgraph '@%s' is defined twice", sym_str(again->name));
+			diag_note_at(first->loc, "first defined here");
+			bad = 1;
+		}
+	free(k);
+	return bad;
+}
+
 Graph *ir_find_graph(Module *m, Sym name)
 {
 	for (uint32_t i = 0; i < m->graphs.n; i++)

@@ -5,7 +5,7 @@
 #include "sappc.h"
 
 const OpInfo op_table[OP_COUNT_] = {
-#define OP(id, name, arity, shape, family, flags) {name, arity, shape, family, flags},
+#define OP(id, name, arity, amin, amax, shape, family, flags) {name, arity, amin, amax, shape, family, flags},
 #include "ops.def"
 #undef OP
 };

@@ -79,7 +79,7 @@ void intern_free_all(void);
 
 /* --------------------------------------------------------------- ops.def */
 enum {
-#define OP(id, name, arity, shape, family, flags) OP_##id,
+#define OP(id, name, arity, amin, amax, shape, family, flags) OP_##id,
 #include "ops.def"
 #undef OP
 	OP_COUNT_
@@ -149,7 +149,8 @@ enum { OPF_ELIMINATE = 1, OPF_PRIMFUNC = 2, OPF_COMM = 4, OPF_ACTIVATION = 8, OP
 
 typedef struct OpInfo {
 	const char *name;
-	int8_t arity; /* tensor inputs; -1 = variadic */
+	int8_t arity;      /* leading tensor operands; -1 = variadic */
+	int8_t amin, amax; /* operand count bounds (-1: not checked) */
 	uint8_t shape;
 	uint8_t family;
 	uint16_t flags;
@@ -390,6 +391,7 @@ size_t ir_module_bytes(const Module *m); /* memory it holds (arena chunks, lists
 Graph *ir_graph_new(Module *m, Sym name);
 Graph *ir_entry(Module *m);
 Graph *ir_find_graph(Module *m, Sym name);
+int ir_check_graph_names(const Module *m); /* two graphs of one name: reported, 1 */
 Node *ir_node_new(Module *m, Graph *g, NodeKind k);
 Node *ir_cnode_new(Module *m, Graph *g, int op, const char *prim, uint32_t nargs); /* not inserted */
 void ir_graph_insert(Graph *g, uint32_t pos, Node *n);
@@ -508,6 +510,11 @@ typedef int (*StdLess)(int x, int y, const void *ctx);
 void std_stable_sort(int *a, int n, int *buf, StdLess less, const void *ctx);
 
 /* ------------------------------------------------------ passes/manager.c */
+/* Pipeline stages are numbered 0 to PIPELINE_MAX_STAGES - 1: the reader
+ * refuses other stage attributes, the driver other --pipeline-stages and
+ * --stage values. */
+#define PIPELINE_MAX_STAGES 64
+
 typedef struct Options {
 	int device_num;
 	int rank;

@@ -255,6 +255,43 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 	case SHAPE_SCALAR:
 		*orank = 0;
 		return 1;
+	case SHAPE_CONCAT: {
+		/* operand 0 is the tuple of the pieces: equal but for the axis,
+		 * where the sizes add up (a dynamic size makes it dynamic) */
+		const Abs *t = ir_in_abs(n, 0);
+		if (!t || t->shape.kind != SK_TUPLE || !t->shape.rank || t->shape.sub[0].kind != SK_DIMS)
+			return 0;
+		const Shape *e0 = &t->shape.sub[0];
+		int64_t axis = 0;
+		const Value *a = operand_or_attr(n, 1, "axis");
+		if (a)
+			value_get_int(a, &axis);
+		if (axis < 0)
+			axis += e0->rank;
+		if (axis < 0 || axis >= e0->rank)
+			return WHY("Concat axis out of range for rank %d", e0->rank);
+		r = e0->rank;
+		copy_dims(d, e0->dims, r);
+		for (int k = 1; k < t->shape.rank; k++) {
+			const Shape *e = &t->shape.sub[k];
+			if (e->kind != SK_DIMS)
+				return 0;
+			if (e->rank != r)
+				return WHY("Concat of a rank %d and a rank %d tensor", r, e->rank);
+			for (int i = 0; i < r; i++) {
+				if (i == axis) {
+					if (d[i] < 0 || e->dims[i] < 0)
+						d[i] = -1;
+					else if (!add_ok(d[i], e->dims[i], &d[i]))
+						return WHY("Concat size along axis %lld overflows", (long long)axis);
+				} else if (d[i] >= 0 && e->dims[i] >= 0 && d[i] != e->dims[i]) {
+					return WHY("Concat pieces differ in dimension %d: %lld against %lld", i,
+					           (long long)d[i], (long long)e->dims[i]);
+				}
+			}
+		}
+		return set_out(d, r, out, orank);
+	}
 	case SHAPE_BROADCAST: {
 		const Shape *acc = NULL;
 		int64_t tmp[MAX_RANK];

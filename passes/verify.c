@@ -6,9 +6,19 @@
  *     graph of the module);
  *   - CNode numbers %k are unique in their graph, parameters %paraN_x in the
  *     module;
- *   - type lines list one type per operand, operand shapes agree with their
- *     producers' declared output shapes, and the declared output shape of
- *     every known operator equals what ops.def's shape rule computes.
+ *   - every graph name is used once, and every graph ends with its only
+ *     Return, which returns one value of the type it declares;
+ *   - every node has its types (a type line), a known operator has as many
+ *     operands as ops.def allows, and its tensor operands are tensors;
+ *   - type lines list one type per operand, operand types (tensor shapes and
+ *     element types, tuple elements) agree with their producers' declared
+ *     output types, and the declared output shape of every known operator
+ *     equals what ops.def's shape rule computes;
+ *   - every shape, tuple elements included, is non-empty and its element
+ *     count fits 64 bits.
+ * This is the contract of the passes after it: they may rely on these
+ * shapes without checking them again.  An excerpt (--fragment) is exempt
+ * from what only a whole dump has (types on every node, Returns).
  * On a parsed file a violation is an input error (exit 1); under
  * --verify-each after a transforming pass it is a bug in sappc.
  */
@@ -76,6 +86,46 @@ static int check_ref(const Node *user, const Value *v, uint32_t pos)
 	return 0;
 }
 
+/* the printed text of an abstract, for messages */
+static void abs_text(char *buf, size_t n, const Abs *a)
+{
+	buf[0] = 0;
+	FILE *f = fmemopen(buf, n, "w");
+	if (!f)
+		return;
+	ir_print_abs(f, a);
+	fclose(f);
+	buf[n - 1] = 0;
+}
+
+static int is_seq(const Shape *s)
+{
+	return s->kind == SK_TUPLE || s->kind == SK_LIST;
+}
+
+static int is_dims(const Shape *s)
+{
+	return s->kind == SK_DIMS || s->kind == SK_OLD;
+}
+
+/* Do a declared abstract and its producer's disagree?  Tensors by shape
+ * and element type (a Ref is the tensor it refers to), tuples and lists
+ * element by element.  Monads, scalars and spellings of "no shape" are
+ * not compared: dumps of different years write them differently. */
+static int abs_differ(const Abs *d, const Abs *p)
+{
+	if (!d->tstr || !p->tstr)
+		return 0;
+	const Shape *a = &d->shape, *b = &p->shape;
+	if ((is_seq(a) || is_dims(a)) != (is_seq(b) || is_dims(b)))
+		return 0;
+	if (is_dims(a) != is_dims(b) || (is_seq(a) && a->kind != b->kind))
+		return 1;
+	if (is_dims(a) && d->dtype && p->dtype && d->dtype != p->dtype)
+		return 1;
+	return !shape_equal(a, b);
+}
+
 /* Operand shapes on the type line must be what their producers declare
  * (bad[id]: the producer's own type line was already reported). */
 static int check_edges(const Node *n, const uint8_t *bad_out)
@@ -96,22 +146,211 @@ static int check_edges(const Node *n, const uint8_t *bad_out)
 		if (bad_out[p->id])
 			continue;
 		const Shape *ps = &p->out.shape, *is = &n->in_types[i].shape;
-		if (ps->kind != SK_DIMS || is->kind != SK_DIMS || !p->out.tstr)
+		if (!abs_differ(&n->in_types[i], &p->out))
 			continue;
-		if (!shape_equal(ps, is)) {
+		if (ps->kind != SK_DIMS || is->kind != SK_DIMS || shape_equal(ps, is)) {
+			char a[256], b[256];
+			abs_text(a, sizeof a, &p->out);
+			abs_text(b, sizeof b, &n->in_types[i]);
+			diag_error_at(type_loc(n),
+			              "%s: operand %u is %s on this type line, but its producer %s gives %s",
+			              label(n, lu, sizeof lu), i + 1, b, label(p, lp, sizeof lp), a);
+			bad = 1;
+		} else {
 			char a[128], b[128];
 			fmt_dims(a, sizeof a, ps->dims, ps->rank);
 			fmt_dims(b, sizeof b, is->dims, is->rank);
-			diag_error_at(type_loc(n), "%s: operand %u has shape %s on this type line, but its producer %s gives %s",
-				      label(n, lu, sizeof lu), i + 1, b, label(p, lp, sizeof lp), a);
-			if (p->kind == NK_PARAM)
-				diag_note_at(p->loc, "%s declared here", lp);
-			else
-				diag_note_at(type_loc(p), "output of %s declared here", lp);
+			diag_error_at(type_loc(n),
+			              "%s: operand %u has shape %s on this type line, but its producer %s gives %s",
+			              label(n, lu, sizeof lu), i + 1, b, label(p, lp, sizeof lp), a);
 			bad = 1;
 		}
+		if (p->kind == NK_PARAM)
+			diag_note_at(p->loc, "%s declared here", lp);
+		else
+			diag_note_at(type_loc(p), "output of %s declared here", lp);
 	}
 	return bad;
+}
+
+/* Operators whose leading operands are computed on as tensors (the others
+ * pass values through, or take a tuple: Concat's operand is one). */
+static int takes_tensors(const OpInfo *oi)
+{
+	return oi->arity > 0 && oi->family != FAM_STRUCT && oi->family != FAM_OPAQUE && oi->family != FAM_VIRTUAL &&
+	       oi->family != FAM_CONCAT;
+}
+
+/* the abstract operand i arrives with: its type-line entry, else its producer's */
+static const Abs *operand_abs(const Node *n, uint32_t i)
+{
+	if (i < n->nin_types && n->in_types[i].tstr)
+		return &n->in_types[i];
+	if (n->args[i].kind == V_NODE && n->args[i].u.node && n->args[i].u.node->out.tstr)
+		return &n->args[i].u.node->out;
+	return NULL;
+}
+
+/* A known operator has as many operands as ops.def allows; its tensor
+ * operands are not tuples or lists, and the attribute-like operands after
+ * them are not tensors computed by the graph (which no layout would cover). */
+static int check_operands(const Node *n)
+{
+	char lu[160], t[256];
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || n->op == OP_UNKNOWN)
+		return 0;
+	const OpInfo *oi = &op_table[n->op];
+	if (oi->amin >= 0 && (n->nargs < (uint32_t)oi->amin || n->nargs > (uint32_t)oi->amax)) {
+		if (oi->amin == oi->amax)
+			diag_error_at(n->loc, "%s: %u operand%s, but %s takes %d", label(n, lu, sizeof lu), n->nargs,
+			              n->nargs == 1 ? "" : "s", oi->name, oi->amin);
+		else
+			diag_error_at(n->loc, "%s: %u operand%s, but %s takes %d to %d", label(n, lu, sizeof lu),
+			              n->nargs, n->nargs == 1 ? "" : "s", oi->name, oi->amin, oi->amax);
+		return 1;
+	}
+	if (!takes_tensors(oi))
+		return 0;
+	for (uint32_t i = 0; i < n->nargs; i++) {
+		const Abs *a = operand_abs(n, i);
+		if (!a)
+			continue;
+		if (i < (uint32_t)oi->arity && is_seq(&a->shape)) {
+			abs_text(t, sizeof t, a);
+			diag_error_at(n->loc, "%s: operand %u is %s, but %s computes on a tensor there",
+			              label(n, lu, sizeof lu), i + 1, t, oi->name);
+			return 1;
+		}
+		if (i >= (uint32_t)oi->arity && n->args[i].kind == V_NODE && a->is_tensor && is_dims(&a->shape)) {
+			abs_text(t, sizeof t, a);
+			diag_error_at(n->loc, "%s: operand %u is a tensor (%s), but %s takes %d tensor operand%s",
+			              label(n, lu, sizeof lu), i + 1, t, oi->name, oi->arity,
+			              oi->arity == 1 ? "" : "s");
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int same_value_shape(const Shape *a, const Shape *b)
+{
+	if (!(is_dims(a) || is_seq(a)) || !(is_dims(b) || is_seq(b)))
+		return 1; /* monads, scalars: not compared */
+	return shape_equal(a, b);
+}
+
+/* literal operand i, else attribute key, as an integer */
+static int int_arg(const Node *n, uint32_t i, const char *key, int64_t *v)
+{
+	if (i < n->nargs && n->args[i].kind != V_NODE && n->args[i].kind != V_EXTERN)
+		return value_get_int(&n->args[i], v);
+	return value_get_int(ir_attr_get(&n->pattrs, key), v);
+}
+
+/* Split(x, axis, output_num) gives output_num equal pieces of x along axis. */
+static int check_split(const Node *n)
+{
+	char lu[160], a[256], b[256];
+	const Abs *x = operand_abs(n, 0);
+	int64_t axis, num;
+	if (!x || x->shape.kind != SK_DIMS || !int_arg(n, 1, "axis", &axis) || !int_arg(n, 2, "output_num", &num))
+		return 0;
+	const Shape *xs = &x->shape, *o = &n->out.shape;
+	if (axis < 0)
+		axis += xs->rank;
+	int ok = axis >= 0 && axis < xs->rank && num == o->rank && num > 0;
+	int64_t piece = ok ? xs->dims[axis] : 0;
+	if (ok && piece >= 0) {
+		ok = piece % num == 0;
+		piece /= num;
+	}
+	for (int k = 0; ok && k < o->rank; k++) {
+		const Shape *e = &o->sub[k];
+		ok = e->kind == SK_DIMS && e->rank == xs->rank;
+		for (int i = 0; ok && i < xs->rank; i++)
+			ok = e->dims[i] == (i == axis ? piece : xs->dims[i]);
+	}
+	if (ok)
+		return 0;
+	abs_text(a, sizeof a, &n->out);
+	abs_text(b, sizeof b, x);
+	diag_error_at(type_loc(n), "%s: declares %s, which is not %s in %lld equal pieces along axis %lld",
+	              label(n, lu, sizeof lu), a, b, (long long)num, (long long)axis);
+	return 1;
+}
+
+/* MakeTuple and TupleGetItem have no shape rule, but their types follow
+ * from their operands all the same: a tuple's elements are its operands,
+ * an item is its tuple's element (so nothing sized differently reaches the
+ * operators behind them). */
+static int check_tuple_ops(const Node *n)
+{
+	char lu[160], a[256], b[256];
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || !n->out.tstr)
+		return 0;
+	const Shape *o = &n->out.shape;
+	if (n->op == OP_MakeTuple && o->kind == SK_TUPLE) {
+		if (o->rank != n->nargs) {
+			diag_error_at(type_loc(n), "%s: the declared tuple has %u elements for %u operands",
+			              label(n, lu, sizeof lu), o->rank, n->nargs);
+			return 1;
+		}
+		for (uint32_t i = 0; i < n->nargs; i++) {
+			const Abs *x = operand_abs(n, i);
+			if (x && !same_value_shape(&x->shape, &o->sub[i])) {
+				abs_text(a, sizeof a, &n->out);
+				abs_text(b, sizeof b, x);
+				diag_error_at(
+				    type_loc(n),
+				    "%s: operand %u is %s, but the declared tuple %s has another element there",
+				    label(n, lu, sizeof lu), i + 1, b, a);
+				return 1;
+			}
+		}
+	}
+	int64_t k;
+	if (n->op == OP_Split && o->kind == SK_TUPLE)
+		return check_split(n);
+	if (n->op == OP_TupleGetItem && n->nargs == 2 && value_get_int(&n->args[1], &k)) {
+		const Abs *t = operand_abs(n, 0);
+		if (!t || !is_seq(&t->shape))
+			return 0;
+		if (k < 0 || k >= t->shape.rank) {
+			abs_text(a, sizeof a, t);
+			diag_error_at(n->loc, "%s: item %lld of %s, which has %u elements", label(n, lu, sizeof lu),
+			              (long long)k, a, t->shape.rank);
+			return 1;
+		}
+		if (!same_value_shape(&t->shape.sub[k], o)) {
+			abs_text(a, sizeof a, &n->out);
+			abs_text(b, sizeof b, t);
+			diag_error_at(type_loc(n), "%s: declares %s, but item %lld of %s differs",
+			              label(n, lu, sizeof lu), a, (long long)k, b);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* A Return returns one value, of the type its type line declares. */
+static int check_return(const Node *n, const uint8_t *bad_out)
+{
+	char lp[160], a[256], b[256];
+	if (n->kind != NK_RETURN)
+		return 0;
+	if (n->nargs != 1) {
+		diag_error_at(n->loc, "Return: %u operands, but a Return returns one value", n->nargs);
+		return 1;
+	}
+	if (n->args[0].kind != V_NODE || !n->args[0].u.node || bad_out[n->args[0].u.node->id])
+		return 0;
+	const Node *p = n->args[0].u.node;
+	if (!abs_differ(&n->out, &p->out))
+		return 0;
+	abs_text(a, sizeof a, &n->out);
+	abs_text(b, sizeof b, &p->out);
+	diag_error_at(type_loc(n), "Return: declares %s, but the returned %s gives %s", a, label(p, lp, sizeof lp), b);
+	return 1;
 }
 
 /* The declared output shape of a known operator must follow from its inputs. */
@@ -167,14 +406,20 @@ static void check_params(const Graph *g)
 /* Empty tensors and element counts beyond 64 bits are refused: no strategy
  * or layout arithmetic is meaningful on them.  (-1 and -2, dynamic shapes,
  * are left alone here.)  The node's label is formed only for the message. */
-static int check_abs_size(const Abs *a, const Node *n)
+static int check_shape_size(const Shape *s, const Node *n)
 {
-	if (a->shape.kind != SK_DIMS)
+	if (is_seq(s)) {
+		for (int i = 0; i < s->rank; i++)
+			if (check_shape_size(&s->sub[i], n))
+				return 1;
+		return 0;
+	}
+	if (!is_dims(s))
 		return 0;
 	char what[160];
 	uint64_t p = 1;
-	for (int i = 0; i < a->shape.rank; i++) {
-		int64_t d = a->shape.dims[i];
+	for (int i = 0; i < s->rank; i++) {
+		int64_t d = s->dims[i];
 		if (d == 0) {
 			diag_error_at(n->loc, "%s: dimension %d is 0 (empty tensors are not supported)",
 			              label(n, what, sizeof what), i);
@@ -192,6 +437,11 @@ static int check_abs_size(const Abs *a, const Node *n)
 	return 0;
 }
 
+static int check_abs_size(const Abs *a, const Node *n)
+{
+	return check_shape_size(&a->shape, n);
+}
+
 /* one error per node: the first shape of its type line that is refused */
 static int check_sizes(const Node *n)
 {
@@ -201,12 +451,36 @@ static int check_sizes(const Node *n)
 	return check_abs_size(&n->out, n);
 }
 
+/* What only a whole dump has: a Return ending every graph, and the types
+ * of every node (a node without a type line has none, and every pass
+ * would reason about an empty abstract). */
+static void check_whole(const Graph *g)
+{
+	char lu[160];
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		const Node *n = g->nodes.a[i];
+		if (n->kind == NK_RETURN && i + 1 < g->nodes.n)
+			diag_error_at(g->nodes.a[i + 1]->loc,
+			              "%s comes after the Return of subgraph '@%s' (the Return is a graph's last node)",
+			              label(g->nodes.a[i + 1], lu, sizeof lu), sym_str(g->name));
+		if ((n->kind == NK_CNODE || n->kind == NK_RETURN) && !n->out.tstr)
+			diag_error_at(n->loc,
+			              "%s has no type line (write '      : (<INPUT TYPES>)%s' under the node line)",
+			              label(n, lu, sizeof lu), n->kind == NK_RETURN ? "" : " -> (<OUTPUT TYPE>)");
+	}
+	if (!g->nodes.n || g->nodes.a[g->nodes.n - 1]->kind != NK_RETURN)
+		diag_error_at(g->loc, "subgraph '@%s' has no Return (its last node must be 'Return(%%k)')",
+		              sym_str(g->name));
+}
+
 int pass_verify(Module *m, const Options *o)
 {
 	(void)o;
 	char lu[160];
 	int errs0 = diag_errors();
 	uint8_t *bad_out = xcalloc(m->next_id + 1, 1);
+	if (!m->fragment)
+		ir_check_graph_names(m);
 	ir_clear_marks(m);
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		Graph *g = m->graphs.a[gi];
@@ -230,6 +504,8 @@ int pass_verify(Module *m, const Options *o)
 			seen.a[n->local] = 1;
 		}
 		vec_free(&seen);
+		if (!m->fragment)
+			check_whole(g);
 		check_params(g);
 		for (uint32_t i = 0; i < g->params.n; i++)
 			check_sizes(g->params.a[i]);
@@ -245,7 +521,8 @@ int pass_verify(Module *m, const Options *o)
 				check_ref(n, &ir_node_ext(n)->callee, i + 1);
 			/* one root cause, one error: a wrong operand shape also makes
 			 * the output look wrong, a wrong output its users' operands */
-			if (check_edges(n, bad_out) || check_shape(n))
+			if (check_operands(n) || check_edges(n, bad_out) || check_return(n, bad_out) ||
+			    check_tuple_ops(n) || check_shape(n))
 				bad_out[n->id] = 1;
 		}
 	}

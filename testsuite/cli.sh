@@ -279,7 +279,7 @@ ln -s x "$a/x-sym"
 mkdir "$a/sub"
 for args in "-o $a/x --dot $a/x" "-o $a/x --svg $a/../aon/x" "--strategy-out $a/x --report=$a/x-hard" \
 	"--report=$a/x --dot $a/x-sym" "-o $a/y --report=$a/y" "--dot $a/sub/../y --svg $a/y" \
-	"--all-ranks=$a/y -o $a/y"; do
+	"--all-ranks=$a/y --strategy-out=$a/y"; do
 	run "$sappc" $args "$a/no-such-input.ir"
 	check "two outputs naming one file ($args): exit 2 before reading" \
 		eval 'test "$rc" = 2 && has "name the same file" "$tmp/err" && untouched "$a/x" && test ! -e "$a/y"'

@@ -28,7 +28,7 @@
 
 #include "lower.h"
 
-#define MAX_STAGES 64
+#define MAX_STAGES PIPELINE_MAX_STAGES
 
 static int seg_name_eq(const char *seg, size_t slen, const char *pat, size_t plen)
 {

@@ -1,5 +1,7 @@
 /* fuzz_pipeline.c - libFuzzer harness for the whole pipeline: the first
- * byte picks the device count (1-64) and the mode (search or semi_auto),
+ * byte picks the device count (1-64), the mode (search or semi_auto) and
+ * whether the lowering also shards the optimizer and cuts two pipeline
+ * stages (when the count is even: sappc refuses odd ones as usage errors);
  * the rest is the IR text; parse, run every default pass with
  * --verify-each semantics, print.  Bad input is fine; a crash, a hang, a
  * leak or a verify failure after a pass (an internal error) is a bug. */
@@ -23,8 +25,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	Options o = {0};
 	o.device_num = 1 + (data[0] & 63);
 	o.semi_auto = (data[0] >> 6) & 1;
-	o.pipeline_stages = 1;
+	o.pipeline_stages = (data[0] >> 7) && o.device_num % 2 == 0 ? 2 : 1;
+	o.enable_parallel_optimizer = data[0] >> 7;
+	o.micro_batch_num = 1;
 	o.mem_coef = 0.1;
+	o.device_memory = 1024.0 * 1073741824.0; /* sappc's defaults */
 	o.world_group = "hccl_world_group";
 	o.quiet = 1;
 	o.verify_each = 1;

@@ -11,6 +11,9 @@
 #     name has the same rank list on every rank of its group;
 #   - the printed graphs (first and last rank) re-parse, verify and print
 #     back byte for byte.
+# Every sappc run of this script has --verify-each: random strategies, the
+# search (auto and --interfered), pipeline stages, optimizer sharding,
+# AlltoAll and the pre-2.3 redistribution lists, every rank (--all-ranks).
 set -u
 export LC_ALL=C
 top=${TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -138,6 +141,22 @@ for f in "$top"/ir-samples/*.ir "$tmp/gen-auto.ir"; do
 			ok "search + lowering $(basename "$f") N=$N (last rank)"
 		else
 			notok "search + lowering $(basename "$f") N=$N (last rank)"
+		fi
+	done
+done
+# the search around user strategies (--interfered), with optimizer sharding
+# and pipeline stages: every rank verified after every pass
+for f in "$top"/ir-samples/*.ir; do
+	[ -f "$f" ] || continue
+	for flags in "--interfered" "--interfered --enable-parallel-optimizer" "--interfered --pipeline-stages=2"; do
+		# interfered_add.ir pins 8-device strategies: 4 devices per stage cannot take them
+		case $(basename "$f")$flags in interfered_add.ir*stages*) continue ;; esac
+		rm -rf "$tmp/out"
+		# shellcheck disable=SC2086
+		if "$sappc" -q -n 8 --verify-each $flags --all-ranks "$tmp/out" "$f" 2>"$tmp/err"; then
+			ok "search + lowering $(basename "$f") N=8 $flags (every rank)"
+		else
+			notok "search + lowering $(basename "$f") N=8 $flags (every rank)"
 		fi
 	done
 done

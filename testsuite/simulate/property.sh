@@ -8,8 +8,11 @@
 # find that every rank computes its slice of the single-device values and
 # returns the single-device outputs - also with AlltoAll redistribution, the
 # pre-2.3 redistribution lists (--disable-redistribution-opt),
-# optimizer sharding and two pipeline stages.  SIM_PROP_SEED=S shifts
-# every seed (explore more plans than make check runs).
+# optimizer sharding and two pipeline stages; and the search itself (auto,
+# and around user strategies with --interfered).  Every run verifies the
+# IR after every pass of every rank (--verify-each): a lowering that breaks
+# an invariant fails here even when the numbers agree.  SIM_PROP_SEED=S
+# shifts every seed (explore more plans than make check runs).
 set -u
 export LC_ALL=C
 top=${TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -37,7 +40,7 @@ run_case() {
 		notok "$label: randstrat failed"
 		return
 	fi
-	if "$sappc" -q -n "$N" --parallel-mode=semi_auto --seed="$seed" "$@" --simulate "$tmp/in.ir" \
+	if "$sappc" -q -n "$N" --parallel-mode=semi_auto --verify-each --seed="$seed" "$@" --simulate "$tmp/in.ir" \
 		>"$tmp/out" 2>"$tmp/err" && grep -q '^simulate: ok$' "$tmp/out"; then
 		ok "$label: N=$N seed=$seed $*"
 	elif grep -q 'the device matrices have no common refinement' "$tmp/err"; then
@@ -88,6 +91,19 @@ for f in "$tmp/gen1.ir" "$tmp/gen2.ir"; do
 			--stage=model.layers.0.feed_forward=1 --stage=model.layers.1=1 --stage=model.norm_out=1 \
 			--stage=lm_head=1 --enable-parallel-optimizer
 		seed=$((seed + 1))
+	done
+done
+# the search's own plans, and the search around user strategies
+for f in "$top"/ir-samples/interfered_add.ir "$top"/ir-samples/sapp_mlp.ir "$top"/ir-samples/hybrid_mlp.ir; do
+	[ -f "$f" ] || continue
+	for mode in "" --interfered "--interfered --enable-parallel-optimizer"; do
+		# shellcheck disable=SC2086
+		if "$sappc" -q -n 8 --verify-each $mode --simulate "$f" >"$tmp/out" 2>"$tmp/err" &&
+			grep -q '^simulate: ok$' "$tmp/out"; then
+			ok "search $(basename "$f"): N=8 $mode"
+		else
+			notok "search $(basename "$f"): N=8 $mode"
+		fi
 	done
 done
 echo "1..$n"

@@ -295,9 +295,12 @@ static void test_infer(void **state)
 {
 	(void)state;
 	const char *bad = "%para1_x: <Tensor[Float32], (256, 784)>\n"
-			  "%para2_w: <Tensor[Float32], (512, 784)>\n"
-			  "  %0(b) = MatMul(%para1_x, %para2_w) primitive_attrs: {transpose_b: Bool(1)}\n"
-			  "      : (<Tensor[Float32], (256, 784)>, <Tensor[Float32], (512, 784)>) -> (<Tensor[Float32], (256, 513)>)\n";
+	                  "%para2_w: <Tensor[Float32], (512, 784)>\n"
+	                  "  %0(b) = MatMul(%para1_x, %para2_w) primitive_attrs: {transpose_b: Bool(1)}\n"
+	                  "      : (<Tensor[Float32], (256, 784)>, <Tensor[Float32], (512, 784)>) -> "
+	                  "(<Tensor[Float32], (256, 513)>)\n"
+	                  "  Return(%0)\n"
+	                  "      : (<Tensor[Float32], (256, 513)>)\n";
 	diag_set_quiet(1);
 	Module *m = parse(bad, 0);
 	assert_non_null(m);
