@@ -141,6 +141,19 @@ static const Value *operand_or_attr(const Node *n, uint32_t i, const char *key)
 	return NULL;
 }
 
+/* The "axis" of a Concat or Gather (operand i or attribute, 0 when absent),
+ * negative counted from the end: 0 when it is out of range for rank. */
+static int axis_operand(const Node *n, uint32_t i, int rank, int64_t *axis)
+{
+	*axis = 0;
+	const Value *a = operand_or_attr(n, i, "axis");
+	if (a)
+		value_get_int(a, axis);
+	if (*axis < 0)
+		*axis += rank;
+	return *axis >= 0 && *axis < rank;
+}
+
 int ir_node_flag(const Node *n, uint32_t i, const char *k1, const char *k2)
 {
 	int b = 0;
@@ -262,13 +275,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		if (!t || t->shape.kind != SK_TUPLE || !t->shape.rank || t->shape.sub[0].kind != SK_DIMS)
 			return 0;
 		const Shape *e0 = &t->shape.sub[0];
-		int64_t axis = 0;
-		const Value *a = operand_or_attr(n, 1, "axis");
-		if (a)
-			value_get_int(a, &axis);
-		if (axis < 0)
-			axis += e0->rank;
-		if (axis < 0 || axis >= e0->rank)
+		int64_t axis;
+		if (!axis_operand(n, 1, e0->rank, &axis))
 			return WHY("Concat axis out of range for rank %d", e0->rank);
 		r = e0->rank;
 		copy_dims(d, e0->dims, r);
@@ -458,13 +466,8 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		const Shape *idx = in_shape(n, 1);
 		if (!x || !idx)
 			return 0;
-		int64_t axis = 0;
-		const Value *a = operand_or_attr(n, 2, "axis");
-		if (a)
-			value_get_int(a, &axis);
-		if (axis < 0)
-			axis += x->rank;
-		if (axis < 0 || axis >= x->rank)
+		int64_t axis;
+		if (!axis_operand(n, 2, x->rank, &axis))
 			return WHY("Gather axis out of range");
 		for (int i = 0; i < axis; i++)
 			d[r++] = x->dims[i];
