@@ -1976,7 +1976,7 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	b->fname = filename;
 	b->ls.buf = buf;
 	b->ls.len = len;
-	b->ls.scan = b->ls.line_start = buf;
+	b->ls.line_start = buf;
 	b->ls.line = 1;
 	b->ls.b = b;
 	int rc = lex_run(&b->ls, (char *)buf, len);

@@ -40,7 +40,8 @@ enum { LK_NONE, LK_NODE, LK_RETURN, LK_TYPE, LK_PARAM, LK_SUBGRAPH };
 typedef struct LexState {
 	const char *buf;
 	size_t len;
-	const char *scan, *line_start;
+	const char *line_start;
+	const char *nl_after; /* the last token ended with a NL: the line moves on at the next one */
 	uint32_t line;
 	int tdepth, rawdepth, rawkind, prev_state, eof_nl;
 	const char *rawstart;
