@@ -16,6 +16,13 @@
 %code requires {
 #include "sappc.h"
 #include "build.h"
+/* A location is where a token starts, nothing more: half of bison's four
+ * ints to copy on every shift and reduction.  Only tokens' locations are
+ * ever read (@k of a token, the lookahead of a syntax error), so a
+ * nonterminal takes its first symbol's, or the one before it when empty. */
+#define IR_YYLTYPE Loc
+#define IR_YYLTYPE_IS_DECLARED 1
+#define YYLLOC_DEFAULT(Cur, Rhs, N) ((Cur) = YYRHSLOC(Rhs, (N) ? 1 : 0))
 }
 
 %code {
@@ -25,9 +32,9 @@ int ir_yylex(IR_YYSTYPE *lval, IR_YYLTYPE *lloc, void *scanner);
 static void ir_yyerror(IR_YYLTYPE *l, void *scanner, BuildCtx *b, const char *msg)
 {
 	(void)scanner;
-	b_syntax_error(b, l->first_line, l->first_column, msg);
+	b_syntax_error(b, (int)l->line, (int)l->col, msg);
 }
-#define LOC(l) ((Loc){(uint32_t)(l).first_line, (uint32_t)(l).first_column})
+#define LOC(l) (l)
 }
 
 %union {
