@@ -832,13 +832,13 @@ int main(int argc, char **argv)
 	Module *m = ir_parse(strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, o.fragment);
 	pm.parse_time = now() - t0;
 	if (!m) {
-		free(buf);
+		io_free_file(buf);
 		return 1;
 	}
 	if (all_ranks) {
 		ir_module_free(m);
 		int rc = write_all_ranks(all_ranks, in, buf, len, &o, &pm);
-		free(buf);
+		io_free_file(buf);
 		free(stage_rules);
 		intern_free_all();
 		return finish(rc);
@@ -889,7 +889,7 @@ int main(int argc, char **argv)
 		rc = html_write(m, strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, &o, &pm, &rc_cfg, html);
 	}
 	ir_module_free(m);
-	free(buf);
+	io_free_file(buf);
 	free(stage_rules);
 	intern_free_all();
 	return finish(rc);

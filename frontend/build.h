@@ -42,6 +42,7 @@ typedef struct LexState {
 	size_t len;
 	const char *line_start;
 	const char *nl_after; /* the last token ended with a NL: the line moves on at the next one */
+	const char *dropped;  /* the input before this was given back (io_file_drop) */
 	uint32_t line;
 	int tdepth, rawdepth, rawkind, prev_state, eof_nl;
 	const char *rawstart;

@@ -8,16 +8,51 @@
  * removes every temporary: the destinations keep their old bytes.  Standard
  * output and devices or pipes (-o /dev/null, a FIFO) cannot wait; they are
  * written as the run goes. */
+#define _DEFAULT_SOURCE 1 /* madvise, MAP_ANONYMOUS */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "sappc.h"
+
+/* The input file as mapped by io_read_file (at most one at a time: sappc
+ * reads one input).  A private mapping over anonymous zero pages: the two
+ * NULs flex wants after the text are already there, the text is not copied,
+ * and the pages the scanner wrote (flex puts a NUL after each token and
+ * puts the byte back) can be given back once read (io_file_drop): they then
+ * read back from the file as they were. */
+static char *mapped;
+static size_t mapped_len;
+
+static int map_file(FILE *f, size_t n, char **buf)
+{
+#if defined(MAP_ANONYMOUS) && defined(MADV_DONTNEED)
+	long pg = sysconf(_SC_PAGESIZE);
+	if (mapped || pg <= 0)
+		return -1;
+	size_t len = (n + 2 + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
+	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -1;
+	if (mmap(p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fileno(f), 0) == MAP_FAILED) {
+		munmap(p, len);
+		return -1;
+	}
+	mapped = p;
+	mapped_len = len;
+	*buf = p;
+	return 0;
+#else
+	(void)f, (void)n, (void)buf;
+	return -1;
+#endif
+}
 
 int io_read_file(const char *path, char **buf, size_t *len)
 {
@@ -39,8 +74,14 @@ int io_read_file(const char *path, char **buf, size_t *len)
 			fclose(f);
 			return -1;
 		}
-		if (S_ISREG(st.st_mode) && st.st_size > 0)
+		if (S_ISREG(st.st_mode) && st.st_size > 0) {
+			if (map_file(f, (size_t)st.st_size, buf) == 0) {
+				fclose(f);
+				*len = (size_t)st.st_size;
+				return 0;
+			}
 			cap = (size_t)st.st_size + 2;
+		}
 	}
 	char *b = xmalloc(cap);
 	size_t n = 0;
@@ -74,6 +115,36 @@ int io_read_file(const char *path, char **buf, size_t *len)
 	*buf = b;
 	*len = n;
 	return 0;
+}
+
+void io_file_drop(const char *p, size_t n)
+{
+#if defined(MADV_DONTNEED)
+	if (!mapped || p < mapped || p >= mapped + mapped_len)
+		return;
+	if (n > (size_t)(mapped + mapped_len - p))
+		n = (size_t)(mapped + mapped_len - p);
+	long pg = sysconf(_SC_PAGESIZE);
+	if (pg <= 0)
+		return;
+	size_t off = (size_t)(p - mapped), a = (off + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
+	size_t e = (off + n) / (size_t)pg * (size_t)pg;
+	if (e > a)
+		madvise(mapped + a, e - a, MADV_DONTNEED);
+#else
+	(void)p, (void)n;
+#endif
+}
+
+void io_free_file(char *buf)
+{
+	if (buf && buf == mapped) {
+		munmap(mapped, mapped_len);
+		mapped = NULL;
+		mapped_len = 0;
+		return;
+	}
+	free(buf);
 }
 
 /* ------------------------------------------------------------ the set */

@@ -624,7 +624,14 @@ const Node *lower_origin(const Node *n);
 int lower_assign_stages(Module *m, const Options *o);
 
 /* ---------------------------------------------------------------- io.c */
-int io_read_file(const char *path, char **buf, size_t *len); /* "-" = stdin; 0 ok */
+/* The whole input plus two NULs; "-" = stdin; 0 ok.  A regular file is
+ * mapped, not copied: give it back with io_free_file, never free(). */
+int io_read_file(const char *path, char **buf, size_t *len);
+void io_free_file(char *buf);
+/* Bytes [p, p + n) of a file from io_read_file (else nothing happens): the
+ * pages wholly inside leave the process's memory and read back from the
+ * file, as they were, when touched again.  The scanner calls it as it goes. */
+void io_file_drop(const char *p, size_t n);
 /* The output set (all-or-nothing output; HACKING.md "Write an output file").
  * out_open: "-" = stdout; a regular file (symbolic links followed) gets a
  * temporary beside it, a device or pipe is written in place.  out_commit

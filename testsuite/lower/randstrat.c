@@ -267,7 +267,7 @@ int main(int argc, char **argv)
 	}
 	ir_print_module(stdout, m);
 	ir_module_free(m);
-	free(buf);
+	io_free_file(buf);
 	intern_free_all();
 	return ferror(stdout) ? 3 : 0;
 }
