@@ -14,7 +14,7 @@ typedef struct {
 
 static Entry *ents;          /* index = Sym */
 static uint32_t nents, capents;
-static uint32_t *table;      /* slot -> Sym (0 empty) */
+static uint64_t *table;      /* slot -> hash << 32 | Sym (0 empty) */
 static uint32_t tmask;
 static char *block;
 static size_t block_left;
@@ -22,7 +22,9 @@ static Vec(char *) blocks;
 
 /* Eight bytes a step: names are long ("Default/network-.../Reshape"), and a
  * byte-at-a-time hash was a fifth of what interning a full name cost.  The
- * value only places strings in the table; nothing observable depends on it. */
+ * last bytes are one load too (overlapping the step before when the name is
+ * eight bytes or longer), not a memcpy call of a variable length.  The value
+ * only places strings in the table; nothing observable depends on it. */
 static uint32_t hash(const char *s, size_t n)
 {
 	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n;
@@ -34,24 +36,43 @@ static uint32_t hash(const char *s, size_t n)
 		h ^= h >> 32;
 	}
 	uint64_t w = 0;
-	memcpy(&w, s + i, n - i);
+	if (n >= 8) {
+		if (i < n) {
+			memcpy(&w, s + n - 8, 8);
+			w >>= 8 * (8 - (n - i));
+		}
+	} else if (n >= 4) {
+		uint32_t a, b;
+		memcpy(&a, s, 4);
+		memcpy(&b, s + n - 4, 4);
+		w = (uint64_t)a | (uint64_t)b << 32;
+	} else if (n) {
+		w = (uint64_t)(unsigned char)s[0] | (uint64_t)(unsigned char)s[n / 2] << 8 |
+		    (uint64_t)(unsigned char)s[n - 1] << 16;
+	}
 	h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
 	h ^= h >> 29;
 	return (uint32_t)h;
 }
 
+/* A slot holds the Sym and its hash: a probe that meets another string
+ * costs no trip to ents[], and growing the table reads only the table. */
 static void rehash(void)
 {
 	uint32_t ncap = tmask ? (tmask + 1) * 2 : 4096;
-	free(table);
+	uint64_t *old = table;
+	uint32_t ocap = tmask ? tmask + 1 : 0;
 	table = xcalloc(ncap, sizeof *table);
 	tmask = ncap - 1;
-	for (uint32_t i = 1; i < nents; i++) {
-		uint32_t j = ents[i].hash & tmask;
+	for (uint32_t k = 0; k < ocap; k++) {
+		if (!old[k])
+			continue;
+		uint32_t j = (uint32_t)(old[k] >> 32) & tmask;
 		while (table[j])
 			j = (j + 1) & tmask;
-		table[j] = i;
+		table[j] = old[k];
 	}
+	free(old);
 }
 
 static const char *store(const char *s, size_t n)
@@ -82,9 +103,12 @@ Sym intern(const char *s, size_t n)
 	uint32_t h = hash(s, n);
 	uint32_t j = h & tmask;
 	while (table[j]) {
-		Entry *e = &ents[table[j]];
-		if (e->hash == h && e->len == n && memcmp(e->s, s, n) == 0)
-			return table[j];
+		if ((uint32_t)(table[j] >> 32) == h) {
+			Sym id = (Sym)(uint32_t)table[j];
+			const Entry *e = &ents[id];
+			if (e->len == n && memcmp(e->s, s, n) == 0)
+				return id;
+		}
 		j = (j + 1) & tmask;
 	}
 	if (nents == capents) {
@@ -92,7 +116,7 @@ Sym intern(const char *s, size_t n)
 		ents = xrealloc(ents, capents * sizeof *ents);
 	}
 	ents[nents] = (Entry){store(s, n), (uint32_t)n, h};
-	table[j] = nents;
+	table[j] = (uint64_t)h << 32 | nents;
 	Sym id = nents++;
 	if (nents * 2 > tmask + 1)
 		rehash();
