@@ -83,6 +83,9 @@ void lex_instname(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_foreign(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_attrline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv);
+/* "I64(8)": 0 when it is read as one SCALAR token, else the length of the
+ * name to read as an IDENT (the rest is scanned as usual) */
+int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 int lex_run(LexState *ls, char *buf, size_t len);
 
 /* grammar actions (build.c) */
@@ -127,6 +130,7 @@ void b_group_strategy(BuildCtx *b, Groups *g, Value *first, Groups *rest);
 void b_group_flatten(Groups *g);
 void b_attr_push(BuildCtx *b, Groups *g, Tok *key, Value *v);
 Value b_int(Tok *t);
+Value b_scalar(Tok *t);
 Value b_float(Tok *t, NumType nt);
 Value b_string(Tok *t);
 Value b_word(Tok *t);

@@ -50,6 +50,10 @@ static void ir_yyerror(IR_YYLTYPE *l, void *scanner, BuildCtx *b, const char *ms
 %token <tok> NODEDEF "node definition" PARAMDEF "parameter definition"
 %token <tok> PARAMREF "parameter reference" LOCALREF "node reference"
 %token <tok> FOREIGN "'$(@graph:node)' reference" GRAPHREF "graph name" FUNCUNION "'[@FuncUnion(...)]'"
+/* SCALAR is I64(8) or Bool(1) read as one token where only a value can
+ * stand (lex_scalar): syntax errors call it and list it as the identifier
+ * it starts with, so messages are those of the four tokens */
+%token <tok> SCALAR "typed scalar"
 %token <tok> INT "integer" FLOAT "number" STRING "string" BAREWORD "word" IDENT "identifier"
 %token <tok> RAW "bracketed value" REFKEY "'ref_key='" INSTANCE "'{instance name: ...}'"
 %token <tok> HDR_ENTRY "'# IR entry' line" HDR_NSUB "'# Total subgraphs' line" HDR_ATTRS "'# Attrs:' line"
@@ -155,6 +159,7 @@ strat_rest: %empty			{ $$ = b_groups(b); }
 	;
 
 value:	  INT				{ $$ = b_int(&$1); }
+	| SCALAR			{ $$ = b_scalar(&$1); }
 	| FLOAT				{ $$ = b_float(&$1, NT_BARE); }
 	| STRING			{ $$ = b_string(&$1); }
 	| BAREWORD			{ $$ = b_word(&$1); }
@@ -253,9 +258,12 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, BuildCt
 	yysymbol_kind_t got = yypcontext_token(ctx);
 	yysymbol_kind_t exp[YYNTOKENS];
 	const char *names[YYNTOKENS];
-	int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS);
+	int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS), k = 0;
 	for (int i = 0; i < n; i++)
-		names[i] = yysymbol_name(exp[i]);
+		if (exp[i] != YYSYMBOL_SCALAR) /* IDENT is expected wherever it is */
+			names[k++] = yysymbol_name(exp[i]);
+	if (got == YYSYMBOL_SCALAR)
+		got = YYSYMBOL_IDENT;
 	const char *gn = yysymbol_name(got);
 	int cls = SE_OTHER;
 	switch (got) {
@@ -271,6 +279,6 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, BuildCt
 		else if (gn[0] == '\'' && gn[1] && gn[2] == '\'' && strchr(")]}>", gn[1]))
 			cls = SE_CLOSE;
 	}
-	b_syntax_error_at(b, LOC(*yypcontext_location(ctx)), cls, gn, names, n < 0 ? 0 : n);
+	b_syntax_error_at(b, LOC(*yypcontext_location(ctx)), cls, gn, names, k);
 	return 0;
 }
