@@ -48,6 +48,7 @@ struct BuildCtx {
 	Vec(Abs *) aall;
 	Vec(Node *) phparams;  /* stand-ins for parameters whose line failed to parse */
 	Node **ptab;           /* parameter lookup: (name, number) -> node */
+	uint32_t *ptag;        /* the hash of each slot: a probe that meets another parameter reads no node */
 	uint32_t pmask, pcount;
 	int nforeign;
 	Sym cycle;
@@ -208,7 +209,9 @@ static void attach_header_params(BuildCtx *b, Graph *g)
 	g->is_entry = 1;
 	/* the parameters changed graph: rebuild the lookup table */
 	free(b->ptab);
+	free(b->ptag);
 	b->ptab = NULL;
+	b->ptag = NULL;
 	b->pmask = b->pcount = 0;
 	for (uint32_t gi = 0; gi < b->m->graphs.n; gi++)
 		for (uint32_t i = 0; i < b->m->graphs.a[gi]->params.n; i++)
@@ -831,23 +834,27 @@ static void ptab_insert(BuildCtx *b, Node *p)
 	if ((b->pcount + 1) * 2 > b->pmask) {
 		uint32_t ncap = b->pmask ? (b->pmask + 1) * 2 : 1024;
 		Node **nt = xcalloc(ncap, sizeof *nt);
+		uint32_t *ng = xcalloc(ncap, sizeof *ng);
 		for (uint32_t i = 0; b->ptab && i <= b->pmask; i++) {
-			Node *q = b->ptab[i];
-			if (!q)
+			if (!b->ptab[i])
 				continue;
-			uint32_t j = phash(q->g, q->local, q->name) & (ncap - 1);
+			uint32_t j = b->ptag[i] & (ncap - 1);
 			while (nt[j])
 				j = (j + 1) & (ncap - 1);
-			nt[j] = q;
+			nt[j] = b->ptab[i];
+			ng[j] = b->ptag[i];
 		}
 		free(b->ptab);
+		free(b->ptag);
 		b->ptab = nt;
+		b->ptag = ng;
 		b->pmask = ncap - 1;
 	}
-	uint32_t j = phash(p->g, p->local, p->name) & b->pmask;
+	uint32_t h = phash(p->g, p->local, p->name), j = h & b->pmask;
 	while (b->ptab[j])
 		j = (j + 1) & b->pmask;
 	b->ptab[j] = p;
+	b->ptag[j] = h;
 	b->pcount++;
 }
 
@@ -855,7 +862,10 @@ static Node *ptab_find(BuildCtx *b, const Graph *g, int64_t num, Sym name)
 {
 	if (!b->ptab)
 		return NULL;
-	for (uint32_t j = phash(g, num, name) & b->pmask; b->ptab[j]; j = (j + 1) & b->pmask) {
+	uint32_t h = phash(g, num, name);
+	for (uint32_t j = h & b->pmask; b->ptab[j]; j = (j + 1) & b->pmask) {
+		if (b->ptag[j] != h)
+			continue;
 		Node *q = b->ptab[j];
 		if (q->g == g && q->local == num && q->name == name)
 			return q;
@@ -2079,6 +2089,7 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	vec_free(&b->aall);
 	vec_free(&b->afree);
 	free(b->ptab);
+	free(b->ptag);
 	vec_free(&b->pend);
 	vec_free(&b->nodelines);
 	vec_free(&b->xlines);
