@@ -54,6 +54,9 @@ static void ir_yyerror(IR_YYLTYPE *l, void *scanner, BuildCtx *b, const char *ms
  * stand (lex_scalar): syntax errors call it and list it as the identifier
  * it starts with, so messages are those of the four tokens */
 %token <tok> SCALAR "typed scalar"
+/* TSTR is "Tensor[Float32]" read as one token right after '<'; it, too,
+ * is never named in a message (IDENT is expected wherever it is) */
+%token <tok> TSTR "type name"
 %token <tok> INT "integer" FLOAT "number" STRING "string" BAREWORD "word" IDENT "identifier"
 %token <tok> RAW "bracketed value" REFKEY "'ref_key='" INSTANCE "'{instance name: ...}'"
 %token <tok> HDR_ENTRY "'# IR entry' line" HDR_NSUB "'# Total subgraphs' line" HDR_ATTRS "'# Attrs:' line"
@@ -213,6 +216,7 @@ abstract: '<' tstr titems '>'		{ $$ = b_abstract(b, LOC(@1), $2, $3); }
 	;
 
 tstr:	  IDENT				{ $$ = $1.s; }
+	| TSTR				{ $$ = $1.s; }
 	| IDENT '[' tstr_list ']'	{ $$ = b_tstr_wrap(b, &$1, '[', $3); }
 	| IDENT '(' IDENT ')'		{ $$ = b_tstr_wrap(b, &$1, '(', $3.s); }
 	| tstr '*' INT			{ $$ = b_tstr_rep(b, $1, &$3); }
@@ -260,9 +264,9 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, BuildCt
 	const char *names[YYNTOKENS];
 	int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS), k = 0;
 	for (int i = 0; i < n; i++)
-		if (exp[i] != YYSYMBOL_SCALAR) /* IDENT is expected wherever it is */
+		if (exp[i] != YYSYMBOL_SCALAR && exp[i] != YYSYMBOL_TSTR) /* IDENT is expected wherever they are */
 			names[k++] = yysymbol_name(exp[i]);
-	if (got == YYSYMBOL_SCALAR)
+	if (got == YYSYMBOL_SCALAR || got == YYSYMBOL_TSTR)
 		got = YYSYMBOL_IDENT;
 	const char *gn = yysymbol_name(got);
 	int cls = SE_OTHER;
