@@ -23,6 +23,13 @@
 
 typedef Vec(const char *) LineVec;
 
+/* What b_abstract reads from a type name that had no error, kept by the
+ * Sym's low bits: a file has a handful of type names in 100 000 types. */
+typedef struct TstrMemo {
+	Sym tstr, dtype;
+	uint8_t is_ref;
+} TstrMemo;
+
 struct BuildCtx {
 	Module *m;
 	LexState ls;
@@ -49,6 +56,7 @@ struct BuildCtx {
 	Vec(Node *) phparams;  /* stand-ins for parameters whose line failed to parse */
 	Node **ptab;           /* parameter lookup: (name, number) -> node */
 	uint32_t *ptag;        /* the hash of each slot: a probe that meets another parameter reads no node */
+	TstrMemo tmemo[64];
 	uint32_t pmask, pcount;
 	int nforeign;
 	Sym cycle;
@@ -509,8 +517,31 @@ void lex_attrline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	lv->tok.s2 = intern(v, (size_t)(e - v));
 }
 
+/* The value of the decimal digits at p (n of them, n <= 18: no overflow),
+ * without strtoll's locale and errno work: integers are a third of the
+ * tokens. */
+static int64_t digits18(const char *p, size_t n)
+{
+	int64_t v = 0;
+	for (size_t i = 0; i < n; i++)
+		v = v * 10 + (p[i] - '0');
+	return v;
+}
+
+int64_t lex_local(const char *t, size_t n)
+{
+	return n - 1 <= 18 ? digits18(t + 1, n - 1) : strtoll(t + 1, NULL, 10);
+}
+
 int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv)
 {
+	size_t nd = strspn(t + (*t == '-'), "0123456789");
+	if (nd <= 18) {
+		int64_t v = digits18(t + (*t == '-'), nd);
+		lv->tok.i = *t == '-' ? -v : v;
+		lv->tok.p = t;
+		return INT;
+	}
 	errno = 0;
 	char *end;
 	long long v = strtoll(t, &end, 10);
@@ -547,7 +578,10 @@ int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	char top = ls->depth > 0 && ls->depth <= LEX_MAX_DEPTH ? ls->br[ls->depth - 1].ch : 0;
 	if (!(prev == ':' || prev == '(' || (prev == ',' && (top == '(' || top == '['))))
 		return name;
-	int64_t v = strtoll(open + 1, NULL, 10);
+	const char *d = open + 1 + (open[1] == '-');
+	int64_t v = digits18(d, (size_t)(t + n - 1 - d));
+	if (open[1] == '-')
+		v = -v;
 	if (*t == 'B') {
 		if (v != 0 && v != 1)
 			return name;
@@ -1689,8 +1723,10 @@ static const char *const known_dtypes[] = {
 
 /* Every tensor element type in a type string (a tuple names several):
  * an unknown one is an error, not a tensor of 4-byte elements. */
-static void check_dtypes(BuildCtx *b, Loc loc, const char *t)
+/* 1 when it reported an unknown element type */
+static int check_dtypes(BuildCtx *b, Loc loc, const char *t)
 {
+	int bad = 0;
 	for (const char *p = t; (p = strstr(p, "Tensor")) != NULL;) {
 		p += 6;
 		char close = *p == '[' ? ']' : *p == '(' ? ')' : 0;
@@ -1698,14 +1734,17 @@ static void check_dtypes(BuildCtx *b, Loc loc, const char *t)
 			continue;
 		const char *e = strchr(++p, close);
 		if (!e)
-			return;
+			return bad;
 		size_t n = (size_t)(e - p), i;
 		for (i = 0; i < sizeof known_dtypes / sizeof known_dtypes[0]; i++)
 			if (strlen(known_dtypes[i]) == n && memcmp(known_dtypes[i], p, n) == 0)
 				break;
-		if (i == sizeof known_dtypes / sizeof known_dtypes[0])
+		if (i == sizeof known_dtypes / sizeof known_dtypes[0]) {
 			err(b, loc, "unknown tensor element type '%.*s'", (int)n, p);
+			bad = 1;
+		}
 	}
+	return bad;
 }
 
 static int to_shape(BuildCtx *b, Loc loc, const Value *v, Shape *s)
@@ -1763,11 +1802,22 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 		vec_push(&b->aall, a);
 	}
 	a->tstr = tstr;
-	const char *t = sym_str(tstr);
-	a->is_ref = strncmp(t, "Ref[", 4) == 0;
-	a->dtype = dtype_of(t);
-	a->is_tensor = a->dtype != 0;
-	check_dtypes(b, loc, t);
+	TstrMemo *tm = &b->tmemo[tstr & 63];
+	if (tstr && tm->tstr == tstr) {
+		a->is_ref = tm->is_ref;
+		a->dtype = tm->dtype;
+		a->is_tensor = a->dtype != 0;
+	} else {
+		const char *t = sym_str(tstr);
+		a->is_ref = strncmp(t, "Ref[", 4) == 0;
+		a->dtype = dtype_of(t);
+		a->is_tensor = a->dtype != 0;
+		if (!check_dtypes(b, loc, t)) {
+			tm->tstr = tstr;
+			tm->dtype = a->dtype;
+			tm->is_ref = a->is_ref;
+		}
+	}
 	Vec(Sym) extras = {0};
 	Sym ref_key = 0;
 	uint8_t ref_colon = 0;

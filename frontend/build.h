@@ -83,6 +83,7 @@ void lex_instname(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_foreign(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_attrline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv);
+int64_t lex_local(const char *t, size_t n); /* "%k": k (saturated, as strtoll) */
 /* "I64(8)": 0 when it is read as one SCALAR token, else the length of the
  * name to read as an IDENT (the rest is scanned as usual) */
 int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
