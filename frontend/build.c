@@ -595,6 +595,23 @@ int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	return 0;
 }
 
+/* A shape in a type, "(4096, 1024)", is five tokens and five reductions;
+ * after ',' (a shape's place in a type; a type name never starts with
+ * '(') it is read as one.  Elsewhere, and where the '(' would be one
+ * bracket too deep, it is read as before. */
+int lex_shape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	(void)n;
+	const char *q = t;
+	while (q > ls->line_start && (q[-1] == ' ' || q[-1] == '\t' || q[-1] == '\r'))
+		q--;
+	if (q == ls->line_start || q[-1] != ',' || ls->depth >= LEX_MAX_DEPTH)
+		return 0;
+	lv->tok.p = t;
+	lv->tok.n = (uint32_t)n;
+	return 1;
+}
+
 /* ------------------------------------------------------------ grammar actions */
 
 /* bison's own messages (only "memory exhausted" reaches here) */
@@ -1520,6 +1537,40 @@ Value b_int(Tok *t)
 Value b_scalar(Tok *t)
 {
 	return t->k < 0 ? value_bool(t->i != 0) : value_int(t->i, (NumType)t->k);
+}
+
+/* the tuple '(' int_list ')' would have made */
+Value b_shape(BuildCtx *b, Tok *t)
+{
+	Value e[MAX_RANK + 1];
+	VList *l = NULL;
+	uint32_t k = 0;
+	for (const char *p = t->p + 1; *p != ')';) {
+		int neg = *p == '-';
+		size_t nd = strspn(p + neg, "0123456789");
+		int64_t v = digits18(p + neg, nd);
+		Value x = value_int(neg ? -v : v, NT_BARE);
+		if (!l && k < MAX_RANK + 1) {
+			e[k++] = x;
+		} else {
+			if (!l) {
+				l = b_vlist(b);
+				for (uint32_t i = 0; i < k; i++)
+					b_vpush(l, e[i]);
+			}
+			b_vpush(l, x);
+		}
+		p += neg + nd;
+		if (*p == ',')
+			p += 2;
+	}
+	if (l)
+		return b_seq(b, V_TUPLE, l);
+	Value v = {0};
+	v.kind = V_TUPLE;
+	v.n = k;
+	v.u.elems = arena_dup(b->m->arena, e, k * sizeof(Value));
+	return v;
 }
 
 Value b_float(Tok *t, NumType nt)

@@ -84,6 +84,8 @@ void lex_foreign(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 void lex_attrline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv);
 int64_t lex_local(const char *t, size_t n); /* "%k": k (saturated, as strtoll) */
+/* "(4096, 1024)" in a type: 1 when it is read as one SHAPE token */
+int lex_shape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 /* "I64(8)": 0 when it is read as one SCALAR token, else the length of the
  * name to read as an IDENT (the rest is scanned as usual) */
 int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
@@ -132,6 +134,7 @@ void b_group_flatten(Groups *g);
 void b_attr_push(BuildCtx *b, Groups *g, Tok *key, Value *v);
 Value b_int(Tok *t);
 Value b_scalar(Tok *t);
+Value b_shape(BuildCtx *b, Tok *t);
 Value b_float(Tok *t, NumType nt);
 Value b_string(Tok *t);
 Value b_word(Tok *t);

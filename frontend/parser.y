@@ -57,6 +57,9 @@ static void ir_yyerror(IR_YYLTYPE *l, void *scanner, BuildCtx *b, const char *ms
 /* TSTR is "Tensor[Float32]" read as one token right after '<'; it, too,
  * is never named in a message (IDENT is expected wherever it is) */
 %token <tok> TSTR "type name"
+/* SHAPE is "(4096, 1024)" read as one token after ',' in a type; messages
+ * call it the '(' it starts with */
+%token <tok> SHAPE "shape"
 %token <tok> INT "integer" FLOAT "number" STRING "string" BAREWORD "word" IDENT "identifier"
 %token <tok> RAW "bracketed value" REFKEY "'ref_key='" INSTANCE "'{instance name: ...}'"
 %token <tok> HDR_ENTRY "'# IR entry' line" HDR_NSUB "'# Total subgraphs' line" HDR_ATTRS "'# Attrs:' line"
@@ -239,6 +242,7 @@ titem:	  shape_el			{ $$ = $1; }
 	;
 
 shape_el: '(' ')'			{ $$ = b_seq(b, V_TUPLE, NULL); }
+	| SHAPE				{ $$ = b_shape(b, &$1); }
 	| '(' int_list ')'		{ $$ = b_seq(b, V_TUPLE, $2); }
 	| IDENT				{ $$ = b_word(&$1); }
 	| IDENT '(' shape_list ')'	{ $$ = b_call(b, LOC(@1), &$1, $3); }
@@ -264,10 +268,12 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, BuildCt
 	const char *names[YYNTOKENS];
 	int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS), k = 0;
 	for (int i = 0; i < n; i++)
-		if (exp[i] != YYSYMBOL_SCALAR && exp[i] != YYSYMBOL_TSTR) /* IDENT is expected wherever they are */
-			names[k++] = yysymbol_name(exp[i]);
+		if (exp[i] != YYSYMBOL_SCALAR && exp[i] != YYSYMBOL_TSTR && exp[i] != YYSYMBOL_SHAPE)
+			names[k++] = yysymbol_name(exp[i]); /* IDENT or '(' is expected wherever they are */
 	if (got == YYSYMBOL_SCALAR || got == YYSYMBOL_TSTR)
 		got = YYSYMBOL_IDENT;
+	if (got == YYSYMBOL_SHAPE)
+		got = YYTRANSLATE('(');
 	const char *gn = yysymbol_name(got);
 	int cls = SE_OTHER;
 	switch (got) {
