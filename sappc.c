@@ -69,6 +69,7 @@ enum {
 	OPT_AUTO_PIPELINE,
 	OPT_STRATEGY_FORMAT,
 	OPT_GROUP_CKPT_OUT,
+	OPT_STRICT,
 };
 
 static const struct option longopts[] = {
@@ -123,6 +124,7 @@ static const struct option longopts[] = {
 	{"auto-pipeline", no_argument, NULL, OPT_AUTO_PIPELINE},
 	{"strategy-format", required_argument, NULL, OPT_STRATEGY_FORMAT},
 	{"group-ckpt-out", required_argument, NULL, OPT_GROUP_CKPT_OUT},
+	{"strict", no_argument, NULL, OPT_STRICT},
 	{NULL, 0, NULL, 0},
 };
 
@@ -144,6 +146,8 @@ static void usage(FILE *f)
 	      "      --max-nodes=N       above N operators, draw one box per scope (default 1500)\n"
 	      "      --focus=SCOPE       keep the operators under SCOPE expanded when collapsing\n"
 	      "  -q, --quiet             no warnings or notes on stderr\n"
+	      "      --strict            refuse a graph with operators sappc does not model (by\n"
+	      "                          default a warning names them; they stay whole)\n"
 	      "\n"
 	      "",
 	      f);
@@ -542,12 +546,47 @@ static int write_all_ranks(const char *dir, const char *in, const char *buf, siz
 	return rc;
 }
 
+/* Does this run plan, lower or simulate the graph (and so treat operators
+ * it does not model as whole tensors)?  A run of verify or print alone does
+ * not. */
+static int plans(const PassManagerOptions *pm, int simulate, const char *report)
+{
+	if (simulate || report)
+		return 1;
+	for (int i = 0; i < pm->npasses; i++)
+		if (strcmp(pm->passes[i]->name, "sapp") == 0 || strcmp(pm->passes[i]->name, "layouts") == 0)
+			return 1;
+	return 0;
+}
+
+/* Name every operator sappc does not model once, at its first use: a
+ * warning, or with --strict an error.  1 when the run must stop. */
+static int not_modelled(const Module *m, int strict)
+{
+	OpaqueUse *u;
+	uint32_t n = op_opaque_uses(m, &u);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *name = sym_str(u[i].prim);
+		if (strict)
+			diag_error_at(u[i].first,
+				      "operator '%s' is not modelled by sappc (%u use%s), refused by --strict",
+				      name, u[i].count, u[i].count == 1 ? "" : "s");
+		else
+			diag_warning_at(u[i].first,
+					"operator '%s' is not modelled by sappc (%u use%s): it is never split, "
+					"every device computes it whole",
+					name, u[i].count, u[i].count == 1 ? "" : "s");
+	}
+	free(u);
+	return strict && n;
+}
+
 int main(int argc, char **argv)
 {
 	Options o = {0};
 	PassManagerOptions pm = {0};
 	const char *out = "-", *dot = NULL, *svg = NULL, *html = NULL;
-	int passes_given = 0, out_given = 0, simulate = 0, report_json = 0;
+	int passes_given = 0, out_given = 0, simulate = 0, report_json = 0, strict = 0;
 	const char *report = NULL;
 	ReportConfig rc_cfg = {0, 0, 8, 100.0, 12.5, 2.0, 10.0, NULL};
 	SimOptions so = {0};
@@ -579,6 +618,9 @@ int main(int argc, char **argv)
 			break;
 		case 'q':
 			o.quiet = 1;
+			break;
+		case OPT_STRICT:
+			strict = 1;
 			break;
 		case OPT_PASSES:
 			parse_pass_list(&pm, optarg);
@@ -834,6 +876,13 @@ int main(int argc, char **argv)
 	if (!m) {
 		free(buf);
 		return 1;
+	}
+	if (plans(&pm, simulate, report) && not_modelled(m, strict)) {
+		ir_module_free(m);
+		free(buf);
+		free(stage_rules);
+		intern_free_all();
+		return finish(1);
 	}
 	if (all_ranks) {
 		ir_module_free(m);
