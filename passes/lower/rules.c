@@ -328,35 +328,50 @@ static int r_flatten(Rule *r, const Node *n)
 	return 0;
 }
 
+/* Gather (MindSpore's GatherInfo, ops_info/gather_info.cc): the device
+ * matrix is the indices' strategy followed by the params' (without its
+ * first batch_dims entries, which must equal the indices' and share their
+ * device dimensions); the output takes params[:axis], indices[batch_dims:],
+ * params[axis+1:].  The gathered axis may be split only in the row-split
+ * embedding form (axis 0, no batch_dims, §2.3 Gather), whose local
+ * lookups are masked and summed by a forward AllReduce. */
 static int r_gather(Rule *r, const Node *n, int *rowsplit)
 {
 	if (r->nt != 2)
 		return FAIL("expects a table and indices");
-	int64_t axis = 0;
+	int64_t axis = 0, bd;
 	const Value *a = lit(n, 2, "axis");
 	if (a)
 		value_get_int(a, &axis);
 	int rt = r->rk[0], ri = r->rk[1];
 	int ax = norm_axis(axis, rt);
-	if (ax != 0)
-		return FAIL("only axis 0 is supported");
-	/* device matrix: indices' strategy, then the table's (§2.3 Gather) */
+	if (ax < 0 || ax >= rt || !ir_gather_batch_dims(n, ri, &bd) || bd > ax)
+		return FAIL("bad axis or batch_dims");
+	const int64_t *p = r->s[0], *q = r->s[1];
+	for (int i = 0; i < bd; i++)
+		if (p[i] != q[i])
+			return FAIL("batch dimension %d is split %lld ways in the params but %lld in the indices", i,
+			            (long long)p[i], (long long)q[i]);
+	if (p[ax] != 1 && (ax != 0 || bd))
+		return FAIL("the gathered axis %d may be split only when it is 0 (the row-split embedding)", ax);
 	r->ndev = 0;
 	for (int i = 0; i < ri; i++)
-		r->dev[r->ndev++] = r->s[1][i];
-	for (int i = 0; i < rt; i++)
-		r->dev[r->ndev++] = r->s[0][i];
+		r->dev[r->ndev++] = q[i];
+	for (int i = (int)bd; i < rt; i++)
+		r->dev[r->ndev++] = p[i];
 	int size = r->ndev;
-	for (int i = 0; i < rt; i++)
-		r->imap[0][i] = (int8_t)(rt - 1 - i);
 	for (int i = 0; i < ri; i++)
 		r->imap[1][i] = (int8_t)(size - 1 - i);
+	for (int i = 0; i < rt; i++)
+		r->imap[0][i] = i < bd ? r->imap[1][i] : (int8_t)(size - 1 - (ri + i - (int)bd));
 	int j = 0;
-	for (int i = 0; i < ri; i++)
-		r->omap[0][j++] = r->imap[1][i];
-	for (int i = 1; i < rt; i++)
+	for (int i = 0; i < ax; i++)
 		r->omap[0][j++] = r->imap[0][i];
-	*rowsplit = r->s[0][0] > 1;
+	for (int i = (int)bd; i < ri; i++)
+		r->omap[0][j++] = r->imap[1][i];
+	for (int i = ax + 1; i < rt; i++)
+		r->omap[0][j++] = r->imap[0][i];
+	*rowsplit = p[ax] > 1;
 	if (*rowsplit) {
 		r->fwd = FC_ALLREDUCE;
 		r->fwd_op = "sum";

@@ -313,12 +313,19 @@ static void prepare_gather(Prop *P, SappOp *X)
 	}
 	int64_t axis = 0, bd = 0;
 	sapp_attr_int(S, X->n, 2, SA_axis, &axis);
-	sapp_attr_int(S, X->n, -1, SA_batch_dims, &bd);
+	sapp_attr_int(S, X->n, 3, SA_batch_dims, &bd); /* operand 3 (gather_op.yaml) or attribute */
 	int pr = X->rank[0], ir = X->rank[1];
 	axis = norm_axis(axis, pr);
+	if (bd < 0)
+		bd += ir;
 	int64_t dev = S->stage_devices;
 	int64_t g[MAX_RANK];
-	if (bd > 1 && X->orank) {
+	/* shared batch dimensions: MindSpore's branch is for batch_dims > 1;
+	 * with batch_dims 1 its axis-1 form below would split the batch
+	 * dimension of the params but not of the indices, which GatherInfo's
+	 * batch mode (ops_info/gather_info.cc, BatchImpl::CheckStrategy)
+	 * refuses, so every batch_dims takes this branch here */
+	if (bd >= 1 && X->orank) {
 		sapp_gen_gather_stra(X->odims, X->orank, dev, g);
 		for (uint32_t i = 0; i < X->nin; i++)
 			sapp_set_input(X, i, g, X->rank[i] < X->orank ? X->rank[i] : X->orank, 1);
