@@ -221,7 +221,12 @@ static int check_operands(const Node *n)
 			              label(n, lu, sizeof lu), i + 1, t, oi->name);
 			return 1;
 		}
-		if (i >= (uint32_t)oi->arity && n->args[i].kind == V_NODE && a->is_tensor && is_dims(&a->shape)) {
+		/* OneHot's on_value and off_value are tensor inputs in MindSpore
+		 * (ops/op_def/yaml/one_hot_op.yaml; OneHotInfo gives them the
+		 * empty strategies of scalars): a computed scalar is fine there */
+		int onehot_value = n->op == OP_OneHot && (i == 2 || i == 3) && a->shape.rank == 0;
+		if (i >= (uint32_t)oi->arity && n->args[i].kind == V_NODE && a->is_tensor && is_dims(&a->shape) &&
+		    !onehot_value) {
 			abs_text(t, sizeof t, a);
 			diag_error_at(n->loc, "%s: operand %u is a tensor (%s), but %s takes %d tensor operand%s",
 			              label(n, lu, sizeof lu), i + 1, t, oi->name, oi->arity,

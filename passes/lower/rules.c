@@ -592,29 +592,46 @@ static int r_split(Rule *r, const Node *n)
 	return 0;
 }
 
+/* OneHot (MindSpore's OneHotInfo, ops_info/onehot_info.cc): the strategy
+ * of the indices has the output's rank, depth included; r->s[0][rk] is the
+ * depth's entry.  With axis -1 the device matrix is that strategy and the
+ * output keeps the indices' map plus the depth's; an input of rank above 1
+ * is split along its first dimension only.  With axis 0 (1-D indices only)
+ * the output is (depth, features) and the device matrix is reversed.  A
+ * split depth (1-D indices) is the redistribute pass's onehot_split(). */
 static int r_onehot(Rule *r, const Node *n)
 {
-	(void)n;
-	if (r->nt < 1)
-		return FAIL("expects indices");
+	if (r->nt < 1 || r->nout != 1 || r->ork[0] != r->rk[0] + 1)
+		return FAIL("expects indices and an output one dimension larger");
 	int ri = r->rk[0];
-	int64_t s[LAYOUT_MAX_DIM];
-	memcpy(s, r->s[0], sizeof s);
-	int rs = r->rk[0];
-	/* MindSpore writes the strategy of the output (indices dims + depth) */
-	if (rs == ri + 1 && s[ri] != 1)
-		return FAIL("the depth dimension must not be split");
-	r->ndev = ri + 1;
-	for (int i = 0; i < ri; i++)
-		r->dev[i] = s[i];
-	r->dev[ri] = 1;
-	for (int i = 0; i < ri; i++)
-		r->imap[0][i] = (int8_t)(ri - i);
+	const int64_t *s = r->s[0];
+	int64_t axis = -1;
+	const Value *a = lit(n, 4, "axis");
+	if (a)
+		value_get_int(a, &axis);
+	if (axis != -1 && !(axis == 0 && ri == 1))
+		return FAIL("axis %lld: only -1, or 0 for 1-D indices, can be split", (long long)axis);
+	for (int i = 1; i <= ri && ri > 1; i++)
+		if (s[i] != 1)
+			return FAIL("indices of rank %d may be split along their first dimension only", ri);
 	for (int k = 1; k < r->nt; k++)
 		for (int i = 0; i < r->rk[k]; i++)
 			r->imap[k][i] = -1;
-	for (int i = 0; i <= ri && i < r->ork[0]; i++)
+	r->ndev = ri + 1;
+	if (axis == 0) {
+		r->dev[0] = s[1];
+		r->dev[1] = s[0];
+		r->imap[0][0] = 1;
+		r->omap[0][0] = 0;
+		r->omap[0][1] = 1;
+		return 0;
+	}
+	for (int i = 0; i <= ri; i++) {
+		r->dev[i] = s[i];
 		r->omap[0][i] = (int8_t)(ri - i);
+	}
+	for (int i = 0; i < ri; i++)
+		r->imap[0][i] = (int8_t)(ri - i);
 	return 0;
 }
 
@@ -778,6 +795,8 @@ static void default_strategy(const LowerCtx *c, Rule *r, const Node *n)
 	for (int k = 0; k < r->nt; k++)
 		for (int i = 0; i < r->rk[k]; i++)
 			r->s[k][i] = 1;
+	if (fam == FAM_ONEHOT && r->nt)
+		r->s[0][r->rk[0]] = 1; /* the depth's entry */
 	int lead = fam == FAM_GATHER ? 1 : 0; /* the input that carries the batch */
 	if (r->nt <= lead || r->rk[lead] < 1 || r->shp[lead][0] % c->per_stage)
 		return;
@@ -910,6 +929,8 @@ int lower_infer_node(LowerCtx *c, Node *n)
 				goto out;
 			}
 			memcpy(r->s[k], st[k], sizeof st[k]);
+			if (op_table[n->op].family == FAM_ONEHOT && k == 0 && srk[k] == r->rk[k])
+				r->s[k][srk[k]] = 1; /* the indices' rank only: the depth is whole */
 			int64_t prod = 1;
 			for (int i = 0; i < srk[k]; i++) {
 				if (st[k][i] < 1) {

@@ -449,6 +449,15 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 	Stra t = *s;
 	if (X->type == REC_GatherV2) {
 		prepare_gather(P, X);
+	} else if (f == FAM_CONCAT) {
+		/* ConcatInfo::CheckStrategy (ops_info/concat_info.cc): every
+		 * element takes the same strategy, whole along the axis */
+		int64_t ax = 0;
+		sapp_attr_int(S, X->n, 1, SA_axis, &ax);
+		int a = norm_axis(ax, X->nin ? X->rank[0] : 0);
+		if (a >= 0 && a < t.n)
+			t.v[a] = 1;
+		check_divisible(X, &t);
 	} else if (f == FAM_ELEMWISE && X->nin >= 2) {
 		check_broadcast(X, s);
 	} else if (f == FAM_BIASADD) {
@@ -1092,9 +1101,9 @@ static int param_slot(const SappOp *X)
 static Node *slot_weight(const SappOp *X)
 {
 	uint32_t slot = (uint32_t)param_slot(X);
-	if (!X->n || slot >= X->nin || X->arg[slot] >= X->n->nargs)
+	if (!X->n || slot >= X->nin || X->arg[slot] >= X->src->nargs)
 		return NULL;
-	const Value *v = &X->n->args[X->arg[slot]];
+	const Value *v = &X->src->args[X->arg[slot]];
 	Node *p = v->kind == V_NODE ? ir_look_through(v->u.node) : NULL;
 	return p && p->kind == NK_PARAM && p->has_default ? p : NULL;
 }
@@ -1392,8 +1401,8 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		for (int d = 0; d < X->rank[i]; d++)
 			v[d] = 1;
 		int weight = 0;
-		if (X->n && X->arg[i] < X->n->nargs && X->n->args[X->arg[i]].kind == V_NODE) {
-			const Node *p = ir_look_through(X->n->args[X->arg[i]].u.node);
+		if (X->n && X->arg[i] < X->src->nargs && X->src->args[X->arg[i]].kind == V_NODE) {
+			const Node *p = ir_look_through(X->src->args[X->arg[i]].u.node);
 			while (p && ir_node_is_op(p, OP_Cast) && p->nargs && p->args[0].kind == V_NODE)
 				p = ir_look_through(p->args[0].u.node);
 			weight = p && p->kind == NK_PARAM && p->has_default;
