@@ -157,8 +157,9 @@ static void usage(FILE *f)
 	      "                          or semi_auto (keep given strategies, batch-parallel default)\n"
 	      "      --pipeline-stages=S pipeline stages, 1 to 64 (default 1); S must divide N\n"
 	      "      --micro-batch-num=K micro-batches per step with pipeline stages (default 1)\n"
-	      "      --dataset-strategy=data_parallel|full_batch\n"
-	      "                          how graph inputs are split (default data_parallel)\n"
+	      "      --dataset-strategy=data_parallel|full_batch|TUPLE\n"
+	      "                          how graph inputs are split (default data_parallel), or one\n"
+	      "                          strategy per input as MindSpore writes it: ((1, 8), (8,))\n"
 	      "      --enable-parallel-optimizer\n"
 	      "                          shard optimizer states (used by the lowering)\n"
 	      "      --rank=R            print the graph of rank R (default 0)\n"
@@ -330,6 +331,72 @@ static void check_usage(const Options *o, const PassManagerOptions *pm, const Re
 		if (other)
 			bad_usagef("--all-ranks writes one graph per rank and cannot be combined with %s", other);
 	}
+}
+
+/* --dataset-strategy=TUPLE in MindSpore's per-input syntax, e.g.
+ * ((1, 8), (1, 8), (8,)): one tuple of positive ints per dataset input
+ * (a trailing comma as in Python, () for a scalar).  Whether the tuples fit
+ * the inputs is checked against the graph (the verify pass). */
+static const char *skip_blank(const char *s)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	return s;
+}
+
+static void parse_dataset_tuple(Options *o, const char *arg)
+{
+	const char *s = arg;
+	int n = 0, cap = 0;
+	int8_t *rank = NULL;
+	int64_t *val = NULL;
+	s = skip_blank(s);
+	if (*s++ != '(')
+		goto bad;
+	s = skip_blank(s);
+	while (*s == '(') {
+		s++;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 8;
+			rank = xrealloc(rank, (size_t)cap);
+			val = xrealloc(val, (size_t)cap * MAX_RANK * sizeof *val);
+		}
+		int r = 0;
+		for (s = skip_blank(s); *s != ')'; s = skip_blank(s)) {
+			char *end;
+			errno = 0;
+			long long v = strtoll(s, &end, 10);
+			if (end == s || errno || v < 1 || v > 65536 || r == MAX_RANK)
+				goto bad;
+			val[(size_t)n * MAX_RANK + r++] = v;
+			s = end;
+			s = skip_blank(s);
+			if (*s == ',')
+				s++;
+			else if (*s != ')')
+				goto bad;
+		}
+		s++;
+		rank[n++] = (int8_t)r;
+		s = skip_blank(s);
+		if (*s == ',')
+			s++;
+		s = skip_blank(s);
+	}
+	if (*s++ != ')' || !n)
+		goto bad;
+	s = skip_blank(s);
+	if (*s)
+		goto bad;
+	o->ds_n = n;
+	o->ds_rank = rank;
+	o->ds_val = val;
+	o->full_batch = 0;
+	return;
+bad:
+	bad_usage("invalid value '%s' for --dataset-strategy (expected data_parallel, full_batch or a tuple of "
+		  "strategies such as ((1, 8), (1, 8), (8,)))",
+		  arg);
 }
 
 static long parse_long(const char *opt, const char *s, long lo, long hi)
@@ -689,8 +756,7 @@ int main(int argc, char **argv)
 			else if (strcmp(optarg, "full_batch") == 0)
 				o.full_batch = 1;
 			else
-				bad_usage("invalid value '%s' for --dataset-strategy (expected data_parallel or full_batch)",
-					  optarg);
+				parse_dataset_tuple(&o, optarg);
 			break;
 		case OPT_INTERFERED:
 			o.interfered = 1;
@@ -881,6 +947,8 @@ int main(int argc, char **argv)
 		ir_module_free(m);
 		free(buf);
 		free(stage_rules);
+		free((void *)o.ds_rank);
+		free((void *)o.ds_val);
 		intern_free_all();
 		return finish(1);
 	}
@@ -889,6 +957,8 @@ int main(int argc, char **argv)
 		int rc = write_all_ranks(all_ranks, in, buf, len, &o, &pm);
 		free(buf);
 		free(stage_rules);
+		free((void *)o.ds_rank);
+		free((void *)o.ds_val);
 		intern_free_all();
 		return finish(rc);
 	}
@@ -940,6 +1010,8 @@ int main(int argc, char **argv)
 	ir_module_free(m);
 	free(buf);
 	free(stage_rules);
+	free((void *)o.ds_rank);
+	free((void *)o.ds_val);
 	intern_free_all();
 	return finish(rc);
 }

@@ -933,6 +933,7 @@ static void copy_main(Sapp *S, uint32_t x)
 			if (!S->o->full_batch && X->rank[i])
 				v[0] = X->dims[i][0] < S->stage_devices ? X->dims[i][0] : S->stage_devices;
 		}
+		sapp_dataset_given(S, X);
 		return;
 	}
 	if (X->type == REC_SparseSoftmaxCrossEntropyWithLogits || X->type == REC_UnsortedSegmentOp) {
@@ -1390,6 +1391,28 @@ void sapp_generate(Sapp *S)
  * MindSpore's split flags, weights (parameters with a value, seen through
  * Load/Cast) and broadcast operands of element-wise operators stay whole: splitting a
  * weight's first dimension is model parallelism, not batch parallelism. */
+/* The VirtualDataset's inputs take the strategies the user gave (an
+ * explicit _VirtualDataset's in_strategy, --dataset-strategy=TUPLE, as
+ * MindSpore's dataset_strategy sets the VirtualDataset's), where given. */
+void sapp_dataset_given(const Sapp *S, SappOp *X)
+{
+	const Graph *g = ir_entry(S->m);
+	uint32_t ord = 0, p = 0;
+	for (uint32_t i = 0; i < X->nin; i++) {
+		uint32_t k = X->arg[i];
+		if (!X->n) {
+			/* implicit: X->arg[i] is a parameter index; k its place
+			 * among the dataset inputs */
+			for (; g && p < X->arg[i] && p < g->params.n; p++)
+				ord += ir_is_dataset_input(g->params.a[p]);
+			k = ord;
+		}
+		int64_t s[MAX_RANK];
+		if (ir_dataset_split(S->o, X->n, k, X->rank[i], s))
+			memcpy(sin_of(X, i), s, (size_t)X->rank[i] * sizeof *s);
+	}
+}
+
 int sapp_default_batch(const Sapp *S, SappOp *X)
 {
 	int maxr = 0;
@@ -1414,6 +1437,8 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
 			v[0] = S->stage_devices;
 	}
+	if (S->vd >= 0 && X == &S->ops[S->vd])
+		sapp_dataset_given(S, X);
 	X->has_s = 1;
 	return 0;
 }
