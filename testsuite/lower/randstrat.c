@@ -198,6 +198,16 @@ static int gen(const Node *n, St *t, int64_t N)
 		t->s[0][0] = pick(t->shp[0][0], &b);
 		t->s[1][0] = t->s[0][0];
 		return 0;
+	case FAM_VIRTUAL:
+		/* a _VirtualDataset: any strategy per input, each within N */
+		if (n->op != OP_VirtualDataset)
+			return -1;
+		for (int k = 0; k < t->nt; k++) {
+			int64_t bk = N;
+			for (int i = 0; i < t->rk[k]; i++)
+				t->s[k][i] = pick(t->shp[k][i], &bk);
+		}
+		return 0;
 	case FAM_CONV:
 		if (t->nt != 2 || t->rk[0] != 4 || t->rk[1] != 4)
 			return -1;
