@@ -485,7 +485,7 @@ static void check_whole(const Graph *g)
 static void check_dataset_strategy(Module *m, const Options *o)
 {
 	Graph *g = ir_entry(m);
-	if (!o->ds_n || !g || m->fragment)
+	if (!o || !o->ds_n || !g || m->fragment)
 		return;
 	const Node *vd = NULL;
 	for (uint32_t i = 0; i < g->nodes.n && !vd; i++)
