@@ -220,6 +220,24 @@ static void reshape_layout(LowerCtx *c, const Users *u, Node *n)
 	n->lay = l;
 }
 
+/* A strategy that splits something on an operator without a layout rule
+ * would be printed while the operator computes on whole tensors: say so. */
+static void unapplied_strategy(const Node *n)
+{
+	int64_t st[8][LAYOUT_MAX_DIM];
+	int srk[8], ns = 0, split = 0;
+	if (lower_strategy(n, st, srk, 8, &ns) <= 0)
+		return;
+	for (int k = 0; k < ns; k++)
+		for (int i = 0; i < srk[k]; i++)
+			split |= st[k][i] > 1;
+	if (split)
+		diag_warning_at(n->loc,
+				"%s (%%%d): its strategy is not applied: sappc has no layout rule for %s, which "
+				"computes on whole tensors",
+				sym_str(n->prim), n->local, sym_str(n->prim));
+}
+
 static void structural_layout(LowerCtx *c, Node *n)
 {
 	if (n->kind != NK_CNODE || n->lay)
@@ -253,9 +271,14 @@ static void structural_layout(LowerCtx *c, Node *n)
 			n->lay = l;
 		return;
 	}
-	if (r < 0)
+	const Shape *os = &n->out.shape;
+	int tuple = r < 0 && n->callee_kind == CK_PRIM && op_table[n->op].family != FAM_STRUCT && os->kind == SK_TUPLE &&
+		    os->rank >= 1;
+	for (int i = 0; tuple && i < os->rank; i++)
+		tuple = os->sub[i].kind == SK_DIMS;
+	if (r < 0 && !tuple)
 		return;
-	const TLay *t0 = n->nargs ? out_of(&n->args[0], 0) : NULL;
+	const TLay *t0 = n->nargs && !tuple ? out_of(&n->args[0], 0) : NULL;
 	if (n->callee_kind == CK_PRIM && t0 && t0->rank == r &&
 	    ((op_table[n->op].flags & OPF_LOOKTHROUGH) || n->op == OP_Cast || op_table[n->op].shape == SHAPE_SAME)) {
 		int same = 1;
@@ -271,8 +294,9 @@ static void structural_layout(LowerCtx *c, Node *n)
 	if (n->callee_kind != CK_PRIM)
 		return; /* calls of other graphs: not lowered */
 	/* an operator without a rule computes on whole tensors: gather its
-	 * tensor inputs and replicate its output */
-	NodeLayout *l = lay_new(c->m, n->nargs, 1);
+	 * tensor inputs and replicate its output (each, for a tuple) */
+	unapplied_strategy(n);
+	NodeLayout *l = lay_new(c->m, n->nargs, tuple ? (uint32_t)os->rank : 1);
 	l->flags = LAY_OP;
 	for (uint32_t i = 0; i < n->nargs; i++) {
 		const Abs *a = ir_in_abs(n, i);
@@ -281,7 +305,11 @@ static void structural_layout(LowerCtx *c, Node *n)
 		if (a && n->args[i].kind == V_NODE && (ar = dims_of(a, &ad)) >= 0 && out_of(&n->args[i], 0))
 			tlay_replicated(c, &l->in[i], c->per_stage, ad, ar);
 	}
-	tlay_replicated(c, &l->out[0], c->per_stage, d, r);
+	if (tuple)
+		for (int i = 0; i < os->rank; i++)
+			tlay_replicated(c, &l->out[i], c->per_stage, os->sub[i].dims, os->sub[i].rank);
+	else
+		tlay_replicated(c, &l->out[0], c->per_stage, d, r);
 	l->odev = l->out[0].dev; /* [per_stage] */
 	l->nodev = 1;
 	n->lay = l;

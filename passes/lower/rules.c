@@ -294,6 +294,38 @@ static int r_reduce(Rule *r, const Node *n)
 	return 0;
 }
 
+/* ArgMaxWithValue / ArgMinWithValue (MindSpore's ArgMaxWithValueInfo):
+ * the index and the value along one axis (default 0); a split axis would
+ * need each rank's index shifted and the winners compared across ranks, so
+ * the axis stays whole, and both outputs keep the other dimensions' maps. */
+static int r_argwithvalue(Rule *r, const Node *n)
+{
+	if (r->nt != 1 || r->nout != 2)
+		return FAIL("expects one tensor input and an (index, value) pair");
+	int64_t axis = 0;
+	const Value *a = lit(n, 1, "axis");
+	if (a)
+		value_get_int(a, &axis);
+	int rk = r->rk[0], ax = norm_axis(axis, rk), keep = ir_node_flag(n, 2, "keep_dims", NULL);
+	if (ax < 0 || ax >= rk)
+		return FAIL("axis out of range");
+	if (r->s[0][ax] != 1)
+		return FAIL("the axis %d must not be split", ax);
+	dev_from(r, 0);
+	ident(r, 0, rk);
+	for (int o = 0; o < 2; o++) {
+		int j = 0;
+		for (int i = 0; i < rk; i++)
+			if (i != ax)
+				r->omap[o][j++] = r->imap[0][i];
+			else if (keep)
+				r->omap[o][j++] = -1;
+		if (j != r->ork[o])
+			return FAIL("the declared output rank does not match the axis");
+	}
+	return 0;
+}
+
 static int r_transpose(Rule *r, const Node *n)
 {
 	int64_t p[LAYOUT_MAX_DIM];
@@ -666,6 +698,7 @@ static int has_rule(const Node *n)
 	case FAM_SPARSELOSS:
 	case FAM_EXPANDDIMS:
 	case FAM_SQUEEZE:
+	case FAM_ARGWITHVALUE:
 		return 1;
 	default:
 		return 0;
@@ -740,6 +773,8 @@ static int run_rule(Rule *r, const Node *n, int *rowsplit)
 		return r_split(r, n);
 	case FAM_ONEHOT:
 		return r_onehot(r, n);
+	case FAM_ARGWITHVALUE:
+		return r_argwithvalue(r, n);
 	default:
 		return FAIL("no layout rule for this operator");
 	}

@@ -198,6 +198,13 @@ static int gen(const Node *n, St *t, int64_t N)
 		t->s[0][0] = pick(t->shp[0][0], &b);
 		t->s[1][0] = t->s[0][0];
 		return 0;
+	case FAM_ARGWITHVALUE: {
+		/* the axis (default 0) stays whole */
+		int ax = axis_of(n, 1, "axis", t->rk[0], 0);
+		for (int i = 0; i < t->rk[0]; i++)
+			t->s[0][i] = i == ax ? 1 : pick(t->shp[0][i], &b);
+		return 0;
+	}
 	case FAM_VIRTUAL:
 		/* a _VirtualDataset: any strategy per input, each within N */
 		if (n->op != OP_VirtualDataset)
