@@ -943,16 +943,9 @@ int main(int argc, char **argv)
 		free(buf);
 		return 1;
 	}
-	if (plans(&pm, simulate, report) && not_modelled(m, strict)) {
-		ir_module_free(m);
-		free(buf);
-		free(stage_rules);
-		free((void *)o.ds_rank);
-		free((void *)o.ds_val);
-		intern_free_all();
-		return finish(1);
-	}
-	if (all_ranks) {
+	/* --strict: an operator sappc does not model stops the run here */
+	int stop = plans(&pm, simulate, report) && not_modelled(m, strict);
+	if (all_ranks && !stop) {
 		ir_module_free(m);
 		int rc = write_all_ranks(all_ranks, in, buf, len, &o, &pm);
 		free(buf);
@@ -962,7 +955,7 @@ int main(int argc, char **argv)
 		intern_free_all();
 		return finish(rc);
 	}
-	int rc = pm_run(m, &o, &pm);
+	int rc = stop ? 1 : pm_run(m, &o, &pm);
 	if (rc == 0 && diag_errors())
 		rc = 1;
 	if (rc == 0 && ckpt_out)
