@@ -69,6 +69,7 @@ enum {
 	OPT_AUTO_PIPELINE,
 	OPT_STRATEGY_FORMAT,
 	OPT_GROUP_CKPT_OUT,
+	OPT_STRICT,
 };
 
 static const struct option longopts[] = {
@@ -123,6 +124,7 @@ static const struct option longopts[] = {
 	{"auto-pipeline", no_argument, NULL, OPT_AUTO_PIPELINE},
 	{"strategy-format", required_argument, NULL, OPT_STRATEGY_FORMAT},
 	{"group-ckpt-out", required_argument, NULL, OPT_GROUP_CKPT_OUT},
+	{"strict", no_argument, NULL, OPT_STRICT},
 	{NULL, 0, NULL, 0},
 };
 
@@ -144,6 +146,8 @@ static void usage(FILE *f)
 	      "      --max-nodes=N       above N operators, draw one box per scope (default 1500)\n"
 	      "      --focus=SCOPE       keep the operators under SCOPE expanded when collapsing\n"
 	      "  -q, --quiet             no warnings or notes on stderr\n"
+	      "      --strict            refuse a graph with operators sappc does not model (by\n"
+	      "                          default a warning names them; they stay whole)\n"
 	      "\n"
 	      "",
 	      f);
@@ -153,8 +157,9 @@ static void usage(FILE *f)
 	      "                          or semi_auto (keep given strategies, batch-parallel default)\n"
 	      "      --pipeline-stages=S pipeline stages, 1 to 64 (default 1); S must divide N\n"
 	      "      --micro-batch-num=K micro-batches per step with pipeline stages (default 1)\n"
-	      "      --dataset-strategy=data_parallel|full_batch\n"
-	      "                          how graph inputs are split (default data_parallel)\n"
+	      "      --dataset-strategy=data_parallel|full_batch|TUPLE\n"
+	      "                          how graph inputs are split (default data_parallel), or one\n"
+	      "                          strategy per input as MindSpore writes it: ((1, 8), (8,))\n"
 	      "      --enable-parallel-optimizer\n"
 	      "                          shard optimizer states (used by the lowering)\n"
 	      "      --rank=R            print the graph of rank R (default 0)\n"
@@ -326,6 +331,72 @@ static void check_usage(const Options *o, const PassManagerOptions *pm, const Re
 		if (other)
 			bad_usagef("--all-ranks writes one graph per rank and cannot be combined with %s", other);
 	}
+}
+
+/* --dataset-strategy=TUPLE in MindSpore's per-input syntax, e.g.
+ * ((1, 8), (1, 8), (8,)): one tuple of positive ints per dataset input
+ * (a trailing comma as in Python, () for a scalar).  Whether the tuples fit
+ * the inputs is checked against the graph (the verify pass). */
+static const char *skip_blank(const char *s)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	return s;
+}
+
+static void parse_dataset_tuple(Options *o, const char *arg)
+{
+	const char *s = arg;
+	int n = 0, cap = 0;
+	int8_t *rank = NULL;
+	int64_t *val = NULL;
+	s = skip_blank(s);
+	if (*s++ != '(')
+		goto bad;
+	s = skip_blank(s);
+	while (*s == '(') {
+		s++;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 8;
+			rank = xrealloc(rank, (size_t)cap);
+			val = xrealloc(val, (size_t)cap * MAX_RANK * sizeof *val);
+		}
+		int r = 0;
+		for (s = skip_blank(s); *s != ')'; s = skip_blank(s)) {
+			char *end;
+			errno = 0;
+			long long v = strtoll(s, &end, 10);
+			if (end == s || errno || v < 1 || v > 65536 || r == MAX_RANK)
+				goto bad;
+			val[(size_t)n * MAX_RANK + r++] = v;
+			s = end;
+			s = skip_blank(s);
+			if (*s == ',')
+				s++;
+			else if (*s != ')')
+				goto bad;
+		}
+		s++;
+		rank[n++] = (int8_t)r;
+		s = skip_blank(s);
+		if (*s == ',')
+			s++;
+		s = skip_blank(s);
+	}
+	if (*s++ != ')' || !n)
+		goto bad;
+	s = skip_blank(s);
+	if (*s)
+		goto bad;
+	o->ds_n = n;
+	o->ds_rank = rank;
+	o->ds_val = val;
+	o->full_batch = 0;
+	return;
+bad:
+	bad_usage("invalid value '%s' for --dataset-strategy (expected data_parallel, full_batch or a tuple of "
+		  "strategies such as ((1, 8), (1, 8), (8,)))",
+		  arg);
 }
 
 static long parse_long(const char *opt, const char *s, long lo, long hi)
@@ -542,12 +613,47 @@ static int write_all_ranks(const char *dir, const char *in, const char *buf, siz
 	return rc;
 }
 
+/* Does this run plan, lower or simulate the graph (and so treat operators
+ * it does not model as whole tensors)?  A run of verify or print alone does
+ * not. */
+static int plans(const PassManagerOptions *pm, int simulate, const char *report)
+{
+	if (simulate || report)
+		return 1;
+	for (int i = 0; i < pm->npasses; i++)
+		if (strcmp(pm->passes[i]->name, "sapp") == 0 || strcmp(pm->passes[i]->name, "layouts") == 0)
+			return 1;
+	return 0;
+}
+
+/* Name every operator sappc does not model once, at its first use: a
+ * warning, or with --strict an error.  1 when the run must stop. */
+static int not_modelled(const Module *m, int strict)
+{
+	OpaqueUse *u;
+	uint32_t n = op_opaque_uses(m, &u);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *name = sym_str(u[i].prim);
+		if (strict)
+			diag_error_at(u[i].first,
+				      "operator '%s' is not modelled by sappc (%u use%s), refused by --strict",
+				      name, u[i].count, u[i].count == 1 ? "" : "s");
+		else
+			diag_warning_at(u[i].first,
+					"operator '%s' is not modelled by sappc (%u use%s): it is never split, "
+					"every device computes it whole",
+					name, u[i].count, u[i].count == 1 ? "" : "s");
+	}
+	free(u);
+	return strict && n;
+}
+
 int main(int argc, char **argv)
 {
 	Options o = {0};
 	PassManagerOptions pm = {0};
 	const char *out = "-", *dot = NULL, *svg = NULL, *html = NULL;
-	int passes_given = 0, out_given = 0, simulate = 0, report_json = 0;
+	int passes_given = 0, out_given = 0, simulate = 0, report_json = 0, strict = 0;
 	const char *report = NULL;
 	ReportConfig rc_cfg = {0, 0, 8, 100.0, 12.5, 2.0, 10.0, NULL};
 	SimOptions so = {0};
@@ -579,6 +685,9 @@ int main(int argc, char **argv)
 			break;
 		case 'q':
 			o.quiet = 1;
+			break;
+		case OPT_STRICT:
+			strict = 1;
 			break;
 		case OPT_PASSES:
 			parse_pass_list(&pm, optarg);
@@ -647,8 +756,7 @@ int main(int argc, char **argv)
 			else if (strcmp(optarg, "full_batch") == 0)
 				o.full_batch = 1;
 			else
-				bad_usage("invalid value '%s' for --dataset-strategy (expected data_parallel or full_batch)",
-					  optarg);
+				parse_dataset_tuple(&o, optarg);
 			break;
 		case OPT_INTERFERED:
 			o.interfered = 1;
@@ -835,15 +943,19 @@ int main(int argc, char **argv)
 		io_free_file(buf);
 		return 1;
 	}
-	if (all_ranks) {
+	/* --strict: an operator sappc does not model stops the run here */
+	int stop = plans(&pm, simulate, report) && not_modelled(m, strict);
+	if (all_ranks && !stop) {
 		ir_module_free(m);
 		int rc = write_all_ranks(all_ranks, in, buf, len, &o, &pm);
 		io_free_file(buf);
 		free(stage_rules);
+		free((void *)o.ds_rank);
+		free((void *)o.ds_val);
 		intern_free_all();
 		return finish(rc);
 	}
-	int rc = pm_run(m, &o, &pm);
+	int rc = stop ? 1 : pm_run(m, &o, &pm);
 	if (rc == 0 && diag_errors())
 		rc = 1;
 	if (rc == 0 && ckpt_out)
@@ -891,6 +1003,8 @@ int main(int argc, char **argv)
 	ir_module_free(m);
 	io_free_file(buf);
 	free(stage_rules);
+	free((void *)o.ds_rank);
+	free((void *)o.ds_val);
 	intern_free_all();
 	return finish(rc);
 }

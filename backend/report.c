@@ -308,6 +308,14 @@ void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Re
 			fprintf(f, " -> %s\n", b);
 		}
 	}
+	OpaqueUse *u;
+	uint32_t nu = op_opaque_uses(m, &u);
+	if (nu)
+		fprintf(f, "\nNot modelled (never split, computed whole on every device): operator, uses, first use\n");
+	for (uint32_t i = 0; i < nu; i++)
+		fprintf(f, "  %-28s %6u  %s:%u:%u\n", sym_str(u[i].prim), u[i].count, m->filename, u[i].first.line,
+			u[i].first.col);
+	free(u);
 	fprintf(f, "\nCommunication operators (bytes sent per device, ring algorithms)\n");
 	fprintf(f, "  %-6s %-14s %-22s %6s %14s %12s\n", "node", "kind", "category", "group", "bytes", "time (us)");
 	for (int i = 0; i < r->ncomm; i++) {
@@ -420,6 +428,22 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 		}
 	}
 	json_object_set_new(root, "operators", ops);
+	json_t *nm = json_array();
+	OpaqueUse *u;
+	uint32_t nu = op_opaque_uses(m, &u);
+	for (uint32_t i = 0; i < nu; i++) {
+		size_t len = strlen(m->filename) + 32;
+		char *at = xmalloc(len);
+		snprintf(at, len, "%s:%u:%u", m->filename, u[i].first.line, u[i].first.col);
+		json_t *o = json_object();
+		json_object_set_new(o, "operator", json_string(sym_str(u[i].prim)));
+		json_object_set_new(o, "count", json_integer(u[i].count));
+		json_object_set_new(o, "first", json_string(at));
+		free(at);
+		json_array_append_new(nm, o);
+	}
+	free(u);
+	json_object_set_new(root, "not_modelled", nm);
 	json_t *comm = json_array();
 	for (int i = 0; i < r->ncomm; i++) {
 		const ReportComm *rc = &r->comm[i];

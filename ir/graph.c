@@ -294,3 +294,32 @@ void ir_graph_set_nodes(Graph *g, Node **a, uint32_t n, uint32_t cap)
 	g->nodes.cap = cap;
 	ir_renumber(g);
 }
+
+int ir_is_dataset_input(const Node *p)
+{
+	return p && p->kind == NK_PARAM && !p->has_default && !p->out.is_ref && p->out.is_tensor &&
+	       p->out.shape.kind == SK_DIMS && p->g && p->g->is_entry;
+}
+
+int ir_dataset_split(const Options *o, const Node *vd, uint32_t k, int rank, int64_t *s)
+{
+	if (vd) {
+		const Value *v = ir_attr_get(&vd->strat, "in_strategy");
+		if (!v)
+			v = ir_attr_get(&vd->pattrs, "in_strategy");
+		if (v && (v->kind == V_TUPLE || v->kind == V_LIST) && k < v->n) {
+			int64_t t[MAX_RANK];
+			if (value_int_list(&v->u.elems[k], t, MAX_RANK) == rank) {
+				memcpy(s, t, (size_t)rank * sizeof *s);
+				return 1;
+			}
+			return 0;
+		}
+		if (v)
+			return 0;
+	}
+	if ((int)k >= o->ds_n || o->ds_rank[k] != rank)
+		return 0;
+	memcpy(s, o->ds_val + (size_t)k * MAX_RANK, (size_t)rank * sizeof *s);
+	return 1;
+}

@@ -51,3 +51,35 @@ int op_lookup(const char *name, size_t n)
 		return OP_GatherV2;
 	return OP_UNKNOWN;
 }
+
+int op_is_opaque(const Node *n)
+{
+	return n->kind == NK_CNODE && n->callee_kind == CK_PRIM && !n->dead &&
+	       (n->op == OP_UNKNOWN || op_table[n->op].family == FAM_OPAQUE);
+}
+
+uint32_t op_opaque_uses(const Module *m, OpaqueUse **out)
+{
+	KeyMap seen; /* operator name -> its index in the list */
+	keymap_init(&seen, sizeof(uint32_t));
+	Vec(OpaqueUse) v = {0};
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		const Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			const Node *n = g->nodes.a[i];
+			if (!op_is_opaque(n))
+				continue;
+			int64_t key = n->prim;
+			int fresh;
+			uint32_t *at = keymap_get(&seen, &key, 1, &fresh);
+			if (fresh) {
+				*at = v.n;
+				vec_push(&v, ((OpaqueUse){n->prim, 0, n->loc}));
+			}
+			v.a[*at].count++;
+		}
+	}
+	keymap_free(&seen);
+	*out = v.a;
+	return v.n;
+}

@@ -264,6 +264,15 @@ Abs abs_tensor(Arena *a, Sym dtype, const int64_t *d, int rank);
 int dtype_size(Sym dtype);
 /* output shape of a known operator from its type-line inputs: 1 ok, 0 n/a, -1 error (why) */
 int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t whylen);
+int ir_gather_batch_dims(const Node *n, int irank, int64_t *bd); /* operand 3 or attribute; 0 if out of range */
+struct Options;
+/* graph.c: a dataset input: a parameter of the entry graph without a value */
+int ir_is_dataset_input(const Node *p);
+/* The strategy given for dataset input k: entry k of the in_strategy of an
+ * explicit _VirtualDataset vd (k its operand index), else entry k of
+ * --dataset-strategy=TUPLE (k its place among the dataset inputs).  1 and
+ * s[0..rank) when one of that rank is given, 0 otherwise. */
+int ir_dataset_split(const struct Options *o, const Node *vd, uint32_t k, int rank, int64_t *s);
 /* a boolean operator setting: literal operand i (newest dumps: MatMul's
  * Bool(0), Bool(1)), else attribute k1 or k2 (transpose_a / transpose_x1) */
 int ir_node_flag(const Node *n, uint32_t i, const char *k1, const char *k2);
@@ -414,6 +423,17 @@ void ir_clear_marks(Module *m);
 uint32_t ir_count_cnodes(const Module *m);
 uint32_t ir_count_nodes(const Module *m);
 const OpInfo *ir_opinfo(const Node *n);
+/* Operators sappc does not model (ops.c): unknown primitives and the opaque
+ * family get no strategy, stay whole on every device and have no simulation
+ * semantics of their own.  op_opaque_uses() lists them once per operator
+ * name, in order of first use, into *out (xmalloc'd, freed by the caller). */
+typedef struct OpaqueUse {
+	Sym prim;
+	uint32_t count;
+	Loc first;
+} OpaqueUse;
+int op_is_opaque(const Node *n);
+uint32_t op_opaque_uses(const Module *m, OpaqueUse **out);
 /* tensor operand shapes: the declared type-line input i (NULL if absent) */
 const Abs *ir_in_abs(const Node *n, uint32_t i);
 
@@ -525,6 +545,9 @@ typedef struct Options {
 	double mem_coef;
 	int fully_use_devices;
 	int full_batch;
+	int ds_n;                /* --dataset-strategy=TUPLE: one strategy per dataset input (0: none) */
+	const int8_t *ds_rank;   /* its entries per input */
+	const int64_t *ds_val;   /* MAX_RANK slots per input */
 	int interfered;
 	int pipeline_stages;
 	int micro_batch_num;

@@ -154,6 +154,22 @@ static int axis_operand(const Node *n, uint32_t i, int rank, int64_t *axis)
 	return *axis >= 0 && *axis < rank;
 }
 
+/* Gather's batch_dims: operand 3 in the newest dumps (the argument list of
+ * mindspore/ops/op_def/yaml/gather_op.yaml: input_params, input_indices,
+ * axis, batch_dims), else the primitive attribute of older ones, 0 when
+ * absent; negative counts from the end of the indices' rank.  0 when it is
+ * out of range [0, irank]. */
+int ir_gather_batch_dims(const Node *n, int irank, int64_t *bd)
+{
+	*bd = 0;
+	const Value *v = operand_or_attr(n, 3, "batch_dims");
+	if (v && !value_get_int(v, bd))
+		*bd = 0;
+	if (*bd < 0)
+		*bd += irank;
+	return *bd >= 0 && *bd <= irank;
+}
+
 int ir_node_flag(const Node *n, uint32_t i, const char *k1, const char *k2)
 {
 	int b = 0;
@@ -469,9 +485,23 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		int64_t axis;
 		if (!axis_operand(n, 2, x->rank, &axis))
 			return WHY("Gather axis out of range");
+		/* the first batch_dims dimensions of params and indices are
+		 * shared: out = params[:axis] + indices[batch_dims:] +
+		 * params[axis+1:] (ops.gather) */
+		int64_t bd;
+		if (!ir_gather_batch_dims(n, idx->rank, &bd))
+			return WHY("Gather batch_dims out of range for indices of rank %d", idx->rank);
+		if (bd > axis)
+			return WHY("Gather batch_dims %lld is larger than the axis %lld", (long long)bd, (long long)axis);
+		for (int i = 0; i < bd; i++)
+			if (x->dims[i] >= 0 && idx->dims[i] >= 0 && x->dims[i] != idx->dims[i])
+				return WHY("Gather batch dimension %d is %lld in the params but %lld in the indices", i,
+				           (long long)x->dims[i], (long long)idx->dims[i]);
+		if (x->rank - 1 + idx->rank - bd > MAX_RANK)
+			return WHY("Gather output would have rank more than %d", MAX_RANK);
 		for (int i = 0; i < axis; i++)
 			d[r++] = x->dims[i];
-		for (int i = 0; i < idx->rank && r < MAX_RANK; i++)
+		for (int i = (int)bd; i < idx->rank && r < MAX_RANK; i++)
 			d[r++] = idx->dims[i];
 		for (int i = (int)axis + 1; i < x->rank && r < MAX_RANK; i++)
 			d[r++] = x->dims[i];

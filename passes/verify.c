@@ -221,7 +221,12 @@ static int check_operands(const Node *n)
 			              label(n, lu, sizeof lu), i + 1, t, oi->name);
 			return 1;
 		}
-		if (i >= (uint32_t)oi->arity && n->args[i].kind == V_NODE && a->is_tensor && is_dims(&a->shape)) {
+		/* OneHot's on_value and off_value are tensor inputs in MindSpore
+		 * (ops/op_def/yaml/one_hot_op.yaml; OneHotInfo gives them the
+		 * empty strategies of scalars): a computed scalar is fine there */
+		int onehot_value = n->op == OP_OneHot && (i == 2 || i == 3) && a->shape.rank == 0;
+		if (i >= (uint32_t)oi->arity && n->args[i].kind == V_NODE && a->is_tensor && is_dims(&a->shape) &&
+		    !onehot_value) {
 			abs_text(t, sizeof t, a);
 			diag_error_at(n->loc, "%s: operand %u is a tensor (%s), but %s takes %d tensor operand%s",
 			              label(n, lu, sizeof lu), i + 1, t, oi->name, oi->arity,
@@ -473,9 +478,47 @@ static void check_whole(const Graph *g)
 		              sym_str(g->name));
 }
 
+/* --dataset-strategy=TUPLE against the graph: one strategy per dataset
+ * input (per operand of an explicit _VirtualDataset), each of the input's
+ * rank.  Whether the entries divide the shapes is the layouts pass's
+ * question (after lowering, shapes are local). */
+static void check_dataset_strategy(Module *m, const Options *o)
+{
+	Graph *g = ir_entry(m);
+	if (!o || !o->ds_n || !g || m->fragment)
+		return;
+	const Node *vd = NULL;
+	for (uint32_t i = 0; i < g->nodes.n && !vd; i++)
+		if (ir_node_is_op(g->nodes.a[i], OP_VirtualDataset))
+			vd = g->nodes.a[i];
+	/* two rounds: the count, then (when it matches) each rank */
+	for (int round = 0; round < 2; round++) {
+		int k = 0;
+		for (uint32_t i = 0; i < (vd ? vd->nargs : g->params.n); i++) {
+			const Node *p = vd ? (vd->args[i].kind == V_NODE ? vd->args[i].u.node : NULL) : g->params.a[i];
+			const Abs *a = vd ? ir_in_abs(vd, i) : &p->out;
+			if ((!vd && !ir_is_dataset_input(p)) || !a || a->shape.kind != SK_DIMS)
+				continue;
+			if (round && o->ds_rank[k] != a->shape.rank)
+				diag_error_at(vd ? vd->loc : p->loc,
+					      "--dataset-strategy: strategy %d has %d entr%s, but dataset input %d (%s) has "
+					      "rank %d",
+					      k + 1, o->ds_rank[k], o->ds_rank[k] == 1 ? "y" : "ies", k + 1,
+					      p ? sym_str(p->name) : "?", a->shape.rank);
+			k++;
+		}
+		if (!round && k != o->ds_n) {
+			diag_error_at(vd ? vd->loc : g->loc,
+				      "--dataset-strategy gives %d strateg%s, but %s has %d dataset input%s", o->ds_n,
+				      o->ds_n == 1 ? "y" : "ies", vd ? "the _VirtualDataset" : "the graph", k,
+				      k == 1 ? "" : "s");
+			return;
+		}
+	}
+}
+
 int pass_verify(Module *m, const Options *o)
 {
-	(void)o;
 	char lu[160];
 	int errs0 = diag_errors();
 	uint8_t *bad_out = xcalloc(m->next_id + 1, 1);
@@ -527,6 +570,7 @@ int pass_verify(Module *m, const Options *o)
 		}
 	}
 	ir_clear_marks(m);
+	check_dataset_strategy(m, o);
 	/* layouts are consistent, and once lowered, shapes follow them */
 	lower_verify(m);
 	free(bad_out);

@@ -135,6 +135,14 @@ rm -f "$tmp/o/fifo" "$tmp/o/fifo.out"
 run "$sappc" -o "$tmp/o/new.ir" "$tmp/bad.ir"
 check "bad input with -o: exit 1" test "$rc" = 1
 check "bad input with -o NEW: no file created" test ! -e "$tmp/o/new.ir"
+# --strict refuses an operator sappc does not model before anything is written
+run "$sappc" -n 4 --strict -o "$tmp/o/strict.ir" --report="$tmp/o/strict.txt" "$top/testsuite/sapp/not_modelled.ir"
+check "--strict with an unknown operator: exit 1" test "$rc" = 1
+check "--strict with an unknown operator: names it" has "'MyFusedOp' is not modelled" "$tmp/err"
+check "--strict with an unknown operator: no file created" test ! -e "$tmp/o/strict.ir" -a ! -e "$tmp/o/strict.txt"
+run "$sappc" -n 4 --strict -o "$tmp/o/strict.ir" "$top/ir-samples/sapp_mlp.ir"
+check "--strict on a fully modelled graph: exit 0, no warning" test "$rc" = 0 -a -s "$tmp/o/strict.ir" -a ! -s "$tmp/err"
+rm -f "$tmp/o/strict.ir"
 cp "$tmp/o/out.ir" "$tmp/o/before"
 old=$(inode "$tmp/o/out.ir")
 run "$sappc" -o "$tmp/o/out.ir" "$tmp/bad.ir"

@@ -124,19 +124,60 @@ static int dims_of(const Abs *a, const int64_t **d)
 	return a->shape.rank;
 }
 
-static void param_layout(LowerCtx *c, const Users *u, Node *p)
+/* A dataset input with a given strategy s (--dataset-strategy=TUPLE, an
+ * explicit _VirtualDataset's in_strategy): the device matrix is s's split
+ * entries, then the repeat; 1 done, 0 when s does not fit (reported). */
+static int given_dataset_layout(LowerCtx *c, Node *p, const int64_t *s, const int64_t *d, int r)
+{
+	int32_t dev[LAYOUT_MAX_DIM + 1];
+	int8_t map[LAYOUT_MAX_DIM];
+	int nd = 0;
+	int64_t prod = 1;
+	for (int i = 0; i < r; i++) {
+		if (d[i] % s[i]) {
+			diag_error_at(p->loc, "dataset input %s: its strategy splits dimension %d (%lld) %lld ways",
+				      sym_str(p->name), i, (long long)d[i], (long long)s[i]);
+			return 0;
+		}
+		prod *= s[i];
+		if (s[i] > 1)
+			dev[nd++] = (int32_t)s[i];
+	}
+	if (prod > c->per_stage || c->per_stage % prod) {
+		diag_error_at(p->loc, "dataset input %s: its strategy uses %lld devices, which does not divide the stage's %d",
+			      sym_str(p->name), (long long)prod, c->per_stage);
+		return 0;
+	}
+	if (prod < c->per_stage)
+		dev[nd++] = (int32_t)(c->per_stage / prod);
+	for (int i = 0, j = 0; i < r; i++)
+		map[i] = s[i] > 1 ? (int8_t)(nd - 1 - j++) : -1;
+	tlay_set(c, &p->lay->out[0], dev, nd, map, d, r);
+	return 1;
+}
+
+/* vd: an explicit _VirtualDataset and k the operand it reads p as, or
+ * NULL and k p's place among the dataset inputs */
+static int param_layout(LowerCtx *c, const Users *u, Node *p, const Node *vd, uint32_t k)
 {
 	const int64_t *d = NULL;
 	int r = dims_of(&p->out, &d);
 	if (r < 0)
-		return;
+		return 0;
 	NodeLayout *l = lay_new(c->m, 0, 1);
 	p->lay = l;
+	int64_t s[LAYOUT_MAX_DIM];
+	if (ir_is_dataset_input(p) && ir_dataset_split(c->o, vd, k, r, s)) {
+		if (given_dataset_layout(c, p, s, d, r))
+			return 0;
+		tlay_replicated(c, &l->out[0], c->per_stage, d, r);
+		return -1;
+	}
 	if (lower_is_weight(p)) {
 		const TLay *t = first_care(u, p, 0);
 		if (t && t->rank == r) {
 			l->out[0] = *t;
-			return;
+			return 0;
 		}
 	} else if (!c->o->full_batch && r >= 1 && d[0] % c->per_stage == 0) {
 		int32_t dev[1] = {c->per_stage};
@@ -144,9 +185,10 @@ static void param_layout(LowerCtx *c, const Users *u, Node *p)
 		memset(map, -1, sizeof map);
 		map[0] = 0;
 		tlay_set(c, &l->out[0], dev, 1, map, d, r);
-		return;
+		return 0;
 	}
 	tlay_replicated(c, &l->out[0], c->per_stage, d, r);
+	return 0;
 }
 
 static void reshape_layout(LowerCtx *c, const Users *u, Node *n)
@@ -176,6 +218,24 @@ static void reshape_layout(LowerCtx *c, const Users *u, Node *n)
 		tlay_set(c, &l->out[0], x->dev, x->ndev, map, d, r);
 	}
 	n->lay = l;
+}
+
+/* A strategy that splits something on an operator without a layout rule
+ * would be printed while the operator computes on whole tensors: say so. */
+static void unapplied_strategy(const Node *n)
+{
+	int64_t st[8][LAYOUT_MAX_DIM];
+	int srk[8], ns = 0, split = 0;
+	if (lower_strategy(n, st, srk, 8, &ns) <= 0)
+		return;
+	for (int k = 0; k < ns; k++)
+		for (int i = 0; i < srk[k]; i++)
+			split |= st[k][i] > 1;
+	if (split)
+		diag_warning_at(n->loc,
+				"%s (%%%d): its strategy is not applied: sappc has no layout rule for %s, which "
+				"computes on whole tensors",
+				sym_str(n->prim), n->local, sym_str(n->prim));
 }
 
 static void structural_layout(LowerCtx *c, Node *n)
@@ -211,9 +271,14 @@ static void structural_layout(LowerCtx *c, Node *n)
 			n->lay = l;
 		return;
 	}
-	if (r < 0)
+	const Shape *os = &n->out.shape;
+	int tuple = r < 0 && n->callee_kind == CK_PRIM && op_table[n->op].family != FAM_STRUCT && os->kind == SK_TUPLE &&
+		    os->rank >= 1;
+	for (int i = 0; tuple && i < os->rank; i++)
+		tuple = os->sub[i].kind == SK_DIMS;
+	if (r < 0 && !tuple)
 		return;
-	const TLay *t0 = n->nargs ? out_of(&n->args[0], 0) : NULL;
+	const TLay *t0 = n->nargs && !tuple ? out_of(&n->args[0], 0) : NULL;
 	if (n->callee_kind == CK_PRIM && t0 && t0->rank == r &&
 	    ((op_table[n->op].flags & OPF_LOOKTHROUGH) || n->op == OP_Cast || op_table[n->op].shape == SHAPE_SAME)) {
 		int same = 1;
@@ -229,8 +294,9 @@ static void structural_layout(LowerCtx *c, Node *n)
 	if (n->callee_kind != CK_PRIM)
 		return; /* calls of other graphs: not lowered */
 	/* an operator without a rule computes on whole tensors: gather its
-	 * tensor inputs and replicate its output */
-	NodeLayout *l = lay_new(c->m, n->nargs, 1);
+	 * tensor inputs and replicate its output (each, for a tuple) */
+	unapplied_strategy(n);
+	NodeLayout *l = lay_new(c->m, n->nargs, tuple ? (uint32_t)os->rank : 1);
 	l->flags = LAY_OP;
 	for (uint32_t i = 0; i < n->nargs; i++) {
 		const Abs *a = ir_in_abs(n, i);
@@ -239,7 +305,11 @@ static void structural_layout(LowerCtx *c, Node *n)
 		if (a && n->args[i].kind == V_NODE && (ar = dims_of(a, &ad)) >= 0 && out_of(&n->args[i], 0))
 			tlay_replicated(c, &l->in[i], c->per_stage, ad, ar);
 	}
-	tlay_replicated(c, &l->out[0], c->per_stage, d, r);
+	if (tuple)
+		for (int i = 0; i < os->rank; i++)
+			tlay_replicated(c, &l->out[i], c->per_stage, os->sub[i].dims, os->sub[i].rank);
+	else
+		tlay_replicated(c, &l->out[0], c->per_stage, d, r);
 	l->odev = l->out[0].dev; /* [per_stage] */
 	l->nodev = 1;
 	n->lay = l;
@@ -299,8 +369,33 @@ int pass_layouts(Module *m, const Options *o)
 		goto done;
 	Users u;
 	users_build(g, &u);
-	for (uint32_t i = 0; i < g->params.n; i++)
-		param_layout(&c, &u, g->params.a[i]);
+	/* the dataset inputs an explicit _VirtualDataset reads: its operand
+	 * index per parameter */
+	const Node *vd = NULL;
+	for (uint32_t i = 0; i < g->nodes.n && !vd; i++)
+		if (ir_node_is_op(g->nodes.a[i], OP_VirtualDataset))
+			vd = g->nodes.a[i];
+	KeyMap vdk;
+	keymap_init(&vdk, sizeof(uint32_t));
+	for (uint32_t k = 0; vd && k < vd->nargs; k++)
+		if (vd->args[k].kind == V_NODE && vd->args[k].u.node->kind == NK_PARAM) {
+			int64_t key = vd->args[k].u.node->id;
+			int fresh;
+			uint32_t *at = keymap_get(&vdk, &key, 1, &fresh);
+			if (fresh)
+				*at = k;
+		}
+	for (uint32_t i = 0, ord = 0; i < g->params.n; i++) {
+		Node *p = g->params.a[i];
+		int64_t key = p->id;
+		int fresh = 0;
+		uint32_t *at = vd ? keymap_get(&vdk, &key, 1, &fresh) : NULL;
+		int via_vd = at && !fresh;
+		if (param_layout(&c, &u, p, via_vd ? vd : NULL, via_vd ? *at : ord) < 0)
+			bad = 1;
+		ord += ir_is_dataset_input(p);
+	}
+	keymap_free(&vdk);
 	for (uint32_t i = 0; i < g->nodes.n; i++) {
 		Node *n = g->nodes.a[i];
 		if (ir_node_is_op(n, OP_Reshape) && !n->lay)

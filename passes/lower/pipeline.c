@@ -17,7 +17,13 @@
  *             Receive takes its producer's layout, so redistribution happens
  *             after it, never before a Send.  A weight read in several stages
  *             belongs to the first: later stages receive its Load
- *             (pipeline_param) instead of loading it.  Parameters no operator
+ *             (pipeline_param) instead of loading it.  Only values count:
+ *             the side-effect order edges (UpdateState's operands, Depend's
+ *             after the first) neither pull a Load into an earlier stage nor
+ *             cross a boundary; each stage keeps the order edges inside it
+ *             (as MindSpore's pipeline_transformer.cc gives a parameter the
+ *             stage of the operators that use it), so a weight only a
+ *             later stage uses is loaded there, not sent every step.  Parameters no operator
  *             of the stage uses are dropped; a non-last stage returns its
  *             last Send.
  *             With S = 1 the pass does nothing.
@@ -92,6 +98,12 @@ static int rule_stage(const Options *o, const Node *n)
 	return st;
 }
 
+/* Operand k of n orders side effects rather than carrying a value. */
+static int order_edge(const Node *n, uint32_t k)
+{
+	return ir_node_is_op(n, OP_UpdateState) || (ir_node_is_op(n, OP_Depend) && k >= 1);
+}
+
 /* the weight a Load reads, or NULL */
 static Node *load_weight(const Node *n)
 {
@@ -99,6 +111,36 @@ static Node *load_weight(const Node *n)
 		return NULL;
 	Node *p = n->args[0].u.node;
 	return lower_is_weight(p) ? p : NULL;
+}
+
+/* An order edge to another stage's node orders nothing here: drop it
+ * (UpdateState is variadic; Depend keeps its value). */
+static void drop_foreign_order(Module *m, Graph *g, Node *n, const int32_t *st, int me)
+{
+	uint32_t keep = 0;
+	for (uint32_t k = 0; k < n->nargs; k++) {
+		const Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+		keep += !(p && p->kind == NK_CNODE && p->g == g && order_edge(n, k) && st[p->mark - 1] != me);
+	}
+	if (keep == n->nargs)
+		return;
+	Value *args = arena_alloc(m->arena, (keep ? keep : 1) * sizeof *args);
+	Abs *types = n->nin_types ? arena_alloc(m->arena, (keep ? keep : 1) * sizeof *types) : NULL;
+	uint32_t j = 0;
+	for (uint32_t k = 0; k < n->nargs; k++) {
+		const Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+		if (p && p->kind == NK_CNODE && p->g == g && order_edge(n, k) && st[p->mark - 1] != me)
+			continue;
+		if (types && k < n->nin_types)
+			types[j] = n->in_types[k];
+		args[j++] = n->args[k];
+	}
+	n->args = args;
+	n->nargs = keep;
+	if (types)
+		n->nin_types = n->nin_types < keep ? n->nin_types : keep;
+	if (types)
+		n->in_types = types;
 }
 
 static Value f16_placeholder(Module *m)
@@ -188,7 +230,7 @@ static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 			continue;
 		for (uint32_t k = 0; k < n->nargs; k++) {
 			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
-			if (!p || p->kind != NK_CNODE || p->g != g)
+			if (!p || p->kind != NK_CNODE || p->g != g || order_edge(n, k))
 				continue;
 			uint32_t j = p->mark - 1;
 			if (!fixed[j] && (st[j] < 0 || st[i] < st[j]))
@@ -292,7 +334,7 @@ int pass_pipeline(Module *m, const Options *o)
 			continue;
 		for (uint32_t k = 0; k < n->nargs; k++) {
 			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
-			if (p && p->kind == NK_CNODE && p->g == g)
+			if (p && p->kind == NK_CNODE && p->g == g && !order_edge(n, k))
 				umask[p->mark - 1] |= 1ull << st[i];
 		}
 	}
@@ -338,6 +380,7 @@ int pass_pipeline(Module *m, const Options *o)
 			n->dead = 1;
 			continue;
 		}
+		drop_foreign_order(m, g, n, st, me);
 		for (uint32_t k = 0; k < n->nargs; k++) {
 			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
 			if (!p || p->kind != NK_CNODE || p->g != g)

@@ -531,6 +531,68 @@ static int gather_rowsplit(LowerCtx *c, NodeVec *out, Node *n)
 	return 0;
 }
 
+/* The device dimension that splits OneHot's depth, or -1 when it is whole. */
+static int onehot_depth_dim(const Node *n)
+{
+	const NodeLayout *l = n->lay;
+	if (!l || !(l->flags & LAY_OP) || op_table[n->op].family != FAM_ONEHOT || !l->nout || !l->out[0].ndev)
+		return -1;
+	const TLay *o = &l->out[0];
+	const Value *av = ir_attr_get(&n->pattrs, "axis");
+	int64_t axis = -1;
+	if (n->nargs > 4 && n->args[4].kind == V_INT)
+		axis = n->args[4].u.i;
+	else if (av)
+		value_get_int(av, &axis);
+	int d = axis == 0 ? 0 : o->rank - 1;
+	if (d < 0 || o->map[d] < 0)
+		return -1;
+	int a = o->ndev - 1 - o->map[d];
+	return o->dev[a] > 1 ? a : -1;
+}
+
+/* OneHot with a split depth (MindSpore's OneHotInfo::ComputeReplaceGraph):
+ * the rank that holds block k of the depth's C-class blocks computes
+ * OneHot(indices - k*C, C), in which an index of another block gives a row
+ * of off_value.  MindSpore maps those indices to -1 with a few more
+ * operators; outside [0, C) OneHot gives the same row either way. */
+static int onehot_split(LowerCtx *c, NodeVec *out, Node *n, int a)
+{
+	Module *m = c->m;
+	NodeLayout *l = n->lay;
+	const TLay *it = &l->in[0];
+	if (!n->nargs || n->args[0].kind != V_NODE || !it->ndev) {
+		diag_error_at(n->loc, "%s (%%%d): a split depth needs computed indices", sym_str(n->prim), n->local);
+		return -1;
+	}
+	const TLay *o = &l->out[0];
+	int d = o->ndev - 1 - a; /* the map value of the depth */
+	int64_t classes = 0;
+	for (int i = 0; i < o->rank; i++)
+		if (o->map[i] == d)
+			classes = o->shape[i] / o->dev[a];
+	Node *idx = n->args[0].u.node;
+	int64_t il[LAYOUT_MAX_DIM];
+	tlay_slice(it, il);
+	Sym idt = idx->out.dtype ? idx->out.dtype : intern_cstr("Int32");
+	Abs ia = tensor_abs(m, idt, il, it->rank), sc = tensor_abs(m, idt, NULL, 0);
+	sc.has_value = 1;
+	Node *sub = binop(c, OP_Sub, n, idx, lower_scalar_tensor(m, idt, coord_of(c, l, a) * classes), &sc, &ia);
+	vec_push(out, sub);
+	n->args[0] = value_node(sub);
+	Value dv = value_int(classes, NT_I64);
+	if (n->nargs > 1 && n->args[1].kind == V_INT) {
+		Value *args = arena_alloc(m->arena, n->nargs * sizeof *args);
+		memcpy(args, n->args, n->nargs * sizeof *args);
+		args[1] = dv;
+		n->args = args;
+	} else {
+		ir_attr_set(m, &n->pattrs, "depth", dv);
+	}
+	vec_push(out, n);
+	return 0;
+}
+
 static Node *unop(LowerCtx *c, int op, Node *like, Node *a, const Abs *outt, const TLay *t)
 {
 	Node *n = lower_new_op(c, op, like, 1);
@@ -869,6 +931,12 @@ int pass_redistribute(Module *m, const Options *o)
 			}
 			if (l->fwd == FC_BATCHSTATS && batch_stats(&c, &out, n) < 0)
 				bad = 1;
+			int a = onehot_depth_dim(n);
+			if (a >= 0) {
+				if (onehot_split(&c, &out, n, a) < 0)
+					bad = 1;
+				continue;
+			}
 		}
 		vec_push(&out, n);
 		if (l && (l->flags & LAY_OP) && l->fwd == FC_REDUCESCATTER && l->fwd_out)

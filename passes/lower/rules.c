@@ -294,6 +294,38 @@ static int r_reduce(Rule *r, const Node *n)
 	return 0;
 }
 
+/* ArgMaxWithValue / ArgMinWithValue (MindSpore's ArgMaxWithValueInfo):
+ * the index and the value along one axis (default 0); a split axis would
+ * need each rank's index shifted and the winners compared across ranks, so
+ * the axis stays whole, and both outputs keep the other dimensions' maps. */
+static int r_argwithvalue(Rule *r, const Node *n)
+{
+	if (r->nt != 1 || r->nout != 2)
+		return FAIL("expects one tensor input and an (index, value) pair");
+	int64_t axis = 0;
+	const Value *a = lit(n, 1, "axis");
+	if (a)
+		value_get_int(a, &axis);
+	int rk = r->rk[0], ax = norm_axis(axis, rk), keep = ir_node_flag(n, 2, "keep_dims", NULL);
+	if (ax < 0 || ax >= rk)
+		return FAIL("axis out of range");
+	if (r->s[0][ax] != 1)
+		return FAIL("the axis %d must not be split", ax);
+	dev_from(r, 0);
+	ident(r, 0, rk);
+	for (int o = 0; o < 2; o++) {
+		int j = 0;
+		for (int i = 0; i < rk; i++)
+			if (i != ax)
+				r->omap[o][j++] = r->imap[0][i];
+			else if (keep)
+				r->omap[o][j++] = -1;
+		if (j != r->ork[o])
+			return FAIL("the declared output rank does not match the axis");
+	}
+	return 0;
+}
+
 static int r_transpose(Rule *r, const Node *n)
 {
 	int64_t p[LAYOUT_MAX_DIM];
@@ -328,35 +360,50 @@ static int r_flatten(Rule *r, const Node *n)
 	return 0;
 }
 
+/* Gather (MindSpore's GatherInfo, ops_info/gather_info.cc): the device
+ * matrix is the indices' strategy followed by the params' (without its
+ * first batch_dims entries, which must equal the indices' and share their
+ * device dimensions); the output takes params[:axis], indices[batch_dims:],
+ * params[axis+1:].  The gathered axis may be split only in the row-split
+ * embedding form (axis 0, no batch_dims, §2.3 Gather), whose local
+ * lookups are masked and summed by a forward AllReduce. */
 static int r_gather(Rule *r, const Node *n, int *rowsplit)
 {
 	if (r->nt != 2)
 		return FAIL("expects a table and indices");
-	int64_t axis = 0;
+	int64_t axis = 0, bd;
 	const Value *a = lit(n, 2, "axis");
 	if (a)
 		value_get_int(a, &axis);
 	int rt = r->rk[0], ri = r->rk[1];
 	int ax = norm_axis(axis, rt);
-	if (ax != 0)
-		return FAIL("only axis 0 is supported");
-	/* device matrix: indices' strategy, then the table's (§2.3 Gather) */
+	if (ax < 0 || ax >= rt || !ir_gather_batch_dims(n, ri, &bd) || bd > ax)
+		return FAIL("bad axis or batch_dims");
+	const int64_t *p = r->s[0], *q = r->s[1];
+	for (int i = 0; i < bd; i++)
+		if (p[i] != q[i])
+			return FAIL("batch dimension %d is split %lld ways in the params but %lld in the indices", i,
+			            (long long)p[i], (long long)q[i]);
+	if (p[ax] != 1 && (ax != 0 || bd))
+		return FAIL("the gathered axis %d may be split only when it is 0 (the row-split embedding)", ax);
 	r->ndev = 0;
 	for (int i = 0; i < ri; i++)
-		r->dev[r->ndev++] = r->s[1][i];
-	for (int i = 0; i < rt; i++)
-		r->dev[r->ndev++] = r->s[0][i];
+		r->dev[r->ndev++] = q[i];
+	for (int i = (int)bd; i < rt; i++)
+		r->dev[r->ndev++] = p[i];
 	int size = r->ndev;
-	for (int i = 0; i < rt; i++)
-		r->imap[0][i] = (int8_t)(rt - 1 - i);
 	for (int i = 0; i < ri; i++)
 		r->imap[1][i] = (int8_t)(size - 1 - i);
+	for (int i = 0; i < rt; i++)
+		r->imap[0][i] = i < bd ? r->imap[1][i] : (int8_t)(size - 1 - (ri + i - (int)bd));
 	int j = 0;
-	for (int i = 0; i < ri; i++)
-		r->omap[0][j++] = r->imap[1][i];
-	for (int i = 1; i < rt; i++)
+	for (int i = 0; i < ax; i++)
 		r->omap[0][j++] = r->imap[0][i];
-	*rowsplit = r->s[0][0] > 1;
+	for (int i = (int)bd; i < ri; i++)
+		r->omap[0][j++] = r->imap[1][i];
+	for (int i = ax + 1; i < rt; i++)
+		r->omap[0][j++] = r->imap[0][i];
+	*rowsplit = p[ax] > 1;
 	if (*rowsplit) {
 		r->fwd = FC_ALLREDUCE;
 		r->fwd_op = "sum";
@@ -577,29 +624,46 @@ static int r_split(Rule *r, const Node *n)
 	return 0;
 }
 
+/* OneHot (MindSpore's OneHotInfo, ops_info/onehot_info.cc): the strategy
+ * of the indices has the output's rank, depth included; r->s[0][rk] is the
+ * depth's entry.  With axis -1 the device matrix is that strategy and the
+ * output keeps the indices' map plus the depth's; an input of rank above 1
+ * is split along its first dimension only.  With axis 0 (1-D indices only)
+ * the output is (depth, features) and the device matrix is reversed.  A
+ * split depth (1-D indices) is the redistribute pass's onehot_split(). */
 static int r_onehot(Rule *r, const Node *n)
 {
-	(void)n;
-	if (r->nt < 1)
-		return FAIL("expects indices");
+	if (r->nt < 1 || r->nout != 1 || r->ork[0] != r->rk[0] + 1)
+		return FAIL("expects indices and an output one dimension larger");
 	int ri = r->rk[0];
-	int64_t s[LAYOUT_MAX_DIM];
-	memcpy(s, r->s[0], sizeof s);
-	int rs = r->rk[0];
-	/* MindSpore writes the strategy of the output (indices dims + depth) */
-	if (rs == ri + 1 && s[ri] != 1)
-		return FAIL("the depth dimension must not be split");
-	r->ndev = ri + 1;
-	for (int i = 0; i < ri; i++)
-		r->dev[i] = s[i];
-	r->dev[ri] = 1;
-	for (int i = 0; i < ri; i++)
-		r->imap[0][i] = (int8_t)(ri - i);
+	const int64_t *s = r->s[0];
+	int64_t axis = -1;
+	const Value *a = lit(n, 4, "axis");
+	if (a)
+		value_get_int(a, &axis);
+	if (axis != -1 && !(axis == 0 && ri == 1))
+		return FAIL("axis %lld: only -1, or 0 for 1-D indices, can be split", (long long)axis);
+	for (int i = 1; i <= ri && ri > 1; i++)
+		if (s[i] != 1)
+			return FAIL("indices of rank %d may be split along their first dimension only", ri);
 	for (int k = 1; k < r->nt; k++)
 		for (int i = 0; i < r->rk[k]; i++)
 			r->imap[k][i] = -1;
-	for (int i = 0; i <= ri && i < r->ork[0]; i++)
+	r->ndev = ri + 1;
+	if (axis == 0) {
+		r->dev[0] = s[1];
+		r->dev[1] = s[0];
+		r->imap[0][0] = 1;
+		r->omap[0][0] = 0;
+		r->omap[0][1] = 1;
+		return 0;
+	}
+	for (int i = 0; i <= ri; i++) {
+		r->dev[i] = s[i];
 		r->omap[0][i] = (int8_t)(ri - i);
+	}
+	for (int i = 0; i < ri; i++)
+		r->imap[0][i] = (int8_t)(ri - i);
 	return 0;
 }
 
@@ -634,6 +698,7 @@ static int has_rule(const Node *n)
 	case FAM_SPARSELOSS:
 	case FAM_EXPANDDIMS:
 	case FAM_SQUEEZE:
+	case FAM_ARGWITHVALUE:
 		return 1;
 	default:
 		return 0;
@@ -708,6 +773,8 @@ static int run_rule(Rule *r, const Node *n, int *rowsplit)
 		return r_split(r, n);
 	case FAM_ONEHOT:
 		return r_onehot(r, n);
+	case FAM_ARGWITHVALUE:
+		return r_argwithvalue(r, n);
 	default:
 		return FAIL("no layout rule for this operator");
 	}
@@ -763,6 +830,8 @@ static void default_strategy(const LowerCtx *c, Rule *r, const Node *n)
 	for (int k = 0; k < r->nt; k++)
 		for (int i = 0; i < r->rk[k]; i++)
 			r->s[k][i] = 1;
+	if (fam == FAM_ONEHOT && r->nt)
+		r->s[0][r->rk[0]] = 1; /* the depth's entry */
 	int lead = fam == FAM_GATHER ? 1 : 0; /* the input that carries the batch */
 	if (r->nt <= lead || r->rk[lead] < 1 || r->shp[lead][0] % c->per_stage)
 		return;
@@ -895,6 +964,8 @@ int lower_infer_node(LowerCtx *c, Node *n)
 				goto out;
 			}
 			memcpy(r->s[k], st[k], sizeof st[k]);
+			if (op_table[n->op].family == FAM_ONEHOT && k == 0 && srk[k] == r->rk[k])
+				r->s[k][srk[k]] = 1; /* the indices' rank only: the depth is whole */
 			int64_t prod = 1;
 			for (int i = 0; i < srk[k]; i++) {
 				if (st[k][i] < 1) {

@@ -155,6 +155,17 @@ static int is_tensor_abs(const Abs *a)
 	return a && a->shape.kind == SK_DIMS;
 }
 
+/* The node whose operands are n's tensor inputs: a Concat reads the
+ * elements of its MakeTuple, one strategy each (MindSpore's ConcatInfo,
+ * ops_info/concat_info.cc, takes the tuple's elements as its inputs). */
+static const Node *input_node(const Node *n)
+{
+	if (op_table[n->op].family == FAM_CONCAT && n->nargs >= 1 && n->args[0].kind == V_NODE &&
+	    ir_node_is_op(n->args[0].u.node, OP_MakeTuple))
+		return n->args[0].u.node;
+	return n;
+}
+
 static int is_strategy_op(const Node *n)
 {
 	if (n->dead || n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
@@ -169,8 +180,9 @@ static int is_strategy_op(const Node *n)
 	}
 	if (n->op == OP_Partial || n->op == OP_Switch || n->op == OP_VirtualDiv || n->op == OP_MirrorOperator)
 		return 0;
-	for (uint32_t i = 0; i < n->nargs; i++)
-		if (is_tensor_abs(arg_abs(n, i)))
+	const Node *src = input_node(n);
+	for (uint32_t i = 0; i < src->nargs; i++)
+		if (is_tensor_abs(arg_abs(src, i)))
 			return 1;
 	return 0;
 }
@@ -204,12 +216,18 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 	X->user = n && n->pattrs.n &&
 		  (sapp_attr(S, &n->pattrs, SA_in_strategy) || sapp_attr(S, &n->pattrs, SA_out_strategy));
 	uint32_t nin = 0, total = 0;
+	/* OneHot's first strategy has the rank of its output, indices plus
+	 * depth (MindSpore's OneHotInfo::CheckStrategy checks it against the
+	 * output shape): its slot is the output's */
+	const Shape *onehot = n && X->fam == FAM_ONEHOT && n->out.shape.kind == SK_DIMS ? &n->out.shape : NULL;
+	const Node *src = n ? input_node(n) : NULL;
+	X->src = src;
 	if (n) {
-		for (uint32_t i = 0; i < n->nargs; i++) {
-			const Abs *ab = arg_abs(n, i);
+		for (uint32_t i = 0; i < src->nargs; i++) {
+			const Abs *ab = arg_abs(src, i);
 			if (is_tensor_abs(ab)) {
+				total += onehot && !nin ? onehot->rank : ab->shape.rank;
 				nin++;
-				total += ab->shape.rank;
 			}
 		}
 	} else {
@@ -235,15 +253,16 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 	X->rank = (uint8_t *)(X->off + nin);
 	uint32_t k = 0, off = 0;
 	if (n) {
-		for (uint32_t i = 0; i < n->nargs; i++) {
-			const Abs *ab = arg_abs(n, i);
+		for (uint32_t i = 0; i < src->nargs; i++) {
+			const Abs *ab = arg_abs(src, i);
 			if (!is_tensor_abs(ab))
 				continue;
+			const Shape *sh = onehot && !k ? onehot : &ab->shape;
 			X->arg[k] = i;
-			X->rank[k] = ab->shape.rank;
-			X->dims[k] = ab->shape.dims;
+			X->rank[k] = sh->rank;
+			X->dims[k] = sh->dims;
 			X->off[k] = off;
-			off += ab->shape.rank;
+			off += sh->rank;
 			k++;
 		}
 		const Shape *os = &n->out.shape;
@@ -348,13 +367,13 @@ int sapp_build(Sapp *S)
 			sapp_prefetch(S->ops[x + 8].n->args);
 		if (x + 4 < S->nops && S->ops[x + 4].n) /* the operand nodes */
 			for (uint32_t i = 0; i < S->ops[x + 4].nin; i++) {
-				const Value *v = &S->ops[x + 4].n->args[S->ops[x + 4].arg[i]];
+				const Value *v = &S->ops[x + 4].src->args[S->ops[x + 4].arg[i]];
 				if (v->kind == V_NODE)
 					sapp_prefetch(v->u.node);
 			}
 		for (uint32_t i = 0; i < X->nin; i++) {
 			X->param[i] = 0;
-			X->prod[i] = X->n ? producer_of(S, &X->n->args[X->arg[i]], &X->param[i]) : -1;
+			X->prod[i] = X->n ? producer_of(S, &X->src->args[X->arg[i]], &X->param[i]) : -1;
 			if (X->prod[i] == (int32_t)x)
 				X->prod[i] = -1;
 			if (X->prod[i] >= 0)

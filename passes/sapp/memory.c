@@ -32,7 +32,7 @@ static double mc_elt_size(Sym dtype)
 static Sym input_dtype(const Sapp *S, const SappOp *X, uint32_t i)
 {
 	if (X->n) {
-		const Node *n = X->n;
+		const Node *n = X->src;
 		uint32_t a = X->arg[i];
 		if (a < n->nin_types)
 			return n->in_types[a].dtype;

@@ -10,7 +10,12 @@
  * topological order (rec index order is module order, producers first; the
  * VirtualDataset is index 0), unknown-type nodes last; or, with more than
  * `weight_order_devices` devices and a micro-batch size below
- * `weight_order_mbs`, decreasing GetWeights (ties: higher index first).
+ * `weight_order_mbs`, decreasing GetWeights, ties producers first: MindSpore
+ * sorts by (weight, index) descending, but its operator indices come from a
+ * walk back from the Return and grow towards the inputs, so its "higher
+ * index first" is sappc's lower (module-order) index first.  Two equal
+ * MatMuls of a chain then decide the first before the second, as in
+ * MindSpore's test_auto_parallel_matmul_seq_parallel.py (issue 19).
  * Pinned (user) nodes are never re-partitioned; at each level they show
  * their neighbours one step of their strategy (DecomposeStrategy).
  * With pipeline stages every node keeps its cuts after each of the levels
@@ -54,7 +59,7 @@ static int wcmp(const void *a, const void *b)
 	const WItem *x = a, *y = b;
 	if (x->w != y->w)
 		return x->w < y->w ? 1 : -1;
-	return x->idx < y->idx ? 1 : x->idx > y->idx ? -1 : 0;
+	return x->idx < y->idx ? -1 : x->idx > y->idx ? 1 : 0;
 }
 
 /* scratch of weight_sort, sized once for all levels */
@@ -89,9 +94,9 @@ static void wsort_free(WSort *t)
 }
 
 /* order[] = w[] (in increasing idx) by wcmp: decreasing weight, ties by
- * decreasing index.  Weights repeat (every layer has the same operators),
- * so the items are bucketed by weight: the distinct weights are sorted,
- * then each bucket filled walking the items from the last.  Without a NaN
+ * increasing index (producers first).  Weights repeat (every layer has the
+ * same operators), so the items are bucketed by weight: the distinct
+ * weights are sorted, then each bucket filled walking the items in order.  Without a NaN
  * wcmp is a total order and this is the one sorted sequence; with one,
  * the qsort of before. */
 static void weight_sort(WSort *t, WItem *w, uint32_t n, uint32_t *order)
@@ -130,7 +135,7 @@ static void weight_sort(WSort *t, WItem *w, uint32_t n, uint32_t *order)
 		t->cnt[g] = pos;
 		pos += c;
 	}
-	for (uint32_t i = n; i-- > 0;)
+	for (uint32_t i = 0; i < n; i++)
 		order[t->cnt[t->of[i]]++] = w[i].idx;
 }
 

@@ -313,12 +313,19 @@ static void prepare_gather(Prop *P, SappOp *X)
 	}
 	int64_t axis = 0, bd = 0;
 	sapp_attr_int(S, X->n, 2, SA_axis, &axis);
-	sapp_attr_int(S, X->n, -1, SA_batch_dims, &bd);
+	sapp_attr_int(S, X->n, 3, SA_batch_dims, &bd); /* operand 3 (gather_op.yaml) or attribute */
 	int pr = X->rank[0], ir = X->rank[1];
 	axis = norm_axis(axis, pr);
+	if (bd < 0)
+		bd += ir;
 	int64_t dev = S->stage_devices;
 	int64_t g[MAX_RANK];
-	if (bd > 1 && X->orank) {
+	/* shared batch dimensions: MindSpore's branch is for batch_dims > 1;
+	 * with batch_dims 1 its axis-1 form below would split the batch
+	 * dimension of the params but not of the indices, which GatherInfo's
+	 * batch mode (ops_info/gather_info.cc, BatchImpl::CheckStrategy)
+	 * refuses, so every batch_dims takes this branch here */
+	if (bd >= 1 && X->orank) {
 		sapp_gen_gather_stra(X->odims, X->orank, dev, g);
 		for (uint32_t i = 0; i < X->nin; i++)
 			sapp_set_input(X, i, g, X->rank[i] < X->orank ? X->rank[i] : X->orank, 1);
@@ -442,6 +449,15 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 	Stra t = *s;
 	if (X->type == REC_GatherV2) {
 		prepare_gather(P, X);
+	} else if (f == FAM_CONCAT) {
+		/* ConcatInfo::CheckStrategy (ops_info/concat_info.cc): every
+		 * element takes the same strategy, whole along the axis */
+		int64_t ax = 0;
+		sapp_attr_int(S, X->n, 1, SA_axis, &ax);
+		int a = norm_axis(ax, X->nin ? X->rank[0] : 0);
+		if (a >= 0 && a < t.n)
+			t.v[a] = 1;
+		check_divisible(X, &t);
 	} else if (f == FAM_ELEMWISE && X->nin >= 2) {
 		check_broadcast(X, s);
 	} else if (f == FAM_BIASADD) {
@@ -917,6 +933,7 @@ static void copy_main(Sapp *S, uint32_t x)
 			if (!S->o->full_batch && X->rank[i])
 				v[0] = X->dims[i][0] < S->stage_devices ? X->dims[i][0] : S->stage_devices;
 		}
+		sapp_dataset_given(S, X);
 		return;
 	}
 	if (X->type == REC_SparseSoftmaxCrossEntropyWithLogits || X->type == REC_UnsortedSegmentOp) {
@@ -1085,9 +1102,9 @@ static int param_slot(const SappOp *X)
 static Node *slot_weight(const SappOp *X)
 {
 	uint32_t slot = (uint32_t)param_slot(X);
-	if (!X->n || slot >= X->nin || X->arg[slot] >= X->n->nargs)
+	if (!X->n || slot >= X->nin || X->arg[slot] >= X->src->nargs)
 		return NULL;
-	const Value *v = &X->n->args[X->arg[slot]];
+	const Value *v = &X->src->args[X->arg[slot]];
 	Node *p = v->kind == V_NODE ? ir_look_through(v->u.node) : NULL;
 	return p && p->kind == NK_PARAM && p->has_default ? p : NULL;
 }
@@ -1374,6 +1391,28 @@ void sapp_generate(Sapp *S)
  * MindSpore's split flags, weights (parameters with a value, seen through
  * Load/Cast) and broadcast operands of element-wise operators stay whole: splitting a
  * weight's first dimension is model parallelism, not batch parallelism. */
+/* The VirtualDataset's inputs take the strategies the user gave (an
+ * explicit _VirtualDataset's in_strategy, --dataset-strategy=TUPLE, as
+ * MindSpore's dataset_strategy sets the VirtualDataset's), where given. */
+void sapp_dataset_given(const Sapp *S, SappOp *X)
+{
+	const Graph *g = ir_entry(S->m);
+	uint32_t ord = 0, p = 0;
+	for (uint32_t i = 0; i < X->nin; i++) {
+		uint32_t k = X->arg[i];
+		if (!X->n) {
+			/* implicit: X->arg[i] is a parameter index; k its place
+			 * among the dataset inputs */
+			for (; g && p < X->arg[i] && p < g->params.n; p++)
+				ord += ir_is_dataset_input(g->params.a[p]);
+			k = ord;
+		}
+		int64_t s[MAX_RANK];
+		if (ir_dataset_split(S->o, X->n, k, X->rank[i], s))
+			memcpy(sin_of(X, i), s, (size_t)X->rank[i] * sizeof *s);
+	}
+}
+
 int sapp_default_batch(const Sapp *S, SappOp *X)
 {
 	int maxr = 0;
@@ -1385,8 +1424,8 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		for (int d = 0; d < X->rank[i]; d++)
 			v[d] = 1;
 		int weight = 0;
-		if (X->n && X->arg[i] < X->n->nargs && X->n->args[X->arg[i]].kind == V_NODE) {
-			const Node *p = ir_look_through(X->n->args[X->arg[i]].u.node);
+		if (X->n && X->arg[i] < X->src->nargs && X->src->args[X->arg[i]].kind == V_NODE) {
+			const Node *p = ir_look_through(X->src->args[X->arg[i]].u.node);
 			while (p && ir_node_is_op(p, OP_Cast) && p->nargs && p->args[0].kind == V_NODE)
 				p = ir_look_through(p->args[0].u.node);
 			weight = p && p->kind == NK_PARAM && p->has_default;
@@ -1398,6 +1437,8 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
 			v[0] = S->stage_devices;
 	}
+	if (S->vd >= 0 && X == &S->ops[S->vd])
+		sapp_dataset_given(S, X);
 	X->has_s = 1;
 	return 0;
 }

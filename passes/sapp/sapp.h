@@ -227,7 +227,8 @@ typedef struct SappOp {
 	uint8_t user;     /* n has a user strategy attribute (in_strategy / out_strategy) */
 	uint16_t op;      /* n's OP_* (UINT16_MAX for the implicit VirtualDataset) */
 	uint32_t nin;     /* tensor inputs */
-	uint32_t *arg;    /* operand index of each tensor input */
+	const Node *src;  /* the node whose operands are the inputs: n, or a Concat's MakeTuple */
+	uint32_t *arg;    /* operand index of each tensor input (in src) */
 	uint8_t *rank;
 	const int64_t **dims;
 	int32_t *prod;    /* producer operator of each tensor input, -1 none */
@@ -330,6 +331,7 @@ void sapp_generate(Sapp *S);
 int sapp_prepare_reshape(const int64_t *from, int rf, const int64_t *to, int rt, const int64_t *fs, int64_t *ts);
 void sapp_gen_gather_stra(const int64_t *shape, int r, int64_t devices, int64_t *out);
 int sapp_default_batch(const Sapp *S, SappOp *X);
+void sapp_dataset_given(const Sapp *S, SappOp *X);
 void sapp_set_input(SappOp *X, uint32_t i, const int64_t *v, int len, int fill);
 int64_t sapp_product(const int64_t *v, int n);
 

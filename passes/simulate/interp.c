@@ -770,15 +770,17 @@ static SimValue *tile(Ctx *c)
 	return sim_val_tensor(c->r, o);
 }
 
-/* Gather(params, indices, axis): out = params.shape[:axis] + indices.shape +
- * params.shape[axis+1:].  An index outside [0, rows) gives zeros, as on
+/* Gather(params, indices, axis[, batch_dims]): out = params.shape[:axis] +
+ * indices.shape[batch_dims:] + params.shape[axis+1:], where the first
+ * batch_dims dimensions are shared: batch b looks up its rows in its own
+ * block of params.  An index outside [0, rows) gives zeros, as on
  * Ascend (the row-split embedding's replacement graph relies on masking
  * instead of on this, but a wrong offset must show up as a wrong value, not
  * as a crash). */
 static SimValue *gather(Ctx *c)
 {
 	SimTensor *p = sim_arg_tensor(c, 0), *ix = p ? sim_arg_tensor(c, 1) : NULL;
-	int64_t axv = 0, d[MAX_RANK];
+	int64_t axv = 0, d[MAX_RANK], bd;
 	int ax, nd = 0;
 	if (!ix)
 		return NULL;
@@ -786,30 +788,35 @@ static SimValue *gather(Ctx *c)
 		axv = 0;
 	if (sim_axis(c, axv, p->ndim, &ax) < 0)
 		return NULL;
-	int64_t bd = 0;
-	const Value *bv = sim_attr(c->n, "batch_dims");
-	if (bv && value_get_int(bv, &bd) && bd != 0)
-		return FAILV("batch_dims %lld is not simulated", (long long)bd);
-	if (p->ndim - 1 + ix->ndim > MAX_RANK)
+	if (!ir_gather_batch_dims(c->n, ix->ndim, &bd) || bd > ax)
+		return FAILV("batch_dims out of range");
+	if (p->ndim - 1 + ix->ndim - bd > MAX_RANK)
 		return FAILV("output rank too large");
-	int64_t outer = 1, inner = 1, rows = p->shape[ax];
-	for (int i = 0; i < ax; i++)
+	int64_t batch = 1, outer = 1, inner = 1, rows = p->shape[ax], nidx = 1;
+	for (int i = 0; i < bd; i++) {
+		if (p->shape[i] != ix->shape[i])
+			return FAILV("batch dimension %d differs", i);
+		batch *= d[nd++] = p->shape[i];
+	}
+	for (int i = (int)bd; i < ax; i++)
 		outer *= d[nd++] = p->shape[i];
-	for (int i = 0; i < ix->ndim; i++)
-		d[nd++] = ix->shape[i];
+	for (int i = (int)bd; i < ix->ndim; i++)
+		nidx *= d[nd++] = ix->shape[i];
 	for (int i = ax + 1; i < p->ndim; i++)
 		inner *= d[nd++] = p->shape[i];
 	SimTensor *o = sim_tensor_new(c->r, p->dtype, nd, d);
 	if (!o)
 		return NULL;
-	for (int64_t a = 0; a < outer; a++)
-		for (int64_t j = 0; j < ix->numel; j++) {
-			int64_t row = (int64_t)ix->data[j];
-			float *dst = o->data + (a * ix->numel + j) * inner;
-			if (row < 0 || row >= rows)
-				continue;
-			memcpy(dst, p->data + (a * rows + row) * inner, (size_t)inner * sizeof(float));
-		}
+	for (int64_t b = 0; b < batch; b++)
+		for (int64_t a = 0; a < outer; a++)
+			for (int64_t j = 0; j < nidx; j++) {
+				int64_t row = (int64_t)ix->data[b * nidx + j];
+				float *dst = o->data + ((b * outer + a) * nidx + j) * inner;
+				if (row < 0 || row >= rows)
+					continue;
+				memcpy(dst, p->data + ((b * outer + a) * rows + row) * inner,
+				       (size_t)inner * sizeof(float));
+			}
 	return sim_val_tensor(c->r, o);
 }
 

@@ -134,7 +134,7 @@ done
 # and a generated transformer: what the search chooses must be lowerable on
 # every rank and for power-of-two and other device counts
 "$gen" -L 2 -o "$tmp/gen-auto.ir" 2>/dev/null
-for f in "$top"/ir-samples/*.ir "$tmp/gen-auto.ir"; do
+for f in "$top"/ir-samples/*.ir "$tmp/gen-auto.ir" "$top"/testsuite/lower/families.ir; do
 	[ -f "$f" ] || continue
 	for N in 1 2 8 64 1024; do
 		if "$sappc" -q -n "$N" --verify-each --rank $((N - 1)) "$f" >/dev/null 2>"$tmp/err"; then
@@ -146,7 +146,7 @@ for f in "$top"/ir-samples/*.ir "$tmp/gen-auto.ir"; do
 done
 # the search around user strategies (--interfered), with optimizer sharding
 # and pipeline stages: every rank verified after every pass
-for f in "$top"/ir-samples/*.ir; do
+for f in "$top"/ir-samples/*.ir "$top"/testsuite/lower/families.ir; do
 	[ -f "$f" ] || continue
 	for flags in "--interfered" "--interfered --enable-parallel-optimizer" "--interfered --pipeline-stages=2"; do
 		# interfered_add.ir pins 8-device strategies: 4 devices per stage cannot take them

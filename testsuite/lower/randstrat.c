@@ -148,20 +148,72 @@ static int gen(const Node *n, St *t, int64_t N)
 		for (int i = 0; i < t->rk[0] && i < 2; i++)
 			t->s[0][i] = pick(t->shp[0][i], &b);
 		return 0;
-	case FAM_GATHER:
-		if (t->nt != 2 || t->rk[0] != 2)
+	case FAM_GATHER: {
+		/* batch dimensions split alike in both; the gathered axis only
+		 * in the row-split embedding form (2-D table, axis 0) */
+		if (t->nt != 2)
 			return -1;
-		for (int i = 0; i < t->rk[1]; i++)
+		int rt = t->rk[0], ri = t->rk[1];
+		int64_t bd;
+		int ax = axis_of(n, 2, "axis", rt, 0);
+		if (!ir_gather_batch_dims(n, ri, &bd) || ax < bd || ax >= rt)
+			return -1;
+		for (int i = 0; i < ri; i++)
 			t->s[1][i] = pick(t->shp[1][i], &b);
-		t->s[0][0] = pick(t->shp[0][0], &b);
-		t->s[0][1] = pick(t->shp[0][1], &b);
+		for (int i = 0; i < rt; i++)
+			t->s[0][i] = i < bd ? t->s[1][i] : i != ax || (!bd && ax == 0 && rt == 2) ? pick(t->shp[0][i], &b) : 1;
 		return 0;
+	}
+	case FAM_ONEHOT: {
+		/* the strategy has the output's rank; 1-D indices may split the
+		 * depth too, others the first dimension only */
+		const Shape *o = &n->out.shape;
+		int ri = t->rk[0];
+		if (ri < 1 || o->kind != SK_DIMS || o->rank != ri + 1)
+			return -1;
+		t->rk[0] = o->rank;
+		t->shp[0] = o->dims;
+		for (int i = 0; i < o->rank; i++)
+			t->s[0][i] = i == 0 || ri == 1 ? pick(o->dims[i], &b) : 1;
+		return 0;
+	}
+	case FAM_CONCAT: {
+		/* one strategy for every element, whole along the axis */
+		int r = t->rk[0];
+		int ax = axis_of(n, 1, "axis", r, 0);
+		for (int k = 1; k < t->nt; k++)
+			if (t->rk[k] != r)
+				return -1;
+		for (int i = 0; i < r; i++) {
+			int64_t x = i == ax ? 1 : pick(t->shp[0][i], &b);
+			for (int k = 0; k < t->nt; k++)
+				t->s[k][i] = x;
+		}
+		return 0;
+	}
 	case FAM_SPARSELOSS:
 	case FAM_LOSS:
 		if (t->nt != 2 || t->rk[0] != 2)
 			return -1;
 		t->s[0][0] = pick(t->shp[0][0], &b);
 		t->s[1][0] = t->s[0][0];
+		return 0;
+	case FAM_ARGWITHVALUE: {
+		/* the axis (default 0) stays whole */
+		int ax = axis_of(n, 1, "axis", t->rk[0], 0);
+		for (int i = 0; i < t->rk[0]; i++)
+			t->s[0][i] = i == ax ? 1 : pick(t->shp[0][i], &b);
+		return 0;
+	}
+	case FAM_VIRTUAL:
+		/* a _VirtualDataset: any strategy per input, each within N */
+		if (n->op != OP_VirtualDataset)
+			return -1;
+		for (int k = 0; k < t->nt; k++) {
+			int64_t bk = N;
+			for (int i = 0; i < t->rk[k]; i++)
+				t->s[k][i] = pick(t->shp[k][i], &bk);
+		}
 		return 0;
 	case FAM_CONV:
 		if (t->nt != 2 || t->rk[0] != 4 || t->rk[1] != 4)
@@ -181,9 +233,7 @@ static int gen(const Node *n, St *t, int64_t N)
 			t->s[k][0] = t->s[0][1];
 		return 0;
 	case FAM_STRIDEDSLICE:
-	case FAM_CONCAT:
 	case FAM_SPLIT:
-	case FAM_ONEHOT:
 		return 0; /* all ones: always valid */
 	case FAM_REDUCE:
 	case FAM_TRANSPOSE:

@@ -54,7 +54,8 @@ run_case() {
 }
 
 inputs=()
-for f in "$top"/ir-samples/*.ir "$top"/testsuite/simulate/llama_small.ir "$top"/testsuite/lower/cnn_hybrid.ir; do
+for f in "$top"/ir-samples/*.ir "$top"/testsuite/simulate/llama_small.ir "$top"/testsuite/lower/cnn_hybrid.ir \
+	"$top"/testsuite/lower/families.ir; do
 	[ -f "$f" ] || continue
 	case $(basename "$f") in llama_layer.ir) continue ;; esac
 	inputs+=("$f")
@@ -94,7 +95,8 @@ for f in "$tmp/gen1.ir" "$tmp/gen2.ir"; do
 	done
 done
 # the search's own plans, and the search around user strategies
-for f in "$top"/ir-samples/interfered_add.ir "$top"/ir-samples/sapp_mlp.ir "$top"/ir-samples/hybrid_mlp.ir; do
+for f in "$top"/ir-samples/interfered_add.ir "$top"/ir-samples/sapp_mlp.ir "$top"/ir-samples/hybrid_mlp.ir \
+	"$top"/testsuite/lower/families.ir; do
 	[ -f "$f" ] || continue
 	for mode in "" --interfered "--interfered --enable-parallel-optimizer"; do
 		# shellcheck disable=SC2086
