@@ -65,7 +65,15 @@ struct Ad {
 	int64_t vdiv;
 	int in_loss;
 	Vec(Node *) keep;
+	/* operand types of the nodes a rule is building, interned when it is
+	 * done (equal arrays shared, as the lowering's clones share theirs) */
+	Abs *scratch;
+	uint32_t nscratch;
+	uint32_t rule_start; /* e.out.n when the rule began */
+	KeyMap types;        /* operand abstracts -> the module's copy */
 };
+
+#define SCRATCH 65536
 
 enum { RULE_NONE, RULE_NOGRAD, RULE_BPROP };
 
@@ -150,7 +158,51 @@ static void ensure_ext(Ad *a)
 static Node *emit(Ad *a, int op, uint32_t nargs, const Abs *out)
 {
 	ensure_ext(a);
-	return train_op(&a->e, op, nargs, out);
+	if (a->nscratch + nargs > SCRATCH)
+		return train_op(&a->e, op, nargs, out);
+	Node *n = train_op(&a->e, op, 0, out);
+	n->nargs = n->nin_types = nargs;
+	n->args = nargs ? arena_alloc(a->m->arena, nargs * sizeof(Value)) : NULL;
+	n->in_types = nargs ? a->scratch + a->nscratch : NULL;
+	a->nscratch += nargs;
+	return n;
+}
+
+/* the nodes the rule made: their operand types into the module, one
+ * array per distinct list (shapes are shared, so equal ones compare as
+ * equal pointers) */
+static void intern_types(Ad *a)
+{
+	int64_t key[6 * 16];
+	for (uint32_t i = a->rule_start; i < a->e.out.n; i++) {
+		Node *n = a->e.out.a[i];
+		if (!n->nin_types || n->in_types < a->scratch || n->in_types >= a->scratch + SCRATCH)
+			continue;
+		if (n->nin_types > 16) {
+			n->in_types = arena_dup(a->m->arena, n->in_types, n->nin_types * sizeof(Abs));
+			continue;
+		}
+		uint32_t k = 0;
+		for (uint32_t j = 0; j < n->nin_types; j++) {
+			const Abs *t = &n->in_types[j];
+			key[k++] = t->tstr;
+			key[k++] = t->dtype;
+			key[k++] = t->is_ref | t->is_tensor << 1 | t->has_value << 2 | t->shape.kind << 3 |
+			           (int64_t)t->shape.rank << 8;
+			key[k++] = t->shape.kind == SK_DIMS || t->shape.kind == SK_OLD ? (int64_t)(intptr_t)t->shape.dims
+			           : t->shape.kind == SK_TUPLE || t->shape.kind == SK_LIST ? (int64_t)(intptr_t)t->shape.sub
+			                                                                 : 0;
+			key[k++] = (int64_t)(intptr_t)t->x;
+			key[k++] = 0;
+		}
+		int fresh;
+		Abs **slot = keymap_get(&a->types, key, k, &fresh);
+		if (fresh)
+			*slot = arena_dup(a->m->arena, n->in_types, n->nin_types * sizeof(Abs));
+		n->in_types = *slot;
+	}
+	a->nscratch = 0;
+	a->rule_start = a->e.out.n;
 }
 
 static GV gv_node(Node *n)
@@ -304,15 +356,17 @@ static Tup *tup_of(Ad *a, Node *t)
 	if (i == UINT32_MAX)
 		return NULL;
 	if (!a->tup[i]) {
-		Tup *p = arena_alloc(a->m->arena, sizeof *p);
+		/* one slot per element: the tuple's declared size, else the
+		 * most any producer here has (LayerNorm 3, BatchNorm 5, ...) */
 		uint32_t n = t->out.shape.kind == SK_TUPLE ? t->out.shape.rank : 0;
 		if (t->op == OP_MakeTuple && t->nargs > n)
 			n = t->nargs;
-		if (n < 8)
+		if (!n)
 			n = 8;
+		Tup *p = xcalloc(1, sizeof *p + n * (sizeof(GV) + sizeof(Node *)));
 		p->n = n;
-		p->g = arena_alloc(a->m->arena, n * sizeof *p->g);
-		p->fwd = arena_alloc(a->m->arena, n * sizeof *p->fwd);
+		p->g = (GV *)(p + 1);
+		p->fwd = (Node **)(p->g + n);
 		a->tup[i] = p;
 	}
 	return a->tup[i];
@@ -1552,7 +1606,9 @@ static void run_rule(Ad *a, Node *n, uint32_t j)
 	a->e.ext = NULL;
 	train_emit_bprop_of(&a->e, n, sym_str(n->prim), 1);
 	a->in_loss = n == a->loss_op;
+	a->rule_start = a->e.out.n;
 	rules[n->op].fn(a, n, g, rules[n->op].gop);
+	intern_types(a);
 	a->in_loss = 0;
 	a->cur = NULL;
 	a->e.ext = NULL;
@@ -1601,6 +1657,8 @@ int pass_autodiff(Module *m, const Options *o)
 	a.needs = xcalloc(a.nn, 1);
 	a.reach = xcalloc(a.nn, 1);
 	a.gather = xcalloc(a.nn, sizeof *a.gather);
+	a.scratch = xmalloc(SCRATCH * sizeof *a.scratch);
+	keymap_init(&a.types, sizeof(Abs *));
 	ir_clear_marks(m);
 	for (uint32_t i = 0; i < g->params.n; i++) {
 		a.node[i] = g->params.a[i];
@@ -1692,7 +1750,11 @@ int pass_autodiff(Module *m, const Options *o)
 	ir_clear_marks(m);
 	free(a.node);
 	free(a.dout);
+	for (uint32_t i = 0; i < a.nn; i++)
+		free(a.tup[i]);
 	free(a.tup);
+	free(a.scratch);
+	keymap_free(&a.types);
 	free(a.needs);
 	free(a.reach);
 	free(a.gather);
