@@ -3,6 +3,7 @@
  * Exit status: 0 ok, 1 bad input, 2 bad usage, 3 I/O or rendering failure.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <getopt.h>
 #include <stdlib.h>
@@ -377,18 +378,38 @@ static long parse_long(const char *opt, const char *s, long lo, long hi)
 	return v;
 }
 
-/* an optimizer hyper-parameter: a finite number >= 0 (below 1 when unit) */
-static double parse_hyper(const char *opt, const char *s, int unit)
+/* an optimizer hyper-parameter option: a number >= 0 (below 1 for the
+ * momentum and the betas) into its Options field */
+static void set_hyper(Options *o, int opt, const char *s)
 {
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (!errno && end != s && !*end && v >= 0 && v <= 1e6 && !(unit && v >= 1))
-		return v;
-	fprintf(stderr, "sappc: invalid value '%s' for %s (expected a number from 0 %s)\n", s, opt,
-		unit ? "to below 1" : "up to 1e6");
-	fprintf(stderr, "Try 'sappc --help' for more information.\n");
-	exit(2);
+	static const struct {
+		int opt;
+		const char *name;
+		size_t off;
+		int unit;
+	} hyper[] = {
+		{OPT_LEARNING_RATE, "--learning-rate", offsetof(Options, learning_rate), 0},
+		{OPT_MOMENTUM, "--momentum", offsetof(Options, momentum), 1},
+		{OPT_BETA1, "--beta1", offsetof(Options, beta1), 1},
+		{OPT_BETA2, "--beta2", offsetof(Options, beta2), 1},
+		{OPT_EPS, "--eps", offsetof(Options, eps), 0},
+		{OPT_WEIGHT_DECAY, "--weight-decay", offsetof(Options, weight_decay), 0},
+	};
+	for (size_t i = 0; i < sizeof hyper / sizeof hyper[0]; i++) {
+		if (hyper[i].opt != opt)
+			continue;
+		char *end;
+		errno = 0;
+		double v = strtod(s, &end);
+		if (errno || end == s || *end || !(v >= 0) || v > 1e6 || (hyper[i].unit && v >= 1)) {
+			fprintf(stderr, "sappc: invalid value '%s' for %s (expected a number from 0 %s)\n", s,
+				hyper[i].name, hyper[i].unit ? "to below 1" : "up to 1e6");
+			fprintf(stderr, "Try 'sappc --help' for more information.\n");
+			exit(2);
+		}
+		*(double *)((char *)o + hyper[i].off) = v;
+		o->optimizer_given = 1;
+	}
 }
 
 /* a memory size: a positive number and a unit B, KB, MB, GB or TB (powers
@@ -839,28 +860,12 @@ int main(int argc, char **argv)
 			o.optimizer_given = 1;
 			break;
 		case OPT_LEARNING_RATE:
-			o.learning_rate = parse_hyper("--learning-rate", optarg, 0);
-			o.optimizer_given = 1;
-			break;
 		case OPT_MOMENTUM:
-			o.optimizer_given = 1;
-			o.momentum = parse_hyper("--momentum", optarg, 1);
-			break;
 		case OPT_BETA1:
-			o.optimizer_given = 1;
-			o.beta1 = parse_hyper("--beta1", optarg, 1);
-			break;
 		case OPT_BETA2:
-			o.optimizer_given = 1;
-			o.beta2 = parse_hyper("--beta2", optarg, 1);
-			break;
 		case OPT_EPS:
-			o.optimizer_given = 1;
-			o.eps = parse_hyper("--eps", optarg, 0);
-			break;
 		case OPT_WEIGHT_DECAY:
-			o.optimizer_given = 1;
-			o.weight_decay = parse_hyper("--weight-decay", optarg, 0);
+			set_hyper(&o, c, optarg);
 			break;
 		case OPT_GRADIENTS_MEAN:
 			o.gradients_mean = 1;

@@ -969,14 +969,26 @@ static GV sum_grad(Ad *a, GV v, const Abs *xa, unsigned red)
 	return gv_node(op2(a, OP_BroadcastTo, v, c_ints(a, xd, r), &o));
 }
 
+/* a reduction's input, its abstract and the reduced axes; 0 when its
+ * shape is not known */
+static int reduce_input(const Node *n, GV *x, Abs *xa, unsigned *red)
+{
+	int keep;
+	*x = gv_arg(n, 0);
+	*xa = tensor_abs(x);
+	if (xa->shape.kind != SK_DIMS)
+		return 0;
+	*red = reduced_axes(n, xa->shape.rank, &keep);
+	return 1;
+}
+
 static void bp_reduce(Ad *a, Node *n, const GV *g, int gop)
 {
-	GV x = gv_arg(n, 0);
-	Abs xa = tensor_abs(&x);
-	if (xa.shape.kind != SK_DIMS)
+	GV x;
+	Abs xa;
+	unsigned red;
+	if (!reduce_input(n, &x, &xa, &red))
 		return;
-	int keep;
-	unsigned red = reduced_axes(n, xa.shape.rank, &keep);
 	GV d = sum_grad(a, g[0], &xa, red);
 	if (gop == OP_RealDiv) {
 		/* ReduceMean: / (local elements in / out) (§6) */
@@ -1016,12 +1028,11 @@ static GV select_mask(Ad *a, GV x, GV y, unsigned red)
 static void bp_reduce_sel(Ad *a, Node *n, const GV *g, int gop)
 {
 	(void)gop;
-	GV x = gv_arg(n, 0);
-	Abs xa = tensor_abs(&x);
-	if (xa.shape.kind != SK_DIMS)
+	GV x;
+	Abs xa;
+	unsigned red;
+	if (!reduce_input(n, &x, &xa, &red))
 		return;
-	int keep;
-	unsigned red = reduced_axes(n, xa.shape.rank, &keep);
 	GV mask = select_mask(a, x, gv_node(n), red);
 	GV gb = sum_grad(a, g[0], &xa, red);
 	give(a, n, 0, gv_node(op2(a, OP_Mul, gb, mask, &xa)));
@@ -1030,12 +1041,11 @@ static void bp_reduce_sel(Ad *a, Node *n, const GV *g, int gop)
 /* ReduceProd: broadcast(g) * broadcast(y) / x */
 static void bp_reduce_prod(Ad *a, Node *n, const GV *g, int gop)
 {
-	GV x = gv_arg(n, 0);
-	Abs xa = tensor_abs(&x);
-	if (xa.shape.kind != SK_DIMS)
+	GV x;
+	Abs xa;
+	unsigned red;
+	if (!reduce_input(n, &x, &xa, &red))
 		return;
-	int keep;
-	unsigned red = reduced_axes(n, xa.shape.rank, &keep);
 	GV yb = sum_grad(a, gv_node(n), &xa, red);
 	GV gb = sum_grad(a, g[0], &xa, red);
 	Node *q = op2(a, gop, yb, x, &xa);
@@ -1736,15 +1746,7 @@ int pass_autodiff(Module *m, const Options *o)
 			rc = 1;
 		}
 		if (!rc) {
-			/* forward nodes, the backward, then the Return */
-			Vec(Node *) out = {0};
-			vec_grow(&out, g->nodes.n + a.e.out.n);
-			for (uint32_t i = 0; i + 1 < g->nodes.n; i++)
-				out.a[out.n++] = g->nodes.a[i];
-			for (uint32_t i = 0; i < a.e.out.n; i++)
-				out.a[out.n++] = a.e.out.a[i];
-			out.a[out.n++] = ret;
-			ir_graph_set_nodes(g, out.a, out.n, out.cap);
+			train_splice(&a.e); /* forward nodes, the backward, then the Return */
 		}
 	}
 	ir_clear_marks(m);

@@ -278,14 +278,7 @@ int pass_optimizer(Module *m, const Options *o)
 	train_arg(&s.e, d, 1, dep, &depa);
 	ret->args = arena_dup(m->arena, ret->args, ret->nargs * sizeof(Value));
 	ret->args[0] = value_node(d);
-	Vec(Node *) out = {0};
-	vec_grow(&out, g->nodes.n + s.e.out.n);
-	for (uint32_t i = 0; i + 1 < g->nodes.n; i++)
-		out.a[out.n++] = g->nodes.a[i];
-	for (uint32_t i = 0; i < s.e.out.n; i++)
-		out.a[out.n++] = s.e.out.a[i];
-	out.a[out.n++] = ret;
-	ir_graph_set_nodes(g, out.a, out.n, out.cap);
+	train_splice(&s.e);
 	free(st0);
 	free(st1);
 	train_emit_free(&s.e);

@@ -177,3 +177,17 @@ Value train_ints_tensor(Module *m, Sym dtype, int64_t v)
 	val.kind = V_LIST;
 	return tensor_call(m, dtype, shape, val);
 }
+
+void train_splice(TrainEmit *e)
+{
+	Graph *g = e->g;
+	Node *ret = g->nodes.a[g->nodes.n - 1];
+	Vec(Node *) out = {0};
+	vec_grow(&out, g->nodes.n + e->out.n);
+	for (uint32_t i = 0; i + 1 < g->nodes.n; i++)
+		out.a[out.n++] = g->nodes.a[i];
+	for (uint32_t i = 0; i < e->out.n; i++)
+		out.a[out.n++] = e->out.a[i];
+	out.a[out.n++] = ret;
+	ir_graph_set_nodes(g, out.a, out.n, out.cap);
+}

@@ -44,6 +44,8 @@ typedef struct TrainEmit {
 
 int train_emit_init(TrainEmit *e, Module *m, const Options *o); /* 0, -1 reported */
 void train_emit_free(TrainEmit *e);
+/* the emitted nodes go before the entry graph's Return */
+void train_splice(TrainEmit *e);
 /* the directory new nodes are named under: "<dir>/x" */
 void train_emit_dir(TrainEmit *e, Sym dir_x);
 /* the template for the bprop of forward node f: Gradients/<f's dir>/Grad_<f's prim>,
