@@ -288,7 +288,8 @@ static int dims_of(const Abs *a, int64_t *d)
 {
 	if (a->shape.kind != SK_DIMS)
 		return -1;
-	memcpy(d, a->shape.dims, a->shape.rank * sizeof *d);
+	if (a->shape.rank)
+		memcpy(d, a->shape.dims, a->shape.rank * sizeof *d);
 	return a->shape.rank;
 }
 
