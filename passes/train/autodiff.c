@@ -54,7 +54,6 @@ struct Ad {
 	const Options *o;
 	Graph *g;
 	uint32_t nn;
-	Node **node; /* index -> node (params first) */
 	GV *dout;
 	Tup **tup;
 	uint8_t *needs, *reach;
@@ -1662,7 +1661,6 @@ int pass_autodiff(Module *m, const Options *o)
 	a.o = o;
 	a.g = g;
 	a.nn = g->params.n + g->nodes.n;
-	a.node = xcalloc(a.nn, sizeof *a.node);
 	a.dout = xcalloc(a.nn, sizeof *a.dout);
 	a.tup = xcalloc(a.nn, sizeof *a.tup);
 	a.needs = xcalloc(a.nn, 1);
@@ -1671,14 +1669,10 @@ int pass_autodiff(Module *m, const Options *o)
 	a.scratch = xmalloc(SCRATCH * sizeof *a.scratch);
 	keymap_init(&a.types, sizeof(Abs *));
 	ir_clear_marks(m);
-	for (uint32_t i = 0; i < g->params.n; i++) {
-		a.node[i] = g->params.a[i];
+	for (uint32_t i = 0; i < g->params.n; i++) /* index: params, then nodes */
 		g->params.a[i]->mark = i + 1;
-	}
-	for (uint32_t i = 0; i < g->nodes.n; i++) {
-		a.node[g->params.n + i] = g->nodes.a[i];
+	for (uint32_t i = 0; i < g->nodes.n; i++)
 		g->nodes.a[i]->mark = g->params.n + i + 1;
-	}
 	int rc = analyse(&a, root);
 	if (!rc) {
 		/* the loss's _VirtualDiv, when it is not a node (§3.6) */
@@ -1751,7 +1745,6 @@ int pass_autodiff(Module *m, const Options *o)
 		}
 	}
 	ir_clear_marks(m);
-	free(a.node);
 	free(a.dout);
 	for (uint32_t i = 0; i < a.nn; i++)
 		free(a.tup[i]);
