@@ -323,3 +323,13 @@ int ir_dataset_split(const Options *o, const Node *vd, uint32_t k, int rank, int
 	memcpy(s, o->ds_val + (size_t)k * MAX_RANK, (size_t)rank * sizeof *s);
 	return 1;
 }
+
+IrPhase ir_node_phase(const Node *n)
+{
+	const char *s = ir_node_fullname(n);
+	if (strncmp(s, "Gradients/", 10) == 0)
+		return IR_PHASE_BWD;
+	if (strncmp(s, "Default/optimizer-", 18) == 0)
+		return IR_PHASE_OPT;
+	return IR_PHASE_FWD;
+}

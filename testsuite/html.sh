@@ -171,7 +171,7 @@ page() {
 for f in "$top"/ir-samples/*.ir; do
 	name=$(basename "$f" .ir)
 	: >"$tmp/why"
-	if ! "$sappc" -n 8 -q "$f" -o "$tmp/$name.ir" --html "$tmp/$name.html" 2>"$tmp/why"; then
+	if ! "$sappc" -n 8 -q --forward-only "$f" -o "$tmp/$name.ir" --html "$tmp/$name.html" 2>"$tmp/why"; then
 		notok "$name: sappc --html failed"
 		continue
 	fi
@@ -195,14 +195,14 @@ for f in "$top"/ir-samples/*.ir; do
 		"$sappc" -n 8 -q --stop-after=sapp "$f" -o "$tmp/$name.plan.ir"
 		page "$name -n 8 plan view" "$tmp/$name.html" "$tmp/$name.plan.ir" 0 "&view=plan"
 		# the rank switch: rank 5's graph, lowered again, its own local shapes
-		"$sappc" -n 8 -q --rank 5 "$f" -o "$tmp/$name.5.ir"
+		"$sappc" -n 8 -q --forward-only --rank 5 "$f" -o "$tmp/$name.5.ir"
 		page "$name -n 8 rank 5" "$tmp/$name.html" "$tmp/$name.5.ir" 0 "&view=rank%205" ;;
 	esac
 done
 
 # boxes opened in place: llama_layer collapsed into a few scopes, every box
 # opened (the first first), none may overlap one below it
-"$sappc" -n 8 -q --max-nodes=12 "$top/ir-samples/llama_layer.ir" -o "$tmp/ll.ir" --html "$tmp/ll.html" 2>"$tmp/why"
+"$sappc" -n 8 -q --forward-only --max-nodes=12 "$top/ir-samples/llama_layer.ir" -o "$tmp/ll.ir" --html "$tmp/ll.html" 2>"$tmp/why"
 run_browser "file://$tmp/ll.html#selftest=MatMul&open=all" --dump-dom >"$tmp/dom.html"
 res=$(grep -o '<pre id="selftest">.*</pre>' "$tmp/dom.html")
 echo "$res" >"$tmp/why"

@@ -106,10 +106,10 @@ check_ops() {
 
 for f in "$top"/ir-samples/*.ir; do
 	b=$(basename "$f")
-	check "$b -n 8 (rank 0)" -n 8 "$f" && check_ops "$b -n 8 (rank 0)"
-	check "$b -n 8 --rank 5" -n 8 --rank 5 "$f" && check_ops "$b -n 8 --rank 5"
-	check "$b -n 8 --view=plan" -n 8 --view=plan "$f"
-	check "$b -n 1" "$f"
+	check "$b -n 8 (rank 0)" --forward-only -n 8 "$f" && check_ops "$b -n 8 (rank 0)"
+	check "$b -n 8 --rank 5" --forward-only -n 8 --rank 5 "$f" && check_ops "$b -n 8 --rank 5"
+	check "$b -n 8 --view=plan" --forward-only -n 8 --view=plan "$f"
+	check "$b -n 1" --forward-only "$f"
 done
 for f in "$top"/testsuite/render/*.ir; do
 	args=$(sed -n '1s/^# args: *//; 1s/-o \/dev\/null//p' "$f")
@@ -117,8 +117,8 @@ for f in "$top"/testsuite/render/*.ir; do
 	check "render/$(basename "$f") $args" $args "$f"
 done
 if [ -x "$gen" ] && "$gen" -L 64 -o "$tmp/gen64.ir" 2>/dev/null; then
-	check "generated transformer, 64 layers, collapsed by scope" -n 8 "$tmp/gen64.ir"
-	check "generated transformer, 64 layers, --focus on layer 3" -n 8 \
+	check "generated transformer, 64 layers, collapsed by scope" --forward-only -n 8 "$tmp/gen64.ir"
+	check "generated transformer, 64 layers, --focus on layer 3" --forward-only -n 8 \
 		--focus=Default/network-LlamaForCausalLM/model-LlamaModel/layers-CellList/3-LLamaDecodeLayer "$tmp/gen64.ir"
 fi
 # Real-sized plans (issue 16): a 256-layer transformer at 64, 1024 and 4096
@@ -139,10 +139,10 @@ collapsed() { # the DOT holds scope boxes g<k> and few operator nodes
 }
 if [ -x "$gen" ] && "$gen" -L 256 -o "$tmp/gen256.ir" 2>/dev/null; then
 	for N in 64 1024 4096; do
-		check "generated transformer, 256 layers, -n $N --verify-each" -n "$N" --verify-each "$tmp/gen256.ir" &&
+		check "generated transformer, 256 layers, -n $N --verify-each" --forward-only -n "$N" --verify-each "$tmp/gen256.ir" &&
 			collapsed "generated transformer, 256 layers, -n $N"
 	done
-	check "generated transformer, 256 layers, -n 4096 --verify-each, --focus on layer 200" -n 4096 --verify-each \
+	check "generated transformer, 256 layers, -n 4096 --verify-each, --focus on layer 200" --forward-only -n 4096 --verify-each \
 		--focus=Default/network-LlamaForCausalLM/model-LlamaModel/layers-CellList/200-LLamaDecodeLayer "$tmp/gen256.ir"
 else
 	notok "gen-transformer -L 256 failed"
