@@ -1045,9 +1045,81 @@ static SimValue *virtual_dataset(Ctx *c)
 	return make_tuple(c, 0);
 }
 
+/* ------------------------------------------------- in-place writes */
+int sim_write_ref(Ctx *c, uint32_t i, SimTensor *t)
+{
+	RankState *s = c->s;
+	const Value *v = i < c->n->nargs ? &c->n->args[i] : NULL;
+	Node *p = v && v->kind == V_NODE ? v->u.node : NULL;
+	if (!p || p->kind != NK_PARAM)
+		return sim_fail(c, "operand %u is written in place but is not a Parameter", i);
+	if (!s->last)
+		s->last = xcalloc(s->nvals ? s->nvals : 1, sizeof *s->last);
+	struct RefLog e = {s->last[p->id], 0, s->vals[p->id]};
+	if (!e.prev) { /* first write: keep the initial value as state 0 */
+		vec_push(&s->log, e);
+		e.prev = s->log.n;
+	}
+	e.time = ++s->clock;
+	e.v = sim_val_tensor(c->r, t);
+	vec_push(&s->log, e);
+	s->last[p->id] = s->log.n;
+	s->vals[p->id] = e.v;
+	return 0;
+}
+
+/* UpdateState: the state after the writes so far */
+static SimValue *update_state(Ctx *c)
+{
+	SimValue *v = sim_val_none(c->r);
+	v->n = c->s->clock;
+	return v;
+}
+
+/* Load(p, state): p as of the state (U: the initial value); a parameter
+ * never written, or anything else, is its current value */
+static SimValue *load(Ctx *c)
+{
+	RankState *s = c->s;
+	const Value *a = &c->n->args[0];
+	Node *p = a->kind == V_NODE ? a->u.node : NULL;
+	if (!p || p->kind != NK_PARAM || !s->last || !s->last[p->id] || c->n->nargs < 2)
+		return sim_arg(c, 0);
+	uint32_t when = 0;
+	if (c->n->args[1].kind == V_NODE) {
+		SimValue *m = sim_arg(c, 1);
+		if (!m)
+			return NULL;
+		if (m->kind != SV_NONE)
+			return sim_arg(c, 0);
+		when = m->n;
+	}
+	for (uint32_t k = s->last[p->id]; k; k = s->log.a[k - 1].prev)
+		if (s->log.a[k - 1].time <= when)
+			return s->log.a[k - 1].v;
+	return sim_arg(c, 0);
+}
+
+/* the x 1/n of --gradients-mean: a backward Mul of a gradient's
+ * communication (grad_mirror AllReduce, optimizer-shard ReduceScatter) */
+static int is_grad_mean(const Node *n)
+{
+	if (n->op != OP_Mul || n->nargs != 2 || n->args[0].kind != V_NODE || ir_node_phase(n) != IR_PHASE_BWD)
+		return 0;
+	const Node *p = n->args[0].u.node;
+	const char *inst = p->instance ? sym_str(p->instance) : "";
+	return (p->op == OP_AllReduce || p->op == OP_ReduceScatter) &&
+	       (strncmp(inst, "grad_mirror", 11) == 0 || strncmp(inst, "grad_parallel_optimizer", 23) == 0);
+}
+
 static SimValue *dispatch(Ctx *c)
 {
 	Node *n = c->n;
+	if ((c->r->o.faults & SIM_FAULT_DROP_GRAD_MEAN) && is_grad_mean(n))
+		return sim_arg(c, 0);
+	SimKernel named = sim_named_kernel(n); /* training-step operators, by name (backward.c) */
+	if (named)
+		return named(c);
 	switch (n->op) { /* operators whose family does not say enough */
 	case OP_SigmoidCrossEntropyWithLogits:
 		return elementwise(c, 2);
@@ -1057,15 +1129,14 @@ static SimValue *dispatch(Ctx *c)
 		return add_n(c);
 	case OP_Tile:
 		return tile(c);
-	case OP_Assign:
-		return sim_arg(c, 1);
 	case OP_UpdateState:
-		return sim_val_none(c->r);
+		return update_state(c);
 	case OP_MakeTuple:
 		return make_tuple(c, 0);
 	case OP_TupleGetItem:
 		return tuple_get_item(c);
 	case OP_Load:
+		return load(c);
 	case OP_Depend:
 	case OP_StopGradient:
 		return sim_arg(c, 0);
@@ -1170,6 +1241,6 @@ int sim_allocates(const Node *n)
 	case FAM_P2P:
 		return 0;
 	default:
-		return n->op != OP_Assign;
+		return 1;
 	}
 }
