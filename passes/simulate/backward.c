@@ -885,6 +885,22 @@ static SimTensor *copy_of(Ctx *c, const SimTensor *t)
 	return o;
 }
 
+/* the gradient operand i of an update of weight p, with the run's
+ * gradient scale applied (SimOptions.grad_scale) */
+static SimTensor *grad_operand(Ctx *c, uint32_t i, const SimTensor *p)
+{
+	SimTensor *g = ref_operand(c, i, p);
+	const SimOptions *o = &c->r->o;
+	double f = g && o->grad_scale && c->n->args[0].kind == V_NODE ? o->grad_scale(o->grad_scale_ctx, c->n->args[0].u.node)
+	                                                               : 1;
+	if (f == 1)
+		return g;
+	SimTensor *s = copy_of(c, g);
+	for (int64_t k = 0; s && k < s->numel; k++)
+		s->data[k] = (float)(s->data[k] * f);
+	return s;
+}
+
 /* ApplyMomentum(param, moment, lr, grad, momentum, U) [nn_ops.py
  * ApplyMomentum]: moment = moment * momentum + grad * gradient_scale;
  * param -= lr * moment, or lr * (grad + moment * momentum) with
@@ -892,7 +908,7 @@ static SimTensor *copy_of(Ctx *c, const SimTensor *t)
 static SimValue *k_apply_momentum(Ctx *c)
 {
 	SimTensor *p = ref_operand(c, 0, NULL), *m = p ? ref_operand(c, 1, p) : NULL,
-	          *g = m ? ref_operand(c, 3, p) : NULL;
+	          *g = m ? grad_operand(c, 3, p) : NULL;
 	double lr, mom;
 	if (!g || scalar_operand(c, 2, &lr) < 0 || scalar_operand(c, 4, &mom) < 0)
 		return NULL;
@@ -918,7 +934,7 @@ static SimValue *k_apply_momentum(Ctx *c)
  * step is accum (or grad + momentum * accum with nesterov). */
 static SimValue *k_sgd(Ctx *c)
 {
-	SimTensor *p = ref_operand(c, 0, NULL), *g = p ? ref_operand(c, 1, p) : NULL,
+	SimTensor *p = ref_operand(c, 0, NULL), *g = p ? grad_operand(c, 1, p) : NULL,
 	          *a = g ? ref_operand(c, 3, p) : NULL, *s = a ? ref_operand(c, 5, p) : NULL;
 	double lr, mom;
 	if (!s || scalar_operand(c, 2, &lr) < 0 || scalar_operand(c, 4, &mom) < 0)
@@ -955,7 +971,7 @@ static SimValue *k_sgd(Ctx *c)
 static SimValue *k_adam(Ctx *c)
 {
 	SimTensor *p = ref_operand(c, 0, NULL), *m = p ? ref_operand(c, 1, p) : NULL,
-	          *v = m ? ref_operand(c, 2, p) : NULL, *g = v ? ref_operand(c, 9, p) : NULL;
+	          *v = m ? ref_operand(c, 2, p) : NULL, *g = v ? grad_operand(c, 9, p) : NULL;
 	double b1p, b2p, lr, b1, b2, eps;
 	if (!g || scalar_operand(c, 3, &b1p) < 0 || scalar_operand(c, 4, &b2p) < 0 || scalar_operand(c, 5, &lr) < 0 ||
 	    scalar_operand(c, 6, &b1) < 0 || scalar_operand(c, 7, &b2) < 0 || scalar_operand(c, 8, &eps) < 0)
@@ -987,7 +1003,7 @@ static SimValue *k_adam(Ctx *c)
 static SimValue *k_adam_weight_decay(Ctx *c)
 {
 	SimTensor *p = ref_operand(c, 0, NULL), *m = p ? ref_operand(c, 1, p) : NULL,
-	          *v = m ? ref_operand(c, 2, p) : NULL, *g = v ? ref_operand(c, 8, p) : NULL;
+	          *v = m ? ref_operand(c, 2, p) : NULL, *g = v ? grad_operand(c, 8, p) : NULL;
 	double lr, b1, b2, eps, wd;
 	if (!g || scalar_operand(c, 3, &lr) < 0 || scalar_operand(c, 4, &b1) < 0 || scalar_operand(c, 5, &b2) < 0 ||
 	    scalar_operand(c, 6, &eps) < 0 || scalar_operand(c, 7, &wd) < 0)

@@ -524,7 +524,17 @@ int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *c
 			continue;
 		rep->weights++;
 		Node *gn = u->args[sim_grad_operand(u)].u.node;
-		const SimTensor *gt = sim_tensor(G, 0, gn);
+		const SimTensor *gt = sim_tensor(G, 0, gn), *st = gt;
+		/* what the ranks' gradient should be: the reference's, scaled */
+		double f = gt && G->o.grad_scale ? G->o.grad_scale(G->o.grad_scale_ctx, w) : 1;
+		SimTensor scaled;
+		if (f != 1) {
+			scaled = *gt;
+			scaled.data = xmalloc((size_t)(gt->numel ? gt->numel : 1) * sizeof(float));
+			for (int64_t k = 0; k < gt->numel; k++)
+				scaled.data[k] = (float)(gt->data[k] * f);
+			st = &scaled;
+		}
 		uint32_t pos[8];
 		int nw = sim_ref_operands(u, pos);
 		for (int r = 0; r < nr && !err && gt; r++) {
@@ -532,8 +542,7 @@ int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *c
 			if (!lu)
 				continue; /* another pipeline stage's weight */
 			Node *lw = lu->args[0].u.node, *lg = lu->args[sim_grad_operand(lu)].u.node;
-			const SimTensor *lt = sim_tensor(R, r, lg);
-			if (lt && check_block(slice, ctx, lw, w, w, gn, lg, gt, lt, r, rtol, &rep->grads) < 0)
+			if (check_block(slice, ctx, lw, w, w, gn, lg, st, sim_tensor(R, r, lg), r, rtol, &rep->grads) < 0)
 				err = 1;
 			/* the written parameters: the weight and its states, all in the weight's block */
 			for (int k = 0; k < nw && !err; k++) {
@@ -550,6 +559,8 @@ int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *c
 		for (int k = 0; k < nw; k++)
 			if (u->args[pos[k]].kind == V_NODE)
 				covered[u->args[pos[k]].u.node->id] = 1;
+		if (st != gt)
+			free(scaled.data);
 	}
 	/* other written parameters (global_step, beta1_power, ...): each in its own layout */
 	for (uint32_t i = 0; i < gg->params.n && !err; i++) {

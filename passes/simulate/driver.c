@@ -397,9 +397,7 @@ static int hyper_value(void *ctx, const Node *p, double *v)
 	return 0;
 }
 
-/* the central-difference check runs on single-device steps up to this many
- * bytes of tensors: each of its runs repeats the whole step */
-#define GRADCHECK_MAX_BYTES (16 << 20)
+/* the central differences' step and tolerance (gradcheck.c) */
 #define GRADCHECK_STEP 1e-2
 #define GRADCHECK_TOL 2e-2
 
@@ -430,12 +428,13 @@ static int check_step(const SimRun *G, const SimRun *R, Plan *plan, FILE *out, i
 /* the single-device gradients against central differences of its loss */
 static int check_fd(Module *ref, const SimRun *G, const SimOptions *so, FILE *out)
 {
+	/* each of its runs repeats the forward of the whole step: only on small steps */
 	int64_t bytes = sim_estimate_bytes(&ref, 1);
-	if (bytes > GRADCHECK_MAX_BYTES) {
+	if (mb(bytes) > so->gradcheck_mb) {
 		fprintf(out,
 		        "simulate: central differences: not run, the single-device step has %.1f MB of tensors "
-		        "(more than %d)\n",
-		        mb(bytes), GRADCHECK_MAX_BYTES >> 20);
+		        "(--simulate-gradcheck-mb=%.0f)\n",
+		        mb(bytes), so->gradcheck_mb);
 		return 0;
 	}
 	SimGradCheck gc;

@@ -24,16 +24,45 @@
 
 #define PROBES 4
 
+/* the loss: what the step returns, through Depend(loss, updates) */
+static const Node *loss_node(Graph *g)
+{
+	const Node *ret = g->nodes.n ? g->nodes.a[g->nodes.n - 1] : NULL;
+	if (!ret || ret->kind != NK_RETURN || !ret->nargs || ret->args[0].kind != V_NODE)
+		return NULL;
+	const Node *n = ret->args[0].u.node;
+	while (n->kind == NK_CNODE && n->op == OP_Depend && n->nargs && n->args[0].kind == V_NODE)
+		n = n->args[0].u.node;
+	return n;
+}
+
+/* mark what the loss needs: its operands, transitively (nodes come in
+ * order, so one backward sweep) */
+static uint8_t *loss_cone(Module *m, Graph *g, const Node *loss)
+{
+	uint8_t *need = xcalloc(m->next_id + 1, 1);
+	need[loss->id] = 1;
+	for (uint32_t i = g->nodes.n; i-- > 0;) {
+		const Node *n = g->nodes.a[i];
+		if (!need[n->id])
+			continue;
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k].kind == V_NODE)
+				need[n->args[k].u.node->id] = 1;
+	}
+	return need;
+}
+
 /* the loss of one run of m with weight `name` replaced by w */
-static int loss_with(Module *m, const SimOptions *so, const char *name, const float *w, int64_t n, double *loss,
-                     char *why, size_t whylen)
+static int loss_with(Module *m, const SimOptions *so, const Node *loss, const char *name, const float *w, int64_t n,
+                     double *out, char *why, size_t whylen)
 {
 	SimRun *r = sim_new(&m, 1, so);
 	int rc = -1;
 	if (sim_set_input(r, 0, name, w, n) == 0 && sim_exec(r) == 0) {
-		const SimValue *v = sim_result(r, 0);
+		const SimValue *v = sim_value(r, 0, loss);
 		if (v && v->kind == SV_TENSOR && v->t->numel == 1) {
-			*loss = v->t->data[0];
+			*out = v->t->data[0];
 			rc = 0;
 		} else {
 			snprintf(why, whylen, "the step returns no scalar loss");
@@ -71,10 +100,17 @@ int sim_check_gradients(Module *m, const SimRun *G, const SimOptions *so, double
 	memset(out, 0, sizeof *out);
 	Graph *g = ir_entry(m);
 	SimOptions o = *so;
+	const Node *loss = g ? loss_node(g) : NULL;
+	if (!loss) {
+		snprintf(out->skipped, sizeof out->skipped, "the step returns no loss");
+		return -1;
+	}
+	uint8_t *need = loss_cone(m, g, loss);
 	o.global = NULL;
 	o.slice = NULL;
 	o.trace = NULL;
 	o.faults = 0;
+	o.only = need;
 	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
 		Node *u = g->nodes.a[i];
 		int gi = sim_grad_operand(u);
@@ -109,12 +145,13 @@ int sim_check_gradients(Module *m, const SimRun *G, const SimOptions *so, double
 			if (dnorm == 0)
 				continue;
 			char why[640] = "";
-			if (loss_with(m, &o, name, wp, n, &lp, why, sizeof why) < 0 ||
-			    loss_with(m, &o, name, wm, n, &lm, why, sizeof why) < 0) {
+			if (loss_with(m, &o, loss, name, wp, n, &lp, why, sizeof why) < 0 ||
+			    loss_with(m, &o, loss, name, wm, n, &lm, why, sizeof why) < 0) {
 				snprintf(out->skipped, sizeof out->skipped, "%s", why);
 				free(d);
 				free(wp);
 				free(wm);
+				free(need);
 				return -1;
 			}
 			/* a zero gradient is judged against a small absolute scale */
@@ -136,6 +173,7 @@ int sim_check_gradients(Module *m, const SimRun *G, const SimOptions *so, double
 		free(wp);
 		free(wm);
 	}
+	free(need);
 	return out->bad ? 1 : 0;
 }
 

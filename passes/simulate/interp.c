@@ -1208,7 +1208,9 @@ int sim_eval_node(Ctx *c)
 {
 	Node *n = c->n;
 	SimValue *v;
-	if (n->kind == NK_RETURN) {
+	if (c->r->o.only && !c->r->o.only[n->id]) {
+		v = sim_val_none(c->r);
+	} else if (n->kind == NK_RETURN) {
 		v = n->nargs ? sim_arg(c, 0) : sim_val_none(c->r);
 	} else if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM) {
 		return sim_fail(c, "calls of graphs and of computed functions are not simulated");

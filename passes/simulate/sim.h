@@ -97,6 +97,20 @@ typedef struct SimOptions {
 	 * gets MindSpore's initial values (inputs.c), anything else is drawn. */
 	int (*init)(void *ctx, const Node *param, double *value);
 	void *init_ctx;
+	/* The factor the ranks' gradient of a weight carries relative to the
+	 * single device's (--gradients-mean: 1/R, R the weight's replicas).
+	 * The optimizer updates of a run apply it to their gradient operand, so
+	 * that the single device updates its weights as the ranks do; the step
+	 * comparison expects the gradients scaled by it.  NULL: 1. */
+	double (*grad_scale)(void *ctx, const Node *weight);
+	void *grad_scale_ctx;
+	/* --simulate-gradcheck-mb: check the single-device gradients against
+	 * central differences when its tensors need at most this many MB (0:
+	 * never) */
+	double gradcheck_mb;
+	/* if set: only the nodes whose id is marked are evaluated, the others
+	 * get an empty value (the central differences need only the loss) */
+	const uint8_t *only;
 } SimOptions;
 
 /* Test-only faults a run can inject into the programs it runs (sappc reads
