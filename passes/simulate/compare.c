@@ -587,6 +587,10 @@ int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *c
 
 static void print_node(FILE *f, const Node *n)
 {
+	if (n->kind == NK_PARAM) {
+		fprintf(f, "%%para%d_%s", n->local, sym_str(n->name));
+		return;
+	}
 	const char *full = ir_node_fullname(n);
 	fprintf(f, "%%%d(%s) %s", n->local, ir_node_name(n), sym_str(n->prim));
 	if (*full)

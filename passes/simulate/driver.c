@@ -361,6 +361,7 @@ static int reference_step(Module *ref, const Options *o, const PassManagerOption
 	go.nstage_rules = 0;
 	go.semi_auto = 0;
 	go.data_parallel = 0;
+	go.interfered = 0;
 	go.strategy_in = NULL;
 	go.strategy_out = NULL;
 	go.explain = NULL;
@@ -430,6 +431,10 @@ static int check_fd(Module *ref, const SimRun *G, const SimOptions *so, FILE *ou
 {
 	/* each of its runs repeats the forward of the whole step: only on small steps */
 	int64_t bytes = sim_estimate_bytes(&ref, 1);
+	if (so->gradcheck_mb <= 0) {
+		fprintf(out, "simulate: central differences: not run (--simulate-gradcheck-mb=0)\n");
+		return 0;
+	}
 	if (mb(bytes) > so->gradcheck_mb) {
 		fprintf(out,
 		        "simulate: central differences: not run, the single-device step has %.1f MB of tensors "

@@ -9,8 +9,8 @@
 # every parameter the step writes, and that the single-device gradients are
 # the central differences of the loss.  Each sample also runs with Adam and
 # with --gradients-mean once.  --verify-each checks the IR after every
-# pass of every rank.  A run the planner refuses for a sample and a device
-# count (no valid plan) is a skip, not a pass.
+# pass of every rank.  A sample whose own strategies need more devices
+# than N (interfered_add.ir with --interfered) is a skip, not a pass.
 set -u
 export LC_ALL=C
 top=${TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -37,14 +37,16 @@ run_case() {
 		else
 			notok "$label: N=$N $* (no gradient was compared: not a training step?)"
 		fi
-	elif grep -q 'no valid strategy\|cannot be split\|does not divide' "$tmp/err"; then
-		ok "$label: N=$N $* # SKIP the planner refuses this device count"
+	elif grep -q 'uses [0-9]* devices, but there are only' "$tmp/err"; then
+		ok "$label: N=$N $* # SKIP the sample's own strategies need more devices"
 	else
 		notok "$label: N=$N $*"
 	fi
 }
 
-for f in "$top"/ir-samples/*.ir; do
+# llama_layer.ir is too large to simulate: its small variant stands in
+for f in "$top"/ir-samples/*.ir "$top"/testsuite/simulate/llama_small.ir; do
+	case $(basename "$f") in llama_layer.ir) continue ;; esac
 	label=$(basename "$f")
 	for N in 1 2 4 8 16; do
 		run_case "$label" "$f" "$N"
