@@ -399,7 +399,7 @@ static int hyper_value(void *ctx, const Node *p, double *v)
 }
 
 /* the central differences' step and tolerance (gradcheck.c) */
-#define GRADCHECK_STEP 1e-2
+#define GRADCHECK_STEP 1e-3
 #define GRADCHECK_TOL 2e-2
 
 /* the step's checks after the operator comparison: gradients, the

@@ -618,6 +618,7 @@ void sim_free(SimRun *r)
 		vec_free(&r->rs[k].seqs);
 		vec_free(&r->rs[k].log);
 		free(r->rs[k].last);
+		free(r->rs[k].aux);
 	}
 	free(r->group_buf);
 	vec_free(&r->buffers);

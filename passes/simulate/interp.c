@@ -1030,6 +1030,9 @@ static SimValue *tuple_get_item(Ctx *c)
 	int64_t i;
 	if (!t)
 		return NULL;
+	const Value *a = &c->n->args[0];
+	if (t->kind != SV_TUPLE && a->kind == V_NODE && c->s->aux && c->s->aux[a->u.node->id])
+		t = c->s->aux[a->u.node->id]; /* an output its type line leaves out */
 	if (sim_ints(c, 1, NULL, &i, 1) != 1)
 		return FAILV("no index");
 	if (t->kind != SV_TUPLE || i < 0 || i >= (int64_t)t->n)

@@ -38,6 +38,21 @@ static int declared_tuple(const Ctx *c)
 	return c->n->has_type_line && c->n->out.shape.kind == SK_TUPLE;
 }
 
+/* An operator with several outputs (the norms, the softmax loss) whose
+ * type line declares only the first: its users see the first; the others,
+ * which only a bprop reads (TupleGetItem(out, k), training-step.md §6), stay
+ * on the side (RankState.aux). */
+static SimValue *outputs(Ctx *c, SimValue *t)
+{
+	if (declared_tuple(c))
+		return t;
+	RankState *s = c->s;
+	if (!s->aux)
+		s->aux = xcalloc(s->nvals ? s->nvals : 1, sizeof *s->aux);
+	s->aux[c->n->id] = t;
+	return t->elems[0];
+}
+
 /* ------------------------------------------------------------- MatMul */
 /* C (m, n) = A (m, k) x B (k, n), A possibly stored transposed.  Blocks of
  * MM_ROWS rows x MM_COLS columns keep their double accumulators in L1 while
@@ -503,13 +518,11 @@ SimValue *k_layernorm(Ctx *c)
 		mean->data[r] = (float)mu;
 		rstd->data[r] = (float)rs;
 	}
-	if (!declared_tuple(c))
-		return sim_val_tensor(c->r, o);
 	SimValue *t = sim_val_tuple(c->r, 3);
 	t->elems[0] = sim_val_tensor(c->r, o);
 	t->elems[1] = sim_val_tensor(c->r, mean);
 	t->elems[2] = sim_val_tensor(c->r, rstd);
-	return t;
+	return outputs(c, t);
 }
 
 /* RmsNorm(x, gamma, epsilon): y = x / sqrt(mean(x^2) + eps) * gamma over the
@@ -540,7 +553,7 @@ SimValue *k_rmsnorm(Ctx *c)
 			o->data[r * cols + j] = (float)(xr[j] * rs * g->data[j]);
 		rstd->data[r] = (float)rs;
 	}
-	return declared_tuple(c) ? sim_tuple2(c, o, rstd) : sim_val_tensor(c->r, o);
+	return outputs(c, sim_tuple2(c, o, rstd));
 }
 
 /* BatchNorm(x, scale, offset, mean, variance), channels on dim 1.  With
@@ -592,13 +605,11 @@ SimValue *k_batchnorm(Ctx *c)
 		bm->data[ch] = (float)mu;
 		bv->data[ch] = (float)var;
 	}
-	if (!declared_tuple(c))
-		return sim_val_tensor(c->r, o);
 	SimValue *t = sim_val_tuple(c->r, 5);
 	t->elems[0] = sim_val_tensor(c->r, o);
 	t->elems[1] = t->elems[3] = sim_val_tensor(c->r, bm);
 	t->elems[2] = t->elems[4] = sim_val_tensor(c->r, bv);
-	return t;
+	return outputs(c, t);
 }
 
 /* -------------------------------------------------------------- losses */
@@ -617,15 +628,20 @@ SimValue *k_loss(Ctx *c)
 	if (!loss)
 		return NULL;
 	sim_softmax_rows(x->data, sm->data, B, C, 1, 1);
+	/* backprop is the derivative of the loss, softmax * sum(labels) - labels:
+	 * MindSpore's kernel writes softmax - labels, the same for labels that
+	 * sum to 1 per row, which the seeded inputs need not */
 	for (int64_t i = 0; i < B; i++) {
-		double s = 0;
+		double s = 0, ysum = 0;
 		for (int64_t j = 0; j < C; j++) {
 			s -= (double)y->data[i * C + j] * sm->data[i * C + j];
-			sm->data[i * C + j] = (float)(exp(sm->data[i * C + j]) - y->data[i * C + j]);
+			ysum += y->data[i * C + j];
 		}
+		for (int64_t j = 0; j < C; j++)
+			sm->data[i * C + j] = (float)(exp(sm->data[i * C + j]) * ysum - y->data[i * C + j]);
 		loss->data[i] = (float)s;
 	}
-	return declared_tuple(c) ? sim_tuple2(c, loss, sm) : sim_val_tensor(c->r, loss);
+	return outputs(c, sim_tuple2(c, loss, sm));
 }
 
 /* SparseSoftmaxCrossEntropyWithLogits(logits (B, C), labels (B)) -> the

@@ -35,6 +35,7 @@ typedef struct RankState {
 		SimValue *v;
 	}) log;
 	uint32_t *last; /* per node id: 1 + index of the parameter's latest entry; NULL until a write */
+	SimValue **aux; /* per node id: all outputs of an operator declared with its first only (kernels.c) */
 } RankState;
 
 typedef struct SimMsg {
