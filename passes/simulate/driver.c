@@ -382,20 +382,45 @@ static unsigned test_faults(void)
 }
 
 /* The optimizer's hyper-parameters, which the dump names but does not
- * give a value: MindSpore's defaults of nn.Momentum / nn.Adam (learning
- * rate 0.01 as in the SAPP tutorial) */
+ * give a value: the options' (training-step.md §3.1; a negative option
+ * means MindSpore's default for the optimizer, as passes/train/ reads it:
+ * learning rate 0.01, momentum 0.9 for Momentum and 0 for SGD). */
 static int hyper_value(void *ctx, const Node *p, double *v)
 {
-	static const struct {
-		const char *name;
-		double v;
-	} hp[] = {{"learning_rate", 0.01}, {"momentum", 0.9}, {"beta1", 0.9},
-	          {"beta2", 0.999},        {"eps", 1e-8},     {"weight_decay", 0.0}};
-	(void)ctx;
-	for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
-		if (strcmp(sym_str(p->name), hp[i].name) == 0)
-			return *v = hp[i].v, 1;
-	return 0;
+	const Options *o = ctx;
+	const char *nm = sym_str(p->name);
+	if (strcmp(nm, "learning_rate") == 0)
+		*v = o->learning_rate >= 0 ? o->learning_rate : 0.01;
+	else if (strcmp(nm, "momentum") == 0)
+		*v = o->momentum >= 0 ? o->momentum : o->optimizer == OPTIM_SGD ? 0.0 : 0.9;
+	else
+		return 0;
+	return 1;
+}
+
+/* --gradients-mean: a rank's gradient of weight W is the single device's
+ * divided by R, the number of W's replicas on its stage (the device
+ * dimensions W's layout does not use; GRAD-SEMANTICS, man page TRAINING
+ * STEP).  R is read from W's layout on the first rank that holds W. */
+static double mean_scale(void *ctx, const Node *w)
+{
+	const Plan *pl = ctx;
+	for (int r = 0; r < pl->nranks; r++) {
+		Graph *g = ir_entry(pl->ranks[r]);
+		for (uint32_t i = 0; g && i < g->params.n; i++) {
+			const Node *p = g->params.a[i];
+			const NodeLayout *l = p->lay;
+			if (p->name != w->name || !l || !(l->flags & LAY_LOCAL) || !l->nout || !l->out[0].ndev)
+				continue;
+			Layout L;
+			tlay_to_layout(&l->out[0], &L);
+			int64_t *rep = xmalloc((size_t)pl->per_stage * sizeof *rep);
+			int k = layout_replica_group(&L, r % pl->per_stage, rep);
+			free(rep);
+			return k > 0 ? 1.0 / k : 1;
+		}
+	}
+	return 1;
 }
 
 /* the central differences' step and tolerance (gradcheck.c) */
@@ -498,16 +523,21 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	if (lower_ranks(ranks, m, o->rank < n ? o->rank : -1, buf, len, o, pm, &b) != 0)
 		goto out;
 
+	Plan plan = {n / sapp_plan_stages(m, o), ranks, n};
 	SimOptions go2 = *so;
 	go2.global = NULL;
 	go2.slice = NULL;
 	go2.init = hyper_value;
+	go2.init_ctx = (void *)o;
+	if (o->gradients_mean) { /* the ranks update with gradient / R: so does the reference */
+		go2.grad_scale = mean_scale;
+		go2.grad_scale_ctx = &plan;
+	}
 	G = sim_run(ref, &go2);
 	if (sim_error(G)) {
 		report_error(G, "single device: ");
 		goto out;
 	}
-	Plan plan = {n / sapp_plan_stages(m, o), ranks, n};
 	SimOptions ro = *so;
 	if (limit > 0) /* the ranks' tensors get what the graphs and run states leave */
 		ro.max_mb = limit - mb(b.ref + b.modules + sim_estimate_state_bytes(ranks, n));
@@ -516,6 +546,7 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	ro.slice_ctx = &plan;
 	ro.faults = test_faults();
 	ro.init = hyper_value;
+	ro.init_ctx = (void *)o;
 	R = sim_run_ranks(ranks, n, &ro);
 	if (sim_error(R)) {
 		report_error(R, "");
