@@ -26,6 +26,23 @@ notok() {
 	grep -v '^   ' "$tmp/err" 2>/dev/null | sed -e 's/^/# /' | head -6
 }
 
+# Failures the simulation found in the training step the passes build
+# (/work/TRAINSIM-FINDINGS.md, reported to the train branch): expected
+# failures (TAP TODO) while they last, any other failure fails.
+known_bug() {
+	case $1 in
+	cnn*.ir)
+		grep -q 'gradient of parameter conv2.weight .* is not the single-device one' "$2" &&
+			echo "the bprop of the batch-split BatchNorm (sync statistics) drops the statistics' gradient"
+		;;
+	llama_small.ir)
+		grep -q 'TupleGetItem: the inputs give output shape' "$2" &&
+			echo "the bprop's TupleGetItem of RmsNorm's rstd declares the input's shape"
+		;;
+	*) false ;;
+	esac
+}
+
 # run_case LABEL INPUT N [EXTRA FLAGS...]
 run_case() {
 	local label=$1 input=$2 N=$3
@@ -39,6 +56,8 @@ run_case() {
 		fi
 	elif grep -q 'uses [0-9]* devices, but there are only' "$tmp/err"; then
 		ok "$label: N=$N $* # SKIP the sample's own strategies need more devices"
+	elif known=$(known_bug "$label" "$tmp/err"); then
+		n=$((n + 1)); echo "not ok $n - $label: N=$N $* # TODO $known"
 	else
 		notok "$label: N=$N $*"
 	fi
