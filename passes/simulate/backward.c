@@ -22,6 +22,8 @@
 #include "simint.h"
 
 #define FAILV(...) (sim_fail(c, __VA_ARGS__), (SimValue *)NULL)
+/* an operand position no operator has: sim_flag/sim_float read the attribute */
+#define ATTR_ONLY 99
 
 static SimTensor *like(Ctx *c, const SimTensor *x)
 {
@@ -891,8 +893,9 @@ static SimTensor *grad_operand(Ctx *c, uint32_t i, const SimTensor *p)
 {
 	SimTensor *g = ref_operand(c, i, p);
 	const SimOptions *o = &c->r->o;
-	double f = g && o->grad_scale && c->n->args[0].kind == V_NODE ? o->grad_scale(o->grad_scale_ctx, c->n->args[0].u.node)
-	                                                               : 1;
+	double f = g && o->grad_scale && c->n->args[0].kind == V_NODE
+	               ? o->grad_scale(o->grad_scale_ctx, c->n->args[0].u.node)
+	               : 1;
 	if (f == 1)
 		return g;
 	SimTensor *s = copy_of(c, g);
@@ -912,8 +915,8 @@ static SimValue *k_apply_momentum(Ctx *c)
 	double lr, mom;
 	if (!g || scalar_operand(c, 2, &lr) < 0 || scalar_operand(c, 4, &mom) < 0)
 		return NULL;
-	int nesterov = sim_flag(c, 99, "use_nesterov", NULL, 0);
-	double scale = sim_float(c, 99, "gradient_scale", 1.0);
+	int nesterov = sim_flag(c, ATTR_ONLY, "use_nesterov", NULL, 0);
+	double scale = sim_float(c, ATTR_ONLY, "gradient_scale", 1.0);
 	SimTensor *np = copy_of(c, p), *nm = np ? copy_of(c, m) : NULL;
 	if (!nm)
 		return NULL;
@@ -939,8 +942,8 @@ static SimValue *k_sgd(Ctx *c)
 	double lr, mom;
 	if (!s || scalar_operand(c, 2, &lr) < 0 || scalar_operand(c, 4, &mom) < 0)
 		return NULL;
-	double damp = sim_float(c, 99, "dampening", 0), wd = sim_float(c, 99, "weight_decay", 0);
-	int nesterov = sim_flag(c, 99, "nesterov", NULL, 0);
+	double damp = sim_float(c, ATTR_ONLY, "dampening", 0), wd = sim_float(c, ATTR_ONLY, "weight_decay", 0);
+	int nesterov = sim_flag(c, ATTR_ONLY, "nesterov", NULL, 0);
 	SimTensor *np = copy_of(c, p), *na = np ? copy_of(c, a) : NULL, *ns = na ? copy_of(c, s) : NULL;
 	if (!ns)
 		return NULL;
@@ -976,7 +979,7 @@ static SimValue *k_adam(Ctx *c)
 	if (!g || scalar_operand(c, 3, &b1p) < 0 || scalar_operand(c, 4, &b2p) < 0 || scalar_operand(c, 5, &lr) < 0 ||
 	    scalar_operand(c, 6, &b1) < 0 || scalar_operand(c, 7, &b2) < 0 || scalar_operand(c, 8, &eps) < 0)
 		return NULL;
-	int nesterov = sim_flag(c, 99, "use_nesterov", NULL, 0);
+	int nesterov = sim_flag(c, ATTR_ONLY, "use_nesterov", NULL, 0);
 	if (b1p == 1)
 		return FAILV("beta1_power is 1: the bias correction divides by zero");
 	double lrt = lr * sqrt(1 - b2p) / (1 - b1p);

@@ -542,7 +542,8 @@ int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *c
 			if (!lu)
 				continue; /* another pipeline stage's weight */
 			Node *lw = lu->args[0].u.node, *lg = lu->args[sim_grad_operand(lu)].u.node;
-			if (check_block(slice, ctx, lw, w, w, gn, lg, st, sim_tensor(R, r, lg), r, rtol, &rep->grads) < 0)
+			const SimTensor *lt = sim_tensor(R, r, lg);
+			if (check_block(slice, ctx, lw, w, w, gn, lg, st, lt, r, rtol, &rep->grads) < 0)
 				err = 1;
 			/* the written parameters: the weight and its states, all in the weight's block */
 			for (int k = 0; k < nw && !err; k++) {
