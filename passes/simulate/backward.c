@@ -528,58 +528,18 @@ static SimValue *k_bias_add_grad(Ctx *c)
 static SimValue *k_strided_slice_grad(Ctx *c)
 {
 	SimTensor *g = sim_arg_tensor(c, 0);
-	int64_t xs[MAX_RANK], bg[MAX_RANK], en[MAX_RANK], sd[MAX_RANK], mask[5] = {0};
-	static const char *const mnames[5] = {"begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
-	                                      "shrink_axis_mask"};
+	int64_t xs[MAX_RANK], start[MAX_RANK], step[MAX_RANK], cnt[MAX_RANK], oshape[MAX_RANK], st[MAX_RANK];
+	int ond;
 	if (!g)
 		return NULL;
 	int nd = sim_ints(c, 1, "shapex", xs, MAX_RANK);
-	int kb = sim_ints(c, 2, "begin", bg, MAX_RANK), ke = sim_ints(c, 3, "end", en, MAX_RANK);
-	int ks = sim_ints(c, 4, "strides", sd, MAX_RANK);
 	if (nd < 0)
 		return FAILV("no input shape (operand 1)");
-	if (kb < 0 || kb != ke || kb != ks || kb > nd)
-		return FAILV("begin, end and strides must have the same length, at most the input rank");
-	for (int i = 0; i < 5; i++) {
-		int64_t v;
-		if (sim_ints(c, (uint32_t)(5 + i), mnames[i], &v, 1) == 1)
-			mask[i] = v;
-	}
-	if (mask[2] || mask[3])
-		return FAILV("ellipsis_mask and new_axis_mask are not simulated");
-	int64_t start[MAX_RANK], step[MAX_RANK], cnt[MAX_RANK], st[MAX_RANK], gnum = 1;
-	for (int i = 0; i < nd; i++) {
-		int64_t dim = xs[i], b = 0, e = dim, s = 1;
-		if (i < kb) {
-			s = sd[i];
-			if (s == 0)
-				return FAILV("stride 0 in dimension %d", i);
-			b = bg[i];
-			e = en[i];
-			if (mask[4] >> i & 1) {
-				b += b < 0 ? dim : 0;
-				start[i] = b;
-				step[i] = 1;
-				cnt[i] = 1;
-				continue;
-			}
-			if (s > 0) {
-				b = mask[0] >> i & 1 ? 0 : b < 0 ? b + dim : b;
-				e = mask[1] >> i & 1 ? dim : e < 0 ? e + dim : e;
-				b = b < 0 ? 0 : b > dim ? dim : b;
-				e = e < 0 ? 0 : e > dim ? dim : e;
-			} else {
-				b = mask[0] >> i & 1 ? dim - 1 : b < 0 ? b + dim : b;
-				e = mask[1] >> i & 1 ? -1 : e < 0 ? e + dim : e;
-				b = b < -1 ? -1 : b > dim - 1 ? dim - 1 : b;
-				e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-			}
-		}
-		start[i] = b;
-		step[i] = s;
-		cnt[i] = s > 0 ? (e > b ? (e - b + s - 1) / s : 0) : (b > e ? (b - e - s - 1) / -s : 0);
+	if (sim_slice_window(c, nd, xs, 2, 5, start, step, cnt, &ond, oshape) < 0)
+		return NULL;
+	int64_t gnum = 1;
+	for (int i = 0; i < nd; i++)
 		gnum *= cnt[i];
-	}
 	if (gnum != g->numel)
 		return FAILV("the slice has %lld elements but dout has %lld", (long long)gnum, (long long)g->numel);
 	SimTensor *o = sim_tensor_new(c->r, g->dtype, nd, xs);

@@ -843,44 +843,46 @@ static SimValue *one_hot(Ctx *c)
 	return sim_val_tensor(c->r, o);
 }
 
-/* StridedSlice(x, begin, end, strides[, 5 masks]): begin/end masks and
- * shrink_axis are honoured; ellipsis and new_axis masks are not simulated.
- * Each dimension is normalised the way numpy normalises a slice. */
-static SimValue *strided_slice(Ctx *c)
+/* The window StridedSlice takes from a tensor of shape[nd]: begin, end and
+ * strides are the operands from `at` on, the five masks the operands from
+ * `mask_at` on (or the attributes begin_mask ... shrink_axis_mask).
+ * begin/end masks and shrink_axis are honoured, ellipsis and new_axis masks
+ * are not simulated; each dimension is normalised the way numpy normalises
+ * a slice.  Fills the first element, step and count of every dimension and
+ * the output shape (shrunk dimensions dropped).  StridedSliceGrad reads the
+ * same window to put its gradient back. */
+int sim_slice_window(Ctx *c, int nd, const int64_t *shape, uint32_t at, uint32_t mask_at, int64_t *start, int64_t *step,
+                     int64_t *cnt, int *ond, int64_t *oshape)
 {
-	SimTensor *x = sim_arg_tensor(c, 0);
 	int64_t bg[MAX_RANK], en[MAX_RANK], sd[MAX_RANK], mask[5] = {0};
 	static const char *const mnames[5] = {"begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
 	                                      "shrink_axis_mask"};
-	if (!x)
-		return NULL;
-	int kb = sim_ints(c, 1, "begin", bg, MAX_RANK), ke = sim_ints(c, 2, "end", en, MAX_RANK);
-	int ks = sim_ints(c, 3, "strides", sd, MAX_RANK);
-	if (kb < 0 || kb != ke || kb != ks || kb > x->ndim)
-		return FAILV("begin, end and strides must have the same length, at most the input rank");
+	int kb = sim_ints(c, at, "begin", bg, MAX_RANK), ke = sim_ints(c, at + 1, "end", en, MAX_RANK);
+	int ks = sim_ints(c, at + 2, "strides", sd, MAX_RANK);
+	if (kb < 0 || kb != ke || kb != ks || kb > nd)
+		return sim_fail(c, "begin, end and strides must have the same length, at most the input rank");
 	for (int i = 0; i < 5; i++) {
 		int64_t v;
-		if (sim_ints(c, (uint32_t)(4 + i), mnames[i], &v, 1) == 1)
+		if (sim_ints(c, mask_at + (uint32_t)i, mnames[i], &v, 1) == 1)
 			mask[i] = v;
 	}
 	if (mask[2] || mask[3])
-		return FAILV("ellipsis_mask and new_axis_mask are not simulated");
-	int64_t start[MAX_RANK], step[MAX_RANK], cnt[MAX_RANK], oshape[MAX_RANK], st[MAX_RANK];
-	int ond = 0;
-	for (int i = 0; i < x->ndim; i++) {
-		int64_t dim = x->shape[i], b = 0, e = dim, s = 1;
+		return sim_fail(c, "ellipsis_mask and new_axis_mask are not simulated");
+	*ond = 0;
+	for (int i = 0; i < nd; i++) {
+		int64_t dim = shape[i], b = 0, e = dim, s = 1;
 		if (i < kb) {
 			s = sd[i];
 			if (s == 0)
-				return FAILV("stride 0 in dimension %d", i);
+				return sim_fail(c, "stride 0 in dimension %d", i);
 			b = bg[i];
 			e = en[i];
 			if (mask[4] >> i & 1) { /* shrink: take element b, drop the dim */
 				if (b < 0)
 					b += dim;
 				if (b < 0 || b >= dim)
-					return FAILV("shrink index %lld out of range in dimension %d", (long long)bg[i],
-					             i);
+					return sim_fail(c, "shrink index %lld out of range in dimension %d",
+					                (long long)bg[i], i);
 				start[i] = b;
 				step[i] = 1;
 				cnt[i] = 1;
@@ -901,8 +903,18 @@ static SimValue *strided_slice(Ctx *c)
 		start[i] = b;
 		step[i] = s;
 		cnt[i] = s > 0 ? (e > b ? (e - b + s - 1) / s : 0) : (b > e ? (b - e - s - 1) / -s : 0);
-		oshape[ond++] = cnt[i];
+		oshape[(*ond)++] = cnt[i];
 	}
+	return 0;
+}
+
+static SimValue *strided_slice(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t start[MAX_RANK], step[MAX_RANK], cnt[MAX_RANK], oshape[MAX_RANK], st[MAX_RANK];
+	int ond;
+	if (!x || sim_slice_window(c, x->ndim, x->shape, 1, 4, start, step, cnt, &ond, oshape) < 0)
+		return NULL;
 	SimTensor *o = sim_tensor_new(c->r, x->dtype, ond, oshape);
 	if (!o)
 		return NULL;

@@ -111,6 +111,9 @@ int sim_ints(Ctx *c, uint32_t i, const char *key, int64_t *out, int max);
 int sim_flag(Ctx *c, uint32_t i, const char *k1, const char *k2, int dflt);
 double sim_float(Ctx *c, uint32_t i, const char *key, double dflt);
 int sim_axis(Ctx *c, int64_t ax, int ndim, int *out); /* normalise a possibly negative axis */
+/* the window of a StridedSlice (interp.c): per dimension first element, step and count */
+int sim_slice_window(Ctx *c, int nd, const int64_t *shape, uint32_t at, uint32_t mask_at, int64_t *start,
+                     int64_t *step, int64_t *cnt, int *ond, int64_t *oshape);
 /* numpy broadcasting of nin tensors: output shape, per-input element strides (0 on broadcast dims) */
 int sim_broadcast(Ctx *c, int nin, SimTensor **in, int *ond, int64_t *oshape, int64_t st[][MAX_RANK]);
 int sim_fail(Ctx *c, const char *fmt, ...) PRINTF(2, 3);
