@@ -38,6 +38,7 @@ enum {
 	OPT_SIMULATE,
 	OPT_SEED,
 	OPT_SIMULATE_MAX_MB,
+	OPT_SIMULATE_GRADCHECK_MB,
 	OPT_REPORT,
 	OPT_REPORT_FORMAT,
 	OPT_BANDWIDTH,
@@ -103,6 +104,7 @@ static const struct option longopts[] = {
 	{"simulate", no_argument, NULL, OPT_SIMULATE},
 	{"seed", required_argument, NULL, OPT_SEED},
 	{"simulate-max-mb", required_argument, NULL, OPT_SIMULATE_MAX_MB},
+	{"simulate-gradcheck-mb", required_argument, NULL, OPT_SIMULATE_GRADCHECK_MB},
 	{"report", optional_argument, NULL, OPT_REPORT},
 	{"report-format", required_argument, NULL, OPT_REPORT_FORMAT},
 	{"bandwidth", required_argument, NULL, OPT_BANDWIDTH},
@@ -281,6 +283,9 @@ static void usage(FILE *f)
 	      "      --simulate-max-mb=N refuse to simulate when the graphs, tensors and state of the\n"
 	      "                          single device and of all ranks need more than N MB\n"
 	      "                          (default 2048)\n"
+	      "      --simulate-gradcheck-mb=N  of a training step, also check the single-device\n"
+	      "                          gradients against central differences of the loss when its\n"
+	      "                          tensors need at most N MB (default 4; 0: never)\n"
 	      "\n"
 	      "",
 	      f);
@@ -729,6 +734,7 @@ int main(int argc, char **argv)
 	ReportConfig rc_cfg = {0, 0, 8, 100.0, 12.5, 2.0, 10.0, NULL};
 	SimOptions so = {0};
 	so.max_mb = 2048;
+	so.gradcheck_mb = 4;
 	const char *all_ranks = NULL;
 	const char **stage_rules = NULL;
 	int strategy_format = -1; /* CkptFormat; -1: from the file name */
@@ -868,6 +874,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_SIMULATE_MAX_MB:
 			so.max_mb = (double)parse_long("--simulate-max-mb", optarg, 1, 1L << 30);
+			break;
+		case OPT_SIMULATE_GRADCHECK_MB:
+			so.gradcheck_mb = (double)parse_long("--simulate-gradcheck-mb", optarg, 0, 1L << 30);
 			break;
 		case OPT_REPORT:
 			report = optarg ? optarg : "-";

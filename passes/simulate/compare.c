@@ -304,6 +304,9 @@ static int returned(const Graph *g, const SimValue *v, const Node **out, int max
 	if (!v || !ret || ret->kind != NK_RETURN || !ret->nargs || ret->args[0].kind != V_NODE)
 		return 0;
 	const Node *n = ret->args[0].u.node;
+	/* a training step returns Depend(loss, updates): the loss is the output */
+	while (n->kind == NK_CNODE && n->op == OP_Depend && n->nargs && n->args[0].kind == V_NODE)
+		n = n->args[0].u.node;
 	if (v->kind == SV_TUPLE && n->op == OP_MakeTuple && n->nargs == v->n) {
 		int k = 0;
 		for (uint32_t i = 0; i < n->nargs && k < max; i++)
@@ -390,7 +393,7 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 		Node *gn = gg->nodes.a[i];
 		uint64_t key = node_key(gn);
 		const SimTensor *gt = sim_tensor(G, 0, gn);
-		if (!key || !gt)
+		if (!key || !gt || ir_node_phase(gn) != IR_PHASE_FWD)
 			continue;
 		for (int r = 0; r < nr; r++) {
 			p[r] = (Pair){0};
@@ -416,8 +419,179 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 	return err ? -1 : rep->mismatched || rep->outputs_bad ? 1 : 0;
 }
 
+/* ------------------------------------------------------ the training step */
+/* a rank's parameters and optimizer updates by the weight's name */
+typedef struct ByName {
+	Sym name;
+	Node *n;
+} ByName;
+
+static int byname_cmp(const void *a, const void *b)
+{
+	const ByName *x = a, *y = b;
+	return x->name < y->name ? -1 : x->name > y->name;
+}
+
+static Node *find_name(const ByName *k, uint32_t n, Sym name)
+{
+	ByName key = {name, NULL};
+	const ByName *f = n ? bsearch(&key, k, n, sizeof *k, byname_cmp) : NULL;
+	return f ? f->n : NULL;
+}
+
+/* the weight an optimizer update writes (operand 0), or NULL */
+static Node *updated_weight(const Node *n)
+{
+	int gi = sim_grad_operand(n);
+	if (gi < 0 || (uint32_t)gi >= n->nargs || !n->nargs || n->args[0].kind != V_NODE ||
+	    n->args[gi].kind != V_NODE || n->args[0].u.node->kind != NK_PARAM)
+		return NULL;
+	return n->args[0].u.node;
+}
+
+typedef struct RankIndex {
+	ByName *upd, *par; /* updates by weight name, parameters by name */
+	uint32_t nupd, npar;
+} RankIndex;
+
+static void index_rank(const Graph *g, RankIndex *x)
+{
+	x->upd = xmalloc((g->nodes.n ? g->nodes.n : 1) * sizeof *x->upd);
+	x->par = xmalloc((g->params.n ? g->params.n : 1) * sizeof *x->par);
+	x->nupd = x->npar = 0;
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		Node *w = updated_weight(g->nodes.a[i]);
+		if (w)
+			x->upd[x->nupd++] = (ByName){w->name, g->nodes.a[i]};
+	}
+	for (uint32_t i = 0; i < g->params.n; i++)
+		x->par[x->npar++] = (ByName){g->params.a[i]->name, g->params.a[i]};
+	qsort(x->upd, x->nupd, sizeof *x->upd, byname_cmp);
+	qsort(x->par, x->npar, sizeof *x->par, byname_cmp);
+}
+
+/* Compare the rank tensor lt with gt's block that the rank's copy of the
+ * weight lparam holds (the hook on the parameter: the weight's layout, its
+ * optimizer shard), gt being the value of the single-device node gn;
+ * `named` is the parameter the report names. */
+static int check_block(SimSliceFn slice, void *ctx, Node *lparam, const Node *gparam, const Node *named, const Node *gn,
+                       const Node *ln, const SimTensor *gt, const SimTensor *lt, int rank, double rtol,
+                       SimStepCheck *ck)
+{
+	Pair p = {.ln = lparam, .lt = lt};
+	SimMismatch mm;
+	set_where(&mm, gn, ln, rank);
+	int rc = get_slice(slice, ctx, &p, gparam, gt, rank);
+	if (rc < 0)
+		return -1;
+	if (rc != 1)
+		return 0; /* no layout and another shape, or not a slice: nothing to compare */
+	ck->compared++;
+	double err = INFINITY;
+	int bad = 1;
+	if (p.sl.replicated_sum > 0)
+		snprintf(mm.why, sizeof mm.why, "the layout of parameter %s says its ranks hold partial values",
+		         sym_str(gparam->name));
+	else if (!check_slice(&p.sl, gt, lt, &mm))
+		bad = compare_block(gt, &p.sl, lt->data, rtol, &mm, &err);
+	if (bad && !ck->bad++) {
+		ck->first = mm;
+		ck->first_param = named;
+	}
+	if (!ck->worst_param || err > ck->max_err) {
+		ck->worst = mm;
+		ck->worst_param = named;
+		ck->max_err = err;
+	}
+	return 0;
+}
+
+int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, double rtol, SimStepReport *rep)
+{
+	memset(rep, 0, sizeof *rep);
+	if (rtol <= 0)
+		rtol = 1e-4;
+	const RankState *gs = &G->rs[0];
+	Graph *gg = gs->g;
+	int nr = R->nranks, err = 0;
+	RankIndex *ix = xcalloc((size_t)nr, sizeof *ix);
+	for (int r = 0; r < nr; r++)
+		index_rank(R->rs[r].g, &ix[r]);
+	uint8_t *covered = xcalloc(G->rs[0].nvals ? G->rs[0].nvals : 1, 1);
+	for (uint32_t i = 0; i < gg->nodes.n && !err; i++) {
+		Node *u = gg->nodes.a[i], *w = updated_weight(u);
+		if (!w)
+			continue;
+		rep->weights++;
+		Node *gn = u->args[sim_grad_operand(u)].u.node;
+		const SimTensor *gt = sim_tensor(G, 0, gn), *st = gt;
+		/* what the ranks' gradient should be: the reference's, scaled */
+		double f = gt && G->o.grad_scale ? G->o.grad_scale(G->o.grad_scale_ctx, w) : 1;
+		SimTensor scaled;
+		if (f != 1) {
+			scaled = *gt;
+			scaled.data = xmalloc((size_t)(gt->numel ? gt->numel : 1) * sizeof(float));
+			for (int64_t k = 0; k < gt->numel; k++)
+				scaled.data[k] = (float)(gt->data[k] * f);
+			st = &scaled;
+		}
+		uint32_t pos[8];
+		int nw = sim_ref_operands(u, pos);
+		for (int r = 0; r < nr && !err && gt; r++) {
+			Node *lu = find_name(ix[r].upd, ix[r].nupd, w->name);
+			if (!lu)
+				continue; /* another pipeline stage's weight */
+			Node *lw = lu->args[0].u.node, *lg = lu->args[sim_grad_operand(lu)].u.node;
+			const SimTensor *lt = sim_tensor(R, r, lg);
+			if (check_block(slice, ctx, lw, w, w, gn, lg, st, lt, r, rtol, &rep->grads) < 0)
+				err = 1;
+			/* the written parameters: the weight and its states, all in the weight's block */
+			for (int k = 0; k < nw && !err; k++) {
+				const Value *gv = &u->args[pos[k]], *lv = pos[k] < lu->nargs ? &lu->args[pos[k]] : NULL;
+				if (gv->kind != V_NODE || !lv || lv->kind != V_NODE)
+					continue;
+				const SimTensor *ga = sim_tensor(G, 0, gv->u.node), *la = sim_tensor(R, r, lv->u.node);
+				if (ga && la &&
+				    check_block(slice, ctx, lw, w, gv->u.node, gv->u.node, lv->u.node, ga, la, r, rtol,
+				                &rep->after) < 0)
+					err = 1;
+			}
+		}
+		for (int k = 0; k < nw; k++)
+			if (u->args[pos[k]].kind == V_NODE)
+				covered[u->args[pos[k]].u.node->id] = 1;
+		if (st != gt)
+			free(scaled.data);
+	}
+	/* other written parameters (global_step, beta1_power, ...): each in its own layout */
+	for (uint32_t i = 0; i < gg->params.n && !err; i++) {
+		Node *p = gg->params.a[i];
+		if (!gs->last || !gs->last[p->id])
+			continue;
+		rep->written++;
+		const SimTensor *ga = covered[p->id] ? NULL : sim_tensor(G, 0, p);
+		for (int r = 0; r < nr && !err && ga; r++) {
+			Node *lp = find_name(ix[r].par, ix[r].npar, p->name);
+			const SimTensor *la = lp ? sim_tensor(R, r, lp) : NULL;
+			if (la && check_block(slice, ctx, lp, p, p, p, lp, ga, la, r, rtol, &rep->after) < 0)
+				err = 1;
+		}
+	}
+	for (int r = 0; r < nr; r++) {
+		free(ix[r].upd);
+		free(ix[r].par);
+	}
+	free(ix);
+	free(covered);
+	return err ? -1 : rep->grads.bad || rep->after.bad ? 1 : 0;
+}
+
 static void print_node(FILE *f, const Node *n)
 {
+	if (n->kind == NK_PARAM) {
+		fprintf(f, "%%para%d_%s", n->local, sym_str(n->name));
+		return;
+	}
 	const char *full = ir_node_fullname(n);
 	fprintf(f, "%%%d(%s) %s", n->local, ir_node_name(n), sym_str(n->prim));
 	if (*full)
@@ -473,4 +647,36 @@ void sim_print_report(FILE *f, const SimReport *rep)
 		fprintf(f, "simulate: first output divergence at ");
 		print_mismatch(f, &rep->first_output);
 	}
+}
+
+static void print_check(FILE *f, const char *what, const SimStepCheck *ck)
+{
+	if (!ck->compared)
+		return;
+	if (!ck->bad)
+		fprintf(
+		    f,
+		    "simulate: %s: %d (parameter, rank) pairs compared, all within tolerance, max relative error %.3g",
+		    what, ck->compared, ck->max_err);
+	else
+		fprintf(f, "simulate: %s: %d of %d (parameter, rank) pairs differ", what, ck->bad, ck->compared);
+	if (ck->worst_param && !ck->worst.why[0]) {
+		char gi[160];
+		sim_fmt_index(gi, sizeof gi, ck->worst.ndim, ck->worst.gindex);
+		fprintf(f, "; worst element: %s %s on rank %d, expected %.9g, got %.9g", sym_str(ck->worst_param->name),
+		        gi, ck->worst.rank, ck->worst.expected, ck->worst.got);
+	}
+	fprintf(f, "\n");
+	if (ck->bad) {
+		fprintf(f, "simulate: %s: first wrong: parameter %s, ", what, sym_str(ck->first_param->name));
+		print_mismatch(f, &ck->first);
+	}
+}
+
+void sim_print_step_report(FILE *f, const SimStepReport *rep)
+{
+	if (!rep->weights)
+		return;
+	print_check(f, "gradients", &rep->grads);
+	print_check(f, "after the step", &rep->after);
 }

@@ -335,23 +335,178 @@ static int lower_ranks(Module **ranks, Module *m, int keep, const char *buf, siz
 	return rc;
 }
 
+/* whether m is a training step: it updates weights (training-step.md §3) */
+static int is_step(Module *m)
+{
+	Graph *g = ir_entry(m);
+	for (uint32_t i = 0; g && i < g->nodes.n; i++)
+		if (sim_grad_operand(g->nodes.a[i]) >= 0)
+			return 1;
+	return 0;
+}
+
+/* The single-device reference of a training step: the same pipeline at
+ * one device (TRAIN-CONTRACT.md), so that its backward and optimizer are
+ * built by the same passes; what only makes sense for N devices (stages,
+ * a plan for N devices, the given strategies) is left out. */
+static int reference_step(Module *ref, const Options *o, const PassManagerOptions *pm)
+{
+	Options go = *o;
+	PassManagerOptions rpm = *pm;
+	go.device_num = 1;
+	go.rank = 0;
+	go.pipeline_stages = 1;
+	go.auto_pipeline = 0;
+	go.stage_rules = NULL;
+	go.nstage_rules = 0;
+	go.semi_auto = 0;
+	go.data_parallel = 0;
+	go.interfered = 0;
+	go.strategy_in = NULL;
+	go.strategy_out = NULL;
+	go.explain = NULL;
+	go.time_passes = 0;
+	rpm.print_after = NULL;
+	rpm.print_after_all = 0;
+	rpm.time_passes = 0;
+	return pm_run(ref, &go, &rpm);
+}
+
+/* Test-only switches that break the gradient communication of the ranks
+ * (not of the reference), to see --simulate catch it: SIM_FAULT_* */
+static unsigned test_faults(void)
+{
+	const char *a = getenv("SAPPC_TEST_DROP_GRAD_MEAN"), *b = getenv("SAPPC_TEST_BREAK_RS_BPROP");
+	return (a && *a && strcmp(a, "0") != 0 ? SIM_FAULT_DROP_GRAD_MEAN : 0) |
+	       (b && *b && strcmp(b, "0") != 0 ? SIM_FAULT_RS_BPROP : 0);
+}
+
+/* The optimizer's hyper-parameters, which the dump names but does not
+ * give a value: the options' (training-step.md §3.1; a negative option
+ * means MindSpore's default for the optimizer, as passes/train/ reads it:
+ * learning rate 0.01, momentum 0.9 for Momentum and 0 for SGD). */
+static int hyper_value(void *ctx, const Node *p, double *v)
+{
+	const Options *o = ctx;
+	const char *nm = sym_str(p->name);
+	if (strcmp(nm, "learning_rate") == 0)
+		*v = o->learning_rate >= 0 ? o->learning_rate : 0.01;
+	else if (strcmp(nm, "momentum") == 0)
+		*v = o->momentum >= 0 ? o->momentum : o->optimizer == OPTIM_SGD ? 0.0 : 0.9;
+	else
+		return 0;
+	return 1;
+}
+
+/* --gradients-mean: a rank's gradient of weight W is the single device's
+ * divided by R, the number of W's replicas on its stage (the device
+ * dimensions W's layout does not use; GRAD-SEMANTICS, man page TRAINING
+ * STEP).  R is read from W's layout on the first rank that holds W. */
+static double mean_scale(void *ctx, const Node *w)
+{
+	const Plan *pl = ctx;
+	for (int r = 0; r < pl->nranks; r++) {
+		Graph *g = ir_entry(pl->ranks[r]);
+		for (uint32_t i = 0; g && i < g->params.n; i++) {
+			const Node *p = g->params.a[i];
+			const NodeLayout *l = p->lay;
+			if (p->name != w->name || !l || !(l->flags & LAY_LOCAL) || !l->nout || !l->out[0].ndev)
+				continue;
+			Layout L;
+			tlay_to_layout(&l->out[0], &L);
+			int64_t *rep = xmalloc((size_t)pl->per_stage * sizeof *rep);
+			int k = layout_replica_group(&L, r % pl->per_stage, rep);
+			free(rep);
+			return k > 0 ? 1.0 / k : 1;
+		}
+	}
+	return 1;
+}
+
+/* the central differences' step and tolerance (gradcheck.c) */
+#define GRADCHECK_STEP 1e-3
+#define GRADCHECK_TOL 2e-2
+
+/* the step's checks after the operator comparison: gradients, the
+ * parameters after the step; 0 ok, 1 a mismatch (reported), -1 hook error */
+static int check_step(const SimRun *G, const SimRun *R, Plan *plan, FILE *out, int quiet_first)
+{
+	SimStepReport st;
+	int rc = sim_compare_step(G, R, lower_slice, plan, 1e-4, &st);
+	sim_print_step_report(out, &st);
+	if (rc <= 0 || quiet_first)
+		return rc;
+	const SimStepCheck *ck = st.grads.bad ? &st.grads : &st.after;
+	const Node *at = ck->first.global;
+	const char *what = st.grads.bad ? "the gradient of" : "the value after the step of";
+	if (at->loc.line)
+		diag_error_at(at->loc,
+		              "simulate: rank %d: %s parameter %s (%%%d %s) is not the single-device one; see the "
+		              "report on standard output",
+		              ck->first.rank, what, sym_str(ck->first_param->name), at->local, sym_str(at->prim));
+	else
+		diag_error("simulate: rank %d: %s parameter %s (%%%d %s) is not the single-device one; see the report "
+		           "on standard output",
+		           ck->first.rank, what, sym_str(ck->first_param->name), at->local, sym_str(at->prim));
+	return 1;
+}
+
+/* the single-device gradients against central differences of its loss */
+static int check_fd(Module *ref, const SimRun *G, const SimOptions *so, FILE *out)
+{
+	/* each of its runs repeats the forward of the whole step: only on small steps */
+	int64_t bytes = sim_estimate_bytes(&ref, 1);
+	if (so->gradcheck_mb <= 0) {
+		fprintf(out, "simulate: central differences: not run (--simulate-gradcheck-mb=0)\n");
+		return 0;
+	}
+	if (mb(bytes) > so->gradcheck_mb) {
+		fprintf(out,
+		        "simulate: central differences: not run, the single-device step has %.1f MB of tensors "
+		        "(--simulate-gradcheck-mb=%.0f)\n",
+		        mb(bytes), so->gradcheck_mb);
+		return 0;
+	}
+	SimGradCheck gc;
+	int rc = sim_check_gradients(ref, G, so, GRADCHECK_STEP, GRADCHECK_TOL, &gc);
+	if (rc < 0) {
+		fprintf(out, "simulate: central differences: not run: %s\n", gc.skipped);
+		return 0;
+	}
+	sim_print_gradcheck(out, &gc);
+	if (rc == 0)
+		return 0;
+	const Node *at = gc.first_node;
+	if (at->loc.line)
+		diag_error_at(at->loc,
+		              "simulate: the single-device gradient of parameter %s (%%%d %s) is not the derivative of "
+		              "the loss; see the report on standard output",
+		              sym_str(gc.first_param->name), at->local, sym_str(at->prim));
+	else
+		diag_error("simulate: the single-device gradient of parameter %s (%%%d %s) is not the derivative of "
+		           "the loss; see the report on standard output",
+		           sym_str(gc.first_param->name), at->local, sym_str(at->prim));
+	return 1;
+}
+
 int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, const PassManagerOptions *pm,
                    const SimOptions *so, FILE *out)
 {
-	int n = o->device_num, rc = 1;
+	int n = o->device_num, rc = 1, step = is_step(m);
 	Module **ranks = xcalloc((size_t)n, sizeof *ranks);
 	Module *ref = NULL;
 	SimRun *G = NULL, *R = NULL;
 	double limit = so->max_mb;
 
-	/* the reference: the global graph as written */
+	/* the reference: the global graph as written, or of a training step
+	 * the step the pipeline builds at one device */
 	diag_set_quiet(1);
 	ref = ir_parse(m->filename, buf, len, o->fragment);
 	PassManagerOptions vpm;
 	Options go = *o;
 	go.device_num = 1;
 	go.rank = 0;
-	if (ref && verify_only(pm, &vpm) && pm_run(ref, &go, &vpm) != 0)
+	if (ref && (step ? reference_step(ref, o, pm) != 0 : verify_only(pm, &vpm) && pm_run(ref, &go, &vpm) != 0))
 		ref = (ir_module_free(ref), NULL);
 	diag_set_quiet(o->quiet);
 	if (!ref || diag_errors())
@@ -359,29 +514,39 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	/* one device has no partial values to combine: no scratch */
 	Budget b = {limit, n, held_bytes(ref) + (n > 1 ? sim_estimate_scratch_bytes(ref) : 0), 0, 0, 0};
 	if (limit > 0 && mb(b.ref) > limit) {
-		diag_error("simulate: the single-device graph alone needs about %.1f MB (its graph, tensors and state), "
-		           "more than the %.0f MB allowed (--simulate-max-mb)",
-		           mb(b.ref), limit);
+		diag_error(
+		    "simulate: the single-device graph alone needs about %.1f MB (its graph, tensors and state), "
+		    "more than the %.0f MB allowed (--simulate-max-mb)",
+		    mb(b.ref), limit);
 		goto out;
 	}
 	if (lower_ranks(ranks, m, o->rank < n ? o->rank : -1, buf, len, o, pm, &b) != 0)
 		goto out;
 
+	Plan plan = {n / sapp_plan_stages(m, o), ranks, n};
 	SimOptions go2 = *so;
 	go2.global = NULL;
 	go2.slice = NULL;
+	go2.init = hyper_value;
+	go2.init_ctx = (void *)o;
+	if (o->gradients_mean) { /* the ranks update with gradient / R: so does the reference */
+		go2.grad_scale = mean_scale;
+		go2.grad_scale_ctx = &plan;
+	}
 	G = sim_run(ref, &go2);
 	if (sim_error(G)) {
 		report_error(G, "single device: ");
 		goto out;
 	}
-	Plan plan = {n / sapp_plan_stages(m, o), ranks, n};
 	SimOptions ro = *so;
 	if (limit > 0) /* the ranks' tensors get what the graphs and run states leave */
 		ro.max_mb = limit - mb(b.ref + b.modules + sim_estimate_state_bytes(ranks, n));
 	ro.global = ref;
 	ro.slice = lower_slice;
 	ro.slice_ctx = &plan;
+	ro.faults = test_faults();
+	ro.init = hyper_value;
+	ro.init_ctx = (void *)o;
 	R = sim_run_ranks(ranks, n, &ro);
 	if (sim_error(R)) {
 		report_error(R, "");
@@ -413,8 +578,17 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 		              "report on standard output",
 		              mm->rank, sym_str(mm->global->prim), mm->global->local,
 		              rep.mismatched ? "" : ", the returned value");
-		goto out;
 	}
+	int scmp = step ? check_step(G, R, &plan, out, cmp > 0) : 0;
+	if (scmp < 0)
+		diag_error("simulate: the layout of a rank's parameter does not describe its tensor");
+	if (cmp > 0 || scmp != 0)
+		goto out;
+	/* the ranks are done with: the central differences rerun the reference */
+	sim_free(R);
+	R = NULL;
+	if (step && check_fd(ref, G, &go2, out) != 0)
+		goto out;
 	fprintf(out, "simulate: ok\n");
 	rc = 0;
 out:

@@ -358,6 +358,19 @@ static int collective(SimRun *r, RankState *s)
 			sim_errorf(r, s, n, "dimension 0 does not split into %d blocks", k);
 			goto out;
 		}
+		if ((r->o.faults & SIM_FAULT_RS_BPROP) && ir_node_phase(n) == IR_PHASE_BWD) {
+			/* test-only: each rank keeps its own block, nothing is added */
+			int64_t d[MAX_RANK];
+			memcpy(d, in[0]->shape, sizeof d);
+			d[0] /= k;
+			for (int j = 0; j < k; j++)
+				if (finish(r, mem[j],
+				           sim_val_tensor(r, sim_tensor_view(r, in[j], in[j]->ndim, d,
+				                                             j * (in[j]->numel / k)))) < 0)
+					goto out;
+			rc = 1;
+			goto out;
+		}
 		res = reduce_inputs(r, s, in, k, op);
 		break;
 	case OP_AlltoAll: {
@@ -603,6 +616,9 @@ void sim_free(SimRun *r)
 		free(r->rs[k].vals);
 		free(r->rs[k].wranks);
 		vec_free(&r->rs[k].seqs);
+		vec_free(&r->rs[k].log);
+		free(r->rs[k].last);
+		free(r->rs[k].aux);
 	}
 	free(r->group_buf);
 	vec_free(&r->buffers);
@@ -647,6 +663,19 @@ const SimValue *sim_value(const SimRun *r, int rank, const Node *n)
 const SimTensor *sim_tensor(const SimRun *r, int rank, const Node *n)
 {
 	const SimValue *v = sim_value(r, rank, n);
+	return v && v->kind == SV_TENSOR ? v->t : NULL;
+}
+
+const SimTensor *sim_initial_tensor(const SimRun *r, int rank, const Node *p)
+{
+	const SimValue *v = sim_value(r, rank, p);
+	const RankState *s = v ? &r->rs[rank] : NULL;
+	if (s && s->last && s->last[p->id]) {
+		uint32_t k = s->last[p->id];
+		while (s->log.a[k - 1].prev)
+			k = s->log.a[k - 1].prev;
+		v = s->log.a[k - 1].v;
+	}
 	return v && v->kind == SV_TENSOR ? v->t : NULL;
 }
 

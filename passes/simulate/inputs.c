@@ -201,6 +201,30 @@ static SimOverride *find_override(SimRun *r, int rank, Sym name)
 	return NULL;
 }
 
+/* Optimizer state is not drawn: MindSpore creates it with fixed values
+ * (python/mindspore/nn/optim/momentum.py, sgd.py, adam.py, optimizer.py:
+ * moments, accum, Adam's moments zeros, SGD's stat ones, global_step 0, the
+ * beta powers 1).  Hyper-parameters (learning_rate, momentum, ...) come from
+ * the caller's hook.  1 with *v set, else 0. */
+static int fixed_value(SimRun *r, const Node *p, double *v)
+{
+	static const char *const zeros[] = {"moments.", "accum.",  "moment1.",   "moment2.",
+	                                    "adam_m.",  "adam_v.", "accu_grads."};
+	const char *nm = sym_str(p->name);
+	if (!p->has_default)
+		return 0;
+	if (r->o.init && r->o.init(r->o.init_ctx, p, v))
+		return 1;
+	for (size_t i = 0; i < sizeof zeros / sizeof zeros[0]; i++)
+		if (strncmp(nm, zeros[i], strlen(zeros[i])) == 0)
+			return *v = 0, 1;
+	if (strncmp(nm, "stat.", 5) == 0 || strcmp(nm, "beta1_power") == 0 || strcmp(nm, "beta2_power") == 0)
+		return *v = 1, 1;
+	if (strcmp(nm, "global_step") == 0)
+		return *v = 0, 1;
+	return 0;
+}
+
 static int make_param(SimRun *r, RankState *s, Node *p)
 {
 	if (!p->out.is_tensor) {
@@ -220,6 +244,12 @@ static int make_param(SimRun *r, RankState *s, Node *p)
 			return sim_errorf(r, s, p, "%lld values given for %lld elements", (long long)ov->n,
 			                  (long long)t->numel);
 		memcpy(t->data, ov->data, (size_t)t->numel * sizeof(float));
+		return 0;
+	}
+	double fixed;
+	if (fixed_value(r, p, &fixed)) {
+		for (int64_t i = 0; i < t->numel; i++)
+			t->data[i] = (float)fixed;
 		return 0;
 	}
 	Node *G = r->o.global && r->o.global != s->m ? find_param(r->o.global, p->name) : NULL;
@@ -270,6 +300,21 @@ static int64_t shape_bytes(const Shape *s)
 	return n * (int64_t)sizeof(float);
 }
 
+/* An operator that writes parameters in place makes a new tensor for each
+ * (its result is the first of them): their bytes, or -1 for any other. */
+static int64_t written_bytes(const Node *n)
+{
+	uint32_t pos[8];
+	int k = sim_ref_operands(n, pos);
+	if (k <= 0)
+		return -1;
+	int64_t total = 0;
+	for (int j = 0; j < k; j++)
+		if (pos[j] < n->nargs && n->args[pos[j]].kind == V_NODE)
+			total += shape_bytes(&n->args[pos[j]].u.node->out.shape);
+	return total;
+}
+
 int64_t sim_estimate_bytes(Module **ranks, int nranks)
 {
 	int64_t total = 0;
@@ -277,9 +322,14 @@ int64_t sim_estimate_bytes(Module **ranks, int nranks)
 		Graph *g = ir_entry(ranks[k]);
 		for (uint32_t i = 0; g && i < g->params.n; i++)
 			total += shape_bytes(&g->params.a[i]->out.shape);
-		for (uint32_t i = 0; g && i < g->nodes.n; i++)
-			if (sim_allocates(g->nodes.a[i]))
-				total += shape_bytes(&g->nodes.a[i]->out.shape);
+		for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+			Node *n = g->nodes.a[i];
+			int64_t w = written_bytes(n);
+			if (w >= 0)
+				total += w;
+			else if (sim_allocates(n))
+				total += shape_bytes(&n->out.shape);
+		}
 	}
 	return total;
 }
@@ -289,14 +339,26 @@ int64_t sim_estimate_bytes(Module **ranks, int nranks)
  * the run's three lists (at most half empty) and the comparison's index
  * entry (compare.c: key, order, node).  Per rank: its RankState. */
 #define NODE_STATE                                                                                                     \
-	(sizeof(SimValue *) + sizeof(SimValue) + sizeof(SimTensor) + 3 * 16 + 3 * 2 * sizeof(void *) +                \
+	(sizeof(SimValue *) + sizeof(SimValue) + sizeof(SimTensor) + 3 * 16 + 3 * 2 * sizeof(void *) +                 \
 	 2 * sizeof(uint64_t) + sizeof(void *))
 
+/* A rank that writes parameters in place also keeps a slot per node (the
+ * latest write of each parameter) and a log entry per write, plus the
+ * initial value's entry. */
 int64_t sim_estimate_state_bytes(Module **ranks, int nranks)
 {
 	int64_t total = 0;
-	for (int k = 0; k < nranks; k++)
+	for (int k = 0; k < nranks; k++) {
+		Graph *g = ir_entry(ranks[k]);
+		int64_t writes = 0;
+		uint32_t pos[8];
+		for (uint32_t i = 0; g && i < g->nodes.n; i++)
+			writes += sim_ref_operands(g->nodes.a[i], pos);
 		total += (int64_t)sizeof(RankState) + (int64_t)ranks[k]->next_id * (int64_t)NODE_STATE;
+		if (writes)
+			total += (int64_t)ranks[k]->next_id * (int64_t)sizeof(uint32_t) +
+			         2 * writes * (int64_t)(sizeof(struct RefLog) + sizeof(SimValue) + 16);
+	}
 	return total;
 }
 

@@ -850,44 +850,46 @@ static SimValue *one_hot(Ctx *c)
 	return sim_val_tensor(c->r, o);
 }
 
-/* StridedSlice(x, begin, end, strides[, 5 masks]): begin/end masks and
- * shrink_axis are honoured; ellipsis and new_axis masks are not simulated.
- * Each dimension is normalised the way numpy normalises a slice. */
-static SimValue *strided_slice(Ctx *c)
+/* The window StridedSlice takes from a tensor of shape[nd]: begin, end and
+ * strides are the operands from `at` on, the five masks the operands from
+ * `mask_at` on (or the attributes begin_mask ... shrink_axis_mask).
+ * begin/end masks and shrink_axis are honoured, ellipsis and new_axis masks
+ * are not simulated; each dimension is normalised the way numpy normalises
+ * a slice.  Fills the first element, step and count of every dimension and
+ * the output shape (shrunk dimensions dropped).  StridedSliceGrad reads the
+ * same window to put its gradient back. */
+int sim_slice_window(Ctx *c, int nd, const int64_t *shape, uint32_t at, uint32_t mask_at, int64_t *start, int64_t *step,
+                     int64_t *cnt, int *ond, int64_t *oshape)
 {
-	SimTensor *x = sim_arg_tensor(c, 0);
 	int64_t bg[MAX_RANK], en[MAX_RANK], sd[MAX_RANK], mask[5] = {0};
 	static const char *const mnames[5] = {"begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
 	                                      "shrink_axis_mask"};
-	if (!x)
-		return NULL;
-	int kb = sim_ints(c, 1, "begin", bg, MAX_RANK), ke = sim_ints(c, 2, "end", en, MAX_RANK);
-	int ks = sim_ints(c, 3, "strides", sd, MAX_RANK);
-	if (kb < 0 || kb != ke || kb != ks || kb > x->ndim)
-		return FAILV("begin, end and strides must have the same length, at most the input rank");
+	int kb = sim_ints(c, at, "begin", bg, MAX_RANK), ke = sim_ints(c, at + 1, "end", en, MAX_RANK);
+	int ks = sim_ints(c, at + 2, "strides", sd, MAX_RANK);
+	if (kb < 0 || kb != ke || kb != ks || kb > nd)
+		return sim_fail(c, "begin, end and strides must have the same length, at most the input rank");
 	for (int i = 0; i < 5; i++) {
 		int64_t v;
-		if (sim_ints(c, (uint32_t)(4 + i), mnames[i], &v, 1) == 1)
+		if (sim_ints(c, mask_at + (uint32_t)i, mnames[i], &v, 1) == 1)
 			mask[i] = v;
 	}
 	if (mask[2] || mask[3])
-		return FAILV("ellipsis_mask and new_axis_mask are not simulated");
-	int64_t start[MAX_RANK], step[MAX_RANK], cnt[MAX_RANK], oshape[MAX_RANK], st[MAX_RANK];
-	int ond = 0;
-	for (int i = 0; i < x->ndim; i++) {
-		int64_t dim = x->shape[i], b = 0, e = dim, s = 1;
+		return sim_fail(c, "ellipsis_mask and new_axis_mask are not simulated");
+	*ond = 0;
+	for (int i = 0; i < nd; i++) {
+		int64_t dim = shape[i], b = 0, e = dim, s = 1;
 		if (i < kb) {
 			s = sd[i];
 			if (s == 0)
-				return FAILV("stride 0 in dimension %d", i);
+				return sim_fail(c, "stride 0 in dimension %d", i);
 			b = bg[i];
 			e = en[i];
 			if (mask[4] >> i & 1) { /* shrink: take element b, drop the dim */
 				if (b < 0)
 					b += dim;
 				if (b < 0 || b >= dim)
-					return FAILV("shrink index %lld out of range in dimension %d", (long long)bg[i],
-					             i);
+					return sim_fail(c, "shrink index %lld out of range in dimension %d",
+					                (long long)bg[i], i);
 				start[i] = b;
 				step[i] = 1;
 				cnt[i] = 1;
@@ -908,8 +910,18 @@ static SimValue *strided_slice(Ctx *c)
 		start[i] = b;
 		step[i] = s;
 		cnt[i] = s > 0 ? (e > b ? (e - b + s - 1) / s : 0) : (b > e ? (b - e - s - 1) / -s : 0);
-		oshape[ond++] = cnt[i];
+		oshape[(*ond)++] = cnt[i];
 	}
+	return 0;
+}
+
+static SimValue *strided_slice(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t start[MAX_RANK], step[MAX_RANK], cnt[MAX_RANK], oshape[MAX_RANK], st[MAX_RANK];
+	int ond;
+	if (!x || sim_slice_window(c, x->ndim, x->shape, 1, 4, start, step, cnt, &ond, oshape) < 0)
+		return NULL;
 	SimTensor *o = sim_tensor_new(c->r, x->dtype, ond, oshape);
 	if (!o)
 		return NULL;
@@ -1037,6 +1049,9 @@ static SimValue *tuple_get_item(Ctx *c)
 	int64_t i;
 	if (!t)
 		return NULL;
+	const Value *a = &c->n->args[0];
+	if (t->kind != SV_TUPLE && a->kind == V_NODE && c->s->aux && c->s->aux[a->u.node->id])
+		t = c->s->aux[a->u.node->id]; /* an output its type line leaves out */
 	if (sim_ints(c, 1, NULL, &i, 1) != 1)
 		return FAILV("no index");
 	if (t->kind != SV_TUPLE || i < 0 || i >= (int64_t)t->n)
@@ -1052,9 +1067,81 @@ static SimValue *virtual_dataset(Ctx *c)
 	return make_tuple(c, 0);
 }
 
+/* ------------------------------------------------- in-place writes */
+int sim_write_ref(Ctx *c, uint32_t i, SimTensor *t)
+{
+	RankState *s = c->s;
+	const Value *v = i < c->n->nargs ? &c->n->args[i] : NULL;
+	Node *p = v && v->kind == V_NODE ? v->u.node : NULL;
+	if (!p || p->kind != NK_PARAM)
+		return sim_fail(c, "operand %u is written in place but is not a Parameter", i);
+	if (!s->last)
+		s->last = xcalloc(s->nvals ? s->nvals : 1, sizeof *s->last);
+	struct RefLog e = {s->last[p->id], 0, s->vals[p->id]};
+	if (!e.prev) { /* first write: keep the initial value as state 0 */
+		vec_push(&s->log, e);
+		e.prev = s->log.n;
+	}
+	e.time = ++s->clock;
+	e.v = sim_val_tensor(c->r, t);
+	vec_push(&s->log, e);
+	s->last[p->id] = s->log.n;
+	s->vals[p->id] = e.v;
+	return 0;
+}
+
+/* UpdateState: the state after the writes so far */
+static SimValue *update_state(Ctx *c)
+{
+	SimValue *v = sim_val_none(c->r);
+	v->n = c->s->clock;
+	return v;
+}
+
+/* Load(p, state): p as of the state (U: the initial value); a parameter
+ * never written, or anything else, is its current value */
+static SimValue *load(Ctx *c)
+{
+	RankState *s = c->s;
+	const Value *a = &c->n->args[0];
+	Node *p = a->kind == V_NODE ? a->u.node : NULL;
+	if (!p || p->kind != NK_PARAM || !s->last || !s->last[p->id] || c->n->nargs < 2)
+		return sim_arg(c, 0);
+	uint32_t when = 0;
+	if (c->n->args[1].kind == V_NODE) {
+		SimValue *m = sim_arg(c, 1);
+		if (!m)
+			return NULL;
+		if (m->kind != SV_NONE)
+			return sim_arg(c, 0);
+		when = m->n;
+	}
+	for (uint32_t k = s->last[p->id]; k; k = s->log.a[k - 1].prev)
+		if (s->log.a[k - 1].time <= when)
+			return s->log.a[k - 1].v;
+	return sim_arg(c, 0);
+}
+
+/* the x 1/n of --gradients-mean: a backward Mul of a gradient's
+ * communication (grad_mirror AllReduce, optimizer-shard ReduceScatter) */
+static int is_grad_mean(const Node *n)
+{
+	if (n->op != OP_Mul || n->nargs != 2 || n->args[0].kind != V_NODE || ir_node_phase(n) != IR_PHASE_BWD)
+		return 0;
+	const Node *p = n->args[0].u.node;
+	const char *inst = p->instance ? sym_str(p->instance) : "";
+	return (p->op == OP_AllReduce || p->op == OP_ReduceScatter) &&
+	       (strncmp(inst, "grad_mirror", 11) == 0 || strncmp(inst, "grad_parallel_optimizer", 23) == 0);
+}
+
 static SimValue *dispatch(Ctx *c)
 {
 	Node *n = c->n;
+	if ((c->r->o.faults & SIM_FAULT_DROP_GRAD_MEAN) && is_grad_mean(n))
+		return sim_arg(c, 0);
+	SimKernel named = sim_named_kernel(n); /* training-step operators, by name (backward.c) */
+	if (named)
+		return named(c);
 	switch (n->op) { /* operators whose family does not say enough */
 	case OP_SigmoidCrossEntropyWithLogits:
 		return elementwise(c, 2);
@@ -1064,15 +1151,14 @@ static SimValue *dispatch(Ctx *c)
 		return add_n(c);
 	case OP_Tile:
 		return tile(c);
-	case OP_Assign:
-		return sim_arg(c, 1);
 	case OP_UpdateState:
-		return sim_val_none(c->r);
+		return update_state(c);
 	case OP_MakeTuple:
 		return make_tuple(c, 0);
 	case OP_TupleGetItem:
 		return tuple_get_item(c);
 	case OP_Load:
+		return load(c);
 	case OP_Depend:
 	case OP_StopGradient:
 		return sim_arg(c, 0);
@@ -1144,7 +1230,9 @@ int sim_eval_node(Ctx *c)
 {
 	Node *n = c->n;
 	SimValue *v;
-	if (n->kind == NK_RETURN) {
+	if (c->r->o.only && !c->r->o.only[n->id]) {
+		v = sim_val_none(c->r);
+	} else if (n->kind == NK_RETURN) {
 		v = n->nargs ? sim_arg(c, 0) : sim_val_none(c->r);
 	} else if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM) {
 		return sim_fail(c, "calls of graphs and of computed functions are not simulated");
@@ -1177,6 +1265,6 @@ int sim_allocates(const Node *n)
 	case FAM_P2P:
 		return 0;
 	default:
-		return n->op != OP_Assign;
+		return 1;
 	}
 }

@@ -16,7 +16,7 @@
 
 #define FAILV(...) (sim_fail(c, __VA_ARGS__), (SimValue *)NULL)
 
-static void around(const SimTensor *x, int ax, int64_t *outer, int64_t *inner)
+void sim_around(const SimTensor *x, int ax, int64_t *outer, int64_t *inner)
 {
 	*outer = *inner = 1;
 	for (int i = 0; i < ax; i++)
@@ -25,7 +25,7 @@ static void around(const SimTensor *x, int ax, int64_t *outer, int64_t *inner)
 		*inner *= x->shape[i];
 }
 
-static SimValue *tuple2(Ctx *c, SimTensor *a, SimTensor *b)
+SimValue *sim_tuple2(Ctx *c, SimTensor *a, SimTensor *b)
 {
 	SimValue *t = sim_val_tuple(c->r, 2);
 	t->elems[0] = sim_val_tensor(c->r, a);
@@ -36,6 +36,21 @@ static SimValue *tuple2(Ctx *c, SimTensor *a, SimTensor *b)
 static int declared_tuple(const Ctx *c)
 {
 	return c->n->has_type_line && c->n->out.shape.kind == SK_TUPLE;
+}
+
+/* An operator with several outputs (the norms, the softmax loss) whose
+ * type line declares only the first: its users see the first; the others,
+ * which only a bprop reads (TupleGetItem(out, k), training-step.md §6), stay
+ * on the side (RankState.aux). */
+static SimValue *outputs(Ctx *c, SimValue *t)
+{
+	if (declared_tuple(c))
+		return t;
+	RankState *s = c->s;
+	if (!s->aux)
+		s->aux = xcalloc(s->nvals ? s->nvals : 1, sizeof *s->aux);
+	s->aux[c->n->id] = t;
+	return t->elems[0];
 }
 
 /* ------------------------------------------------------------- MatMul */
@@ -133,7 +148,7 @@ SimValue *k_matmul(Ctx *c)
 
 /* ------------------------------------------------------- Conv2D, pools */
 /* the (h, w) pair of an attribute written as one int, (h, w) or (1, 1, h, w) */
-static void hw_attr(const Node *n, const char *key, int64_t dflt, int64_t *h, int64_t *w)
+void sim_hw_attr(const Node *n, const char *key, int64_t dflt, int64_t *h, int64_t *w)
 {
 	int64_t v[8];
 	const Value *a = sim_attr(n, key);
@@ -173,6 +188,42 @@ static int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t dil, int mode, 
 	return span < eff ? 0 : (span - eff) / s + 1;
 }
 
+/* The geometry of a convolution or pool over an NCHW input of spatial size
+ * (H, W) with a (KH, KW) window, from the node's attributes: stride (pools:
+ * strides), dilation, group, pad_mode and pad (or pad_list).  The backward
+ * operators carry the forward's attributes, so they share it. */
+int sim_conv_geom(Ctx *c, int64_t H, int64_t W, int64_t KH, int64_t KW, int pool, SimConvGeom *g)
+{
+	const Node *n = c->n;
+	int64_t pads[4] = {0};
+	g->group = 1;
+	const Value *gv = sim_attr(n, "group");
+	if (!gv)
+		gv = sim_attr(n, "groups");
+	if (gv && !pool)
+		value_get_int(gv, &g->group);
+	sim_hw_attr(n, pool ? "strides" : "stride", 1, &g->sh, &g->sw);
+	g->dh = g->dw = 1;
+	if (!pool)
+		sim_hw_attr(n, "dilation", 1, &g->dh, &g->dw);
+	const Value *pv = sim_attr(n, "pad_list");
+	if (!pv)
+		pv = sim_attr(n, "pad");
+	int np = pv && !pool ? value_int_list(pv, pads, 4) : 0;
+	if (np == 1)
+		pads[1] = pads[2] = pads[3] = pads[0];
+	else if (np == 2) { /* (h, w) */
+		pads[2] = pads[3] = pads[1];
+		pads[1] = pads[0];
+	}
+	if (g->group <= 0 || g->sh <= 0 || g->sw <= 0 || g->dh <= 0 || g->dw <= 0 || KH <= 0 || KW <= 0)
+		return sim_fail(c, "group, window, stride and dilation must be positive");
+	int mode = pad_mode(n);
+	g->OH = out_dim(H, KH, g->sh, g->dh, mode, pads[0], pads[1], &g->pt);
+	g->OW = out_dim(W, KW, g->sw, g->dw, mode, pads[2], pads[3], &g->pl);
+	return 0;
+}
+
 SimValue *k_conv2d(Ctx *c)
 {
 	SimTensor *x = sim_arg_tensor(c, 0), *w = x ? sim_arg_tensor(c, 1) : NULL;
@@ -183,33 +234,15 @@ SimValue *k_conv2d(Ctx *c)
 	const char *fmt = sim_attr_str(c->n, "format");
 	if (fmt && strcmp(fmt, "NCHW") != 0)
 		return FAILV("format %s is not simulated (NCHW only)", fmt);
-	int64_t g = 1, sh, sw, dh, dw, pads[4] = {0};
-	const Value *gv = sim_attr(c->n, "group");
-	if (!gv)
-		gv = sim_attr(c->n, "groups");
-	if (gv)
-		value_get_int(gv, &g);
-	hw_attr(c->n, "stride", 1, &sh, &sw);
-	hw_attr(c->n, "dilation", 1, &dh, &dw);
-	const Value *pv = sim_attr(c->n, "pad");
-	int np = pv ? value_int_list(pv, pads, 4) : 0;
-	if (np == 1)
-		pads[1] = pads[2] = pads[3] = pads[0];
-	else if (np == 2) { /* (h, w) */
-		pads[2] = pads[3] = pads[1];
-		pads[1] = pads[0];
-	}
 	int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
 	int64_t O = w->shape[0], CG = w->shape[1], KH = w->shape[2], KW = w->shape[3];
-	if (g <= 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0)
-		return FAILV("group, stride and dilation must be positive");
+	SimConvGeom q;
+	if (sim_conv_geom(c, H, W, KH, KW, 0, &q) < 0)
+		return NULL;
+	int64_t g = q.group, sh = q.sh, sw = q.sw, dh = q.dh, dw = q.dw, pt = q.pt, pl = q.pl, OH = q.OH, OW = q.OW;
 	if (C != CG * g || O % g)
 		return FAILV("input has %lld channels, the weight expects %lld x group %lld", (long long)C,
 		             (long long)CG, (long long)g);
-	int mode = pad_mode(c->n);
-	int64_t pt, pl;
-	int64_t OH = out_dim(H, KH, sh, dh, mode, pads[0], pads[1], &pt);
-	int64_t OW = out_dim(W, KW, sw, dw, mode, pads[2], pads[3], &pl);
 	int64_t shape[4] = {N, O, OH, OW};
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, 4, shape);
 	if (!o)
@@ -251,14 +284,14 @@ SimValue *k_pool(Ctx *c)
 		return NULL;
 	if (x->ndim != 4)
 		return FAILV("%s takes a 4-D NCHW input", sym_str(c->n->prim));
-	int64_t kh, kw, sh, sw, pt, pl;
-	hw_attr(c->n, "kernel_size", 1, &kh, &kw);
-	hw_attr(c->n, "strides", 1, &sh, &sw);
-	if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0)
-		return FAILV("kernel_size and strides must be positive");
-	int mode = pad_mode(c->n), isMax = c->n->op == OP_MaxPool;
+	int64_t kh, kw;
+	sim_hw_attr(c->n, "kernel_size", 1, &kh, &kw);
+	int isMax = c->n->op == OP_MaxPool;
 	int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
-	int64_t OH = out_dim(H, kh, sh, 1, mode, 0, 0, &pt), OW = out_dim(W, kw, sw, 1, mode, 0, 0, &pl);
+	SimConvGeom q;
+	if (sim_conv_geom(c, H, W, kh, kw, 1, &q) < 0)
+		return NULL;
+	int64_t sh = q.sh, sw = q.sw, pt = q.pt, pl = q.pl, OH = q.OH, OW = q.OW;
 	int64_t shape[4] = {N, C, OH, OW};
 	SimTensor *o = sim_tensor_new(c->r, x->dtype, 4, shape);
 	if (!o)
@@ -368,7 +401,7 @@ SimValue *k_argwithvalue(Ctx *c)
 	for (int i = 0; i < x->ndim; i++)
 		if (i != ax || keep)
 			shape[nd++] = i == ax ? 1 : x->shape[i];
-	around(x, ax, &outer, &inner);
+	sim_around(x, ax, &outer, &inner);
 	int64_t n = x->shape[ax];
 	SimTensor *iv = sim_tensor_new(c->r, SD_INT, nd, shape),
 	          *vv = iv ? sim_tensor_new(c->r, x->dtype, nd, shape) : NULL;
@@ -386,11 +419,11 @@ SimValue *k_argwithvalue(Ctx *c)
 			iv->data[a * inner + b] = (float)best;
 			vv->data[a * inner + b] = n ? x->data[(a * n + best) * inner + b] : 0;
 		}
-	return tuple2(c, iv, vv);
+	return sim_tuple2(c, iv, vv);
 }
 
 /* ------------------------------------------------------------- softmax */
-static void softmax_rows(const float *x, float *y, int64_t outer, int64_t n, int64_t inner, int logv)
+void sim_softmax_rows(const float *x, float *y, int64_t outer, int64_t n, int64_t inner, int logv)
 {
 	for (int64_t a = 0; a < outer; a++)
 		for (int64_t b = 0; b < inner; b++) {
@@ -426,8 +459,8 @@ SimValue *k_softmax(Ctx *c)
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
 	if (!o)
 		return NULL;
-	around(x, a, &outer, &inner);
-	softmax_rows(x->data, o->data, outer, x->ndim ? x->shape[a] : 1, inner, c->n->op == OP_LogSoftmax);
+	sim_around(x, a, &outer, &inner);
+	sim_softmax_rows(x->data, o->data, outer, x->ndim ? x->shape[a] : 1, inner, c->n->op == OP_LogSoftmax);
 	return sim_val_tensor(c->r, o);
 }
 
@@ -458,7 +491,7 @@ SimValue *k_layernorm(Ctx *c)
 	double eps = sim_float(c, 5, "epsilon", 1e-7);
 	if (sim_axis(c, bnv, x->ndim, &bn) < 0 || sim_axis(c, bpv, x->ndim, &bp) < 0)
 		return NULL;
-	around(x, bn, &rows, &cols);
+	sim_around(x, bn, &rows, &cols);
 	cols = x->numel / (rows ? rows : 1);
 	for (int i = bp; i < x->ndim; i++)
 		gsz *= x->shape[i];
@@ -485,13 +518,11 @@ SimValue *k_layernorm(Ctx *c)
 		mean->data[r] = (float)mu;
 		rstd->data[r] = (float)rs;
 	}
-	if (!declared_tuple(c))
-		return sim_val_tensor(c->r, o);
 	SimValue *t = sim_val_tuple(c->r, 3);
 	t->elems[0] = sim_val_tensor(c->r, o);
 	t->elems[1] = sim_val_tensor(c->r, mean);
 	t->elems[2] = sim_val_tensor(c->r, rstd);
-	return t;
+	return outputs(c, t);
 }
 
 /* RmsNorm(x, gamma, epsilon): y = x / sqrt(mean(x^2) + eps) * gamma over the
@@ -522,7 +553,7 @@ SimValue *k_rmsnorm(Ctx *c)
 			o->data[r * cols + j] = (float)(xr[j] * rs * g->data[j]);
 		rstd->data[r] = (float)rs;
 	}
-	return declared_tuple(c) ? tuple2(c, o, rstd) : sim_val_tensor(c->r, o);
+	return outputs(c, sim_tuple2(c, o, rstd));
 }
 
 /* BatchNorm(x, scale, offset, mean, variance), channels on dim 1.  With
@@ -574,13 +605,11 @@ SimValue *k_batchnorm(Ctx *c)
 		bm->data[ch] = (float)mu;
 		bv->data[ch] = (float)var;
 	}
-	if (!declared_tuple(c))
-		return sim_val_tensor(c->r, o);
 	SimValue *t = sim_val_tuple(c->r, 5);
 	t->elems[0] = sim_val_tensor(c->r, o);
 	t->elems[1] = t->elems[3] = sim_val_tensor(c->r, bm);
 	t->elems[2] = t->elems[4] = sim_val_tensor(c->r, bv);
-	return t;
+	return outputs(c, t);
 }
 
 /* -------------------------------------------------------------- losses */
@@ -598,16 +627,21 @@ SimValue *k_loss(Ctx *c)
 	          *loss = sm ? sim_tensor_new(c->r, SD_F32, 1, &B) : NULL;
 	if (!loss)
 		return NULL;
-	softmax_rows(x->data, sm->data, B, C, 1, 1);
+	sim_softmax_rows(x->data, sm->data, B, C, 1, 1);
+	/* backprop is the derivative of the loss, softmax * sum(labels) - labels:
+	 * MindSpore's kernel writes softmax - labels, the same for labels that
+	 * sum to 1 per row, which the seeded inputs need not */
 	for (int64_t i = 0; i < B; i++) {
-		double s = 0;
+		double s = 0, ysum = 0;
 		for (int64_t j = 0; j < C; j++) {
 			s -= (double)y->data[i * C + j] * sm->data[i * C + j];
-			sm->data[i * C + j] = (float)(exp(sm->data[i * C + j]) - y->data[i * C + j]);
+			ysum += y->data[i * C + j];
 		}
+		for (int64_t j = 0; j < C; j++)
+			sm->data[i * C + j] = (float)(exp(sm->data[i * C + j]) * ysum - y->data[i * C + j]);
 		loss->data[i] = (float)s;
 	}
-	return declared_tuple(c) ? tuple2(c, loss, sm) : sim_val_tensor(c->r, loss);
+	return outputs(c, sim_tuple2(c, loss, sm));
 }
 
 /* SparseSoftmaxCrossEntropyWithLogits(logits (B, C), labels (B)) -> the
@@ -617,11 +651,16 @@ SimValue *k_sparseloss(Ctx *c)
 	SimTensor *x = sim_arg_tensor(c, 0), *y = x ? sim_arg_tensor(c, 1) : NULL;
 	if (!y)
 		return NULL;
-	if (sim_flag(c, 2, "is_grad", NULL, 0))
-		return FAILV("is_grad=True (the gradient form) is not simulated");
+	int grad = sim_flag(c, 2, "is_grad", NULL, 0);
 	if (x->ndim != 2 || y->numel != x->shape[0])
 		return FAILV("takes 2-D logits and one label per row");
 	int64_t B = x->shape[0], C = x->shape[1];
+	/* is_grad: the gradient of the mean loss with respect to the logits,
+	 * (softmax - onehot(label)) / B (MindSpore's bprop multiplies it by
+	 * dout afterwards: mindspore/ops/grad/grad_nn_ops.cc) */
+	SimTensor *dx = grad ? sim_tensor_new(c->r, SD_F32, 2, x->shape) : NULL;
+	if (grad && !dx)
+		return NULL;
 	double total = 0;
 	for (int64_t i = 0; i < B; i++) {
 		int64_t lab = (int64_t)y->data[i];
@@ -635,7 +674,11 @@ SimValue *k_sparseloss(Ctx *c)
 		for (int64_t j = 0; j < C; j++)
 			s += exp(xr[j] - mx);
 		total += log(s) + mx - xr[lab];
+		for (int64_t j = 0; dx && j < C; j++)
+			dx->data[i * C + j] = (float)((exp(xr[j] - mx) / s - (j == lab)) / (double)B);
 	}
+	if (dx)
+		return sim_val_tensor(c->r, dx);
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, 0, NULL);
 	if (!o)
 		return NULL;

@@ -90,8 +90,38 @@ typedef struct SimOptions {
 	Module *global;
 	SimSliceFn slice;
 	void *slice_ctx;
-	FILE *trace; /* if set: one line per executed operator */
+	FILE *trace;     /* if set: one line per executed operator */
+	unsigned faults; /* SIM_FAULT_*: test-only wrong programs, to see the check bite */
+	/* A parameter with a fixed initial value (a hyper-parameter of the
+	 * optimizer): return 1 with *value set.  NULL, or 0: optimizer state
+	 * gets MindSpore's initial values (inputs.c), anything else is drawn. */
+	int (*init)(void *ctx, const Node *param, double *value);
+	void *init_ctx;
+	/* The factor the ranks' gradient of a weight carries relative to the
+	 * single device's (--gradients-mean: 1/R, R the weight's replicas).
+	 * The optimizer updates of a run apply it to their gradient operand, so
+	 * that the single device updates its weights as the ranks do; the step
+	 * comparison expects the gradients scaled by it.  NULL: 1. */
+	double (*grad_scale)(void *ctx, const Node *weight);
+	void *grad_scale_ctx;
+	/* --simulate-gradcheck-mb: check the single-device gradients against
+	 * central differences when its tensors need at most this many MB (0:
+	 * never) */
+	double gradcheck_mb;
+	/* if set: only the nodes whose id is marked are evaluated, the others
+	 * get an empty value (the central differences need only the loss) */
+	const uint8_t *only;
 } SimOptions;
+
+/* Test-only faults a run can inject into the programs it runs (sappc reads
+ * them from SAPPC_TEST_DROP_GRAD_MEAN and SAPPC_TEST_BREAK_RS_BPROP, see
+ * driver.c):
+ *   DROP_GRAD_MEAN - the x 1/n after a gradient's AllReduce or ReduceScatter
+ *                    (--gradients-mean) passes its input through;
+ *   RS_BPROP       - a backward ReduceScatter (the bprop of an AllGather)
+ *                    hands each rank its own block of its own input, without
+ *                    adding the other ranks' contributions. */
+enum { SIM_FAULT_DROP_GRAD_MEAN = 1, SIM_FAULT_RS_BPROP = 2 };
 
 typedef struct SimRun SimRun;
 
@@ -125,6 +155,31 @@ int64_t sim_estimate_bytes(Module **ranks, int nranks);
 int64_t sim_estimate_state_bytes(Module **ranks, int nranks);
 /* What comparing a run with the single-device one needs at a time. */
 int64_t sim_estimate_scratch_bytes(Module *global);
+
+/* An optimizer update (ApplyMomentum, SGD, Adam, AdamWeightDecay): the
+ * position of its gradient operand; -1 for any other node.  The weight it
+ * updates is operand 0 (training-step.md §3.1). */
+int sim_grad_operand(const Node *n);
+/* what parameter p held before the run wrote it in place (its current
+ * value if it was never written); NULL if it has none */
+const SimTensor *sim_initial_tensor(const SimRun *r, int rank, const Node *p);
+
+/* ---------------------------------------------------------- gradcheck.c */
+typedef struct SimGradCheck {
+	int weights, probes, bad; /* weights checked, directional derivatives compared, of which wrong */
+	double max_err;           /* largest |difference| / (|gradient| |step|) */
+	const Node *worst_param;
+	const Node *first_param, *first_node; /* the first wrong one: its weight and gradient node */
+	int first_probe;
+	double claimed, measured; /* its directional derivative: from the gradient, from the loss */
+	char skipped[640];        /* why the check stopped ("" if it did not) */
+} SimGradCheck;
+
+/* Check the gradients of G (a run of the single-device step m) against
+ * central differences of its loss with step h, tolerance tol relative to
+ * |gradient|.  0 all agree, 1 some do not, -1 a run failed (skipped). */
+int sim_check_gradients(Module *m, const SimRun *G, const SimOptions *so, double h, double tol, SimGradCheck *out);
+void sim_print_gradcheck(FILE *f, const SimGradCheck *c);
 
 /* ------------------------------------------------------------- report.c */
 /* --simulate's report on one run: its size and a line per output. */
@@ -166,12 +221,41 @@ typedef struct SimReport {
 	SimMismatch first_output; /* the first of them */
 } SimReport;
 
+/* The training step (training-step.md §1.4, §3): each weight's gradient is
+ * the gradient operand of its optimizer update, and the step writes the
+ * weights and their optimizer state in place.  Checked per (weight, rank):
+ * the rank's gradient against the block of the single-device gradient its
+ * weight holds, then every parameter the step wrote (weights, states,
+ * global_step, ...) as it is after the step. */
+typedef struct SimStepCheck {
+	int compared, bad;                     /* (parameter, rank) pairs */
+	double max_err;                        /* largest relative error */
+	SimMismatch first;                     /* the first bad pair in the single-device graph's order, lowest rank */
+	SimMismatch worst;                     /* the worst element over all pairs */
+	const Node *first_param, *worst_param; /* the single-device parameters they belong to */
+} SimStepCheck;
+
+typedef struct SimStepReport {
+	int weights;        /* optimizer updates in the single-device graph (0: not a training step) */
+	int written;        /* parameters the single-device step writes */
+	SimStepCheck grads; /* gradients */
+	SimStepCheck after; /* written parameters after the step */
+} SimStepReport;
+
+/* 0 all agree, 1 a mismatch, -1 a hook error */
+int sim_compare_step(const SimRun *global, const SimRun *ranks, SimSliceFn slice, void *ctx, double rtol,
+                     SimStepReport *rep);
+void sim_print_step_report(FILE *f, const SimStepReport *rep);
+
 /* Compare every rank's operators with the single-device run: |got - expected|
  * <= rtol * max(1, |expected|) element-wise (rtol <= 0: 1e-4).  Then compare
  * each rank's result (the value of its Return) with the single device's,
  * output by output, through the hook applied to the nodes both return.
  * Returns 0 when everything compared agrees, 1 on a mismatch (rep->first,
- * rep->first_output), -1 on an error of the hook. */
+ * rep->first_output), -1 on an error of the hook.  Of a training step only
+ * the forward operators are compared one by one: backward values are
+ * partial sums no layout describes, and what they produce, the gradients,
+ * is checked by sim_compare_step. */
 int sim_compare(const SimRun *global, const SimRun *ranks, SimSliceFn slice, void *ctx, double rtol, SimReport *rep);
 void sim_print_report(FILE *f, const SimReport *rep);
 

@@ -24,6 +24,18 @@ typedef struct RankState {
 		Sym group;
 		uint32_t n;
 	}) seqs;
+	/* In-place writes (sim_write_ref): every value a written parameter
+	 * has had, so that Load(p, state) reads p as of that state.  clock
+	 * counts the writes; an UpdateState's value (SV_NONE) keeps in `n` the
+	 * clock when it ran; U is state 0, the initial values. */
+	uint32_t clock;
+	Vec(struct RefLog {
+		uint32_t prev; /* 1 + index of the parameter's previous entry, 0: none */
+		uint32_t time; /* clock of the write (0: the initial value) */
+		SimValue *v;
+	}) log;
+	uint32_t *last; /* per node id: 1 + index of the parameter's latest entry; NULL until a write */
+	SimValue **aux; /* per node id: all outputs of an operator declared with its first only (kernels.c) */
 } RankState;
 
 typedef struct SimMsg {
@@ -99,16 +111,33 @@ int sim_ints(Ctx *c, uint32_t i, const char *key, int64_t *out, int max);
 int sim_flag(Ctx *c, uint32_t i, const char *k1, const char *k2, int dflt);
 double sim_float(Ctx *c, uint32_t i, const char *key, double dflt);
 int sim_axis(Ctx *c, int64_t ax, int ndim, int *out); /* normalise a possibly negative axis */
+/* the window of a StridedSlice (interp.c): per dimension first element, step and count */
+int sim_slice_window(Ctx *c, int nd, const int64_t *shape, uint32_t at, uint32_t mask_at, int64_t *start,
+                     int64_t *step, int64_t *cnt, int *ond, int64_t *oshape);
 /* numpy broadcasting of nin tensors: output shape, per-input element strides (0 on broadcast dims) */
 int sim_broadcast(Ctx *c, int nin, SimTensor **in, int *ond, int64_t *oshape, int64_t st[][MAX_RANK]);
 int sim_fail(Ctx *c, const char *fmt, ...) PRINTF(2, 3);
 int sim_check_declared(Ctx *c, const SimValue *v); /* computed vs type-line shape */
+/* the parameter at operand i of c->n now holds t (an in-place write) */
+int sim_write_ref(Ctx *c, uint32_t i, SimTensor *t);
 const char *sim_attr_str(const Node *n, const char *key);
 const Value *sim_attr(const Node *n, const char *key); /* primitive_attrs, then cnode_attrs */
 int sim_out_dtype(const Node *n, int dflt);
 int sim_allocates(const Node *n); /* whether the op makes new storage (memory estimate) */
 
 /* ------------------------------------------------------------ kernels.c */
+/* a tensor seen as outer x shape[ax] x inner around axis ax */
+void sim_around(const SimTensor *x, int ax, int64_t *outer, int64_t *inner);
+SimValue *sim_tuple2(Ctx *c, SimTensor *a, SimTensor *b);
+void sim_hw_attr(const Node *n, const char *key, int64_t dflt, int64_t *h, int64_t *w);
+void sim_softmax_rows(const float *x, float *y, int64_t outer, int64_t n, int64_t inner, int logv);
+/* window geometry of a convolution (pool = 0) or pool (1), NCHW */
+typedef struct SimConvGeom {
+	int64_t group, sh, sw, dh, dw; /* group, strides, dilations */
+	int64_t pt, pl;                /* leading pads */
+	int64_t OH, OW;                /* output size */
+} SimConvGeom;
+int sim_conv_geom(Ctx *c, int64_t H, int64_t W, int64_t KH, int64_t KW, int pool, SimConvGeom *g);
 SimValue *k_matmul(Ctx *c);
 SimValue *k_conv2d(Ctx *c);
 SimValue *k_pool(Ctx *c);
@@ -120,6 +149,16 @@ SimValue *k_rmsnorm(Ctx *c);
 SimValue *k_batchnorm(Ctx *c);
 SimValue *k_loss(Ctx *c);
 SimValue *k_sparseloss(Ctx *c);
+
+/* ----------------------------------------------------------- backward.c */
+/* The kernel of an operator known by name: the backward operators of the
+ * training step (ReluGrad, LayerNormGrad, ...), the optimizer updates and
+ * the other operators the autodiff emits; NULL for any other. */
+typedef SimValue *(*SimKernel)(Ctx *c);
+SimKernel sim_named_kernel(const Node *n);
+/* Parameters the operator writes in place (Ref operands): their operand
+ * positions, at most 8; 0 when it writes none. */
+int sim_ref_operands(const Node *n, uint32_t *pos);
 
 /* ------------------------------------------------------------- inputs.c */
 int sim_make_inputs(SimRun *r, RankState *s);

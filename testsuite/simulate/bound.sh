@@ -31,7 +31,7 @@ bounded() {
 	shift 3
 	(
 		[ "$asan" = 1 ] || ulimit -v $(((limit + allow) * 1024))
-		exec "$sappc" -q --simulate --forward-only --simulate-max-mb="$limit" "$@"
+		exec "$sappc" -q --simulate --simulate-max-mb="$limit" "$@"
 	) >"$tmp/out" 2>"$tmp/err"
 	rc=$?
 	case $want:$rc in
@@ -49,10 +49,14 @@ bounded() {
 	esac
 }
 
-bounded "sapp_mlp -n 256" ok 200 -n 256 "$mlp"
-bounded "sapp_mlp -n 256" refuse 100 -n 256 "$mlp"
-bounded "sapp_mlp -n 1024" refuse 200 -n 1024 "$mlp"
-bounded "sapp_mlp -n 65536" refuse 200 -n 65536 "$mlp"
-bounded "sapp_mlp -n 65536, default limit" refuse 2048 -n 65536 "$mlp"
+bounded "sapp_mlp -n 256" ok 200 -n 256 --forward-only "$mlp"
+bounded "sapp_mlp -n 256" refuse 100 -n 256 --forward-only "$mlp"
+bounded "sapp_mlp -n 1024" refuse 200 -n 1024 --forward-only "$mlp"
+bounded "sapp_mlp -n 65536" refuse 200 -n 65536 --forward-only "$mlp"
+bounded "sapp_mlp -n 65536, default limit" refuse 2048 -n 65536 --forward-only "$mlp"
+# the training step: gradients, the written parameters' new values and their log count too
+bounded "sapp_mlp training step -n 64" ok 320 -n 64 "$mlp"
+bounded "sapp_mlp training step -n 64" refuse 200 -n 64 "$mlp"
+bounded "sapp_mlp training step -n 65536, default limit" refuse 2048 -n 65536 "$mlp"
 echo "1..$n"
 [ "$fails" = 0 ]

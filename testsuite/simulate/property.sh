@@ -6,7 +6,9 @@
 # every operator gets a random valid strategy (randstrat) for N devices,
 # N from 1 to 16, and `sappc --simulate --parallel-mode=semi_auto` must
 # find that every rank computes its slice of the single-device values and
-# returns the single-device outputs - also with AlltoAll redistribution, the
+# returns the single-device outputs, and as a training step (the default)
+# every weight's gradient and every parameter the step writes - also with
+# AlltoAll redistribution, the
 # pre-2.3 redistribution lists (--disable-redistribution-opt),
 # optimizer sharding and two pipeline stages; and the search itself (auto,
 # and around user strategies with --interfered).  Every run verifies the
@@ -30,6 +32,23 @@ notok() {
 	[ -f "$tmp/err" ] && grep -v '^   ' "$tmp/err" | sed -e 's/^/# /' | head -8
 }
 
+# Failures the simulation found in the training step the passes build,
+# reported to the train branch: expected failures (TAP TODO) while they
+# last, any other failure fails.
+known_bug() {
+	case $1 in
+	cnn*.ir*)
+		grep -q 'gradient of parameter conv[0-9]*.weight .* is not the single-device one' "$2" &&
+			echo "the bprop of the batch-split BatchNorm (sync statistics) drops the statistics' gradient"
+		;;
+	llama_small.ir* | gen*.ir*)
+		grep -q 'TupleGetItem: the inputs give output shape' "$2" &&
+			echo "the bprop's TupleGetItem of RmsNorm's rstd declares the input's shape"
+		;;
+	*) false ;;
+	esac
+}
+
 # run_case LABEL INPUT N SEED [EXTRA FLAGS...]
 run_case() {
 	local label=$1 input=$2 N=$3 seed=$4 S=1 a
@@ -40,9 +59,12 @@ run_case() {
 		notok "$label: randstrat failed"
 		return
 	fi
-	if "$sappc" -q -n "$N" --parallel-mode=semi_auto --verify-each --seed="$seed" "$@" --simulate --forward-only "$tmp/in.ir" \
-		>"$tmp/out" 2>"$tmp/err" && grep -q '^simulate: ok$' "$tmp/out"; then
+	if "$sappc" -q -n "$N" --parallel-mode=semi_auto --verify-each --seed="$seed" "$@" --simulate "$tmp/in.ir" \
+		>"$tmp/out" 2>"$tmp/err" && grep -q '^simulate: ok$' "$tmp/out" &&
+		{ [ "$N" = 1 ] || grep -q '^simulate: gradients: ' "$tmp/out"; }; then
 		ok "$label: N=$N seed=$seed $*"
+	elif known=$(known_bug "$label" "$tmp/err"); then
+		n=$((n + 1)); echo "not ok $n - $label: N=$N seed=$seed $* # TODO $known"
 	elif grep -q 'the device matrices have no common refinement' "$tmp/err"; then
 		# D=[3,2] against D=[2,3] with a split: MindSpore's planner refuses it too
 		ok "$label: N=$N seed=$seed $* # SKIP the lowering refuses the plan (no common refinement)"
@@ -100,7 +122,7 @@ for f in "$top"/ir-samples/interfered_add.ir "$top"/ir-samples/sapp_mlp.ir "$top
 	[ -f "$f" ] || continue
 	for mode in "" --interfered "--interfered --enable-parallel-optimizer"; do
 		# shellcheck disable=SC2086
-		if "$sappc" -q -n 8 --verify-each $mode --simulate --forward-only "$f" >"$tmp/out" 2>"$tmp/err" &&
+		if "$sappc" -q -n 8 --verify-each $mode --simulate "$f" >"$tmp/out" 2>"$tmp/err" &&
 			grep -q '^simulate: ok$' "$tmp/out"; then
 			ok "search $(basename "$f"): N=8 $mode"
 		else

@@ -443,6 +443,280 @@ static void test_losses_virtual(void **state)
 	ir_module_free(m);
 }
 
+/* ------------------------------------------- backward kernels by differences */
+/* The gradient kernels against central differences of their forward
+ * operator: each program computes y = F(x, ...), the loss sum(y * dy) with
+ * dy a drawn parameter, and the backward operator applied to dy.  Every
+ * element of the parameter `wrt` is moved by +-h and the loss difference
+ * compared with the backward operator's output (node gk, or element ge of
+ * its tuple when ge >= 0).  The loss is the last node before Return. */
+static void fd_case(const char *text, const char *wrt, uint32_t gk, int ge, double h, double tol)
+{
+	Module *m = parse(text);
+	SimOptions o = {0};
+	o.max_mb = 64;
+	o.seed = 5;
+	SimRun *r = sim_run(m, &o);
+	if (sim_error(r))
+		fail_msg("%s", sim_error(r));
+	Graph *g = ir_entry(m);
+	const Node *p = NULL;
+	for (uint32_t i = 0; i < g->params.n; i++)
+		if (strcmp(sym_str(g->params.a[i]->name), wrt) == 0)
+			p = g->params.a[i];
+	assert_non_null(p);
+	const SimValue *gv = sim_value(r, 0, node(m, gk));
+	assert_non_null(gv);
+	if (ge >= 0) {
+		assert_int_equal(gv->kind, SV_TUPLE);
+		gv = gv->elems[ge];
+	}
+	assert_int_equal(gv->kind, SV_TENSOR);
+	const SimTensor *x = sim_tensor(r, 0, p), *gt = gv->t;
+	assert_int_equal(gt->numel, x->numel);
+	int64_t n = x->numel;
+	float *w = malloc((size_t)n * sizeof *w);
+	memcpy(w, x->data, (size_t)n * sizeof *w);
+	for (int64_t i = 0; i < n; i++) {
+		double l[2], at[2];
+		for (int k = 0; k < 2; k++) {
+			float save = w[i];
+			w[i] = (float)(save + (k ? -h : h));
+			at[k] = w[i];
+			SimRun *q = sim_new(&m, 1, &o);
+			assert_int_equal(sim_set_input(q, 0, wrt, w, n), 0);
+			if (sim_exec(q) != 0)
+				fail_msg("%s", sim_error(q));
+			l[k] = sim_result(q, 0)->t->data[0];
+			sim_free(q);
+			w[i] = save;
+		}
+		double fd = (l[0] - l[1]) / (at[0] - at[1]), an = gt->data[i];
+		if (!(fabs(fd - an) <= tol * (fabs(an) > 1 ? fabs(an) : 1)))
+			fail_msg("%s: d/d%s[%lld]: kernel %.7g, central difference %.7g", sym_str(node(m, gk)->prim), wrt,
+			         (long long)i, an, fd);
+	}
+	free(w);
+	sim_free(r);
+	ir_module_free(m);
+}
+
+/* the loss lines: sum(y * dy), y at %Y */
+#define LOSS(Y, K)                                                                                     \
+	"  %" #K "(l) = Mul(" Y ", %para9_dy)\n  %" #K "1(l) = ReduceSum(%" #K ")\n  Return(%" #K "1)\n"
+
+static void test_backward_kernels(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *act, *grad;
+	} acts[] = {
+	    {"GeLU", "GeLUGrad(%para9_dy, %para1_x, %0)"}, {"FastGeLU", "FastGeLUGrad(%para9_dy, %para1_x)"},
+	    {"SiLU", "SiLUGrad(%para9_dy, %para1_x)"},     {"Sigmoid", "SigmoidGrad(%0, %para9_dy)"},
+	    {"Tanh", "TanhGrad(%0, %para9_dy)"},           {"Softplus", "SoftplusGrad(%para9_dy, %para1_x)"},
+	    {"Sqrt", "SqrtGrad(%0, %para9_dy)"},           {"Rsqrt", "RsqrtGrad(%0, %para9_dy)"},
+	    {"ReLU", "ReluGrad(%para9_dy, %0)"},
+	};
+	char text[2048];
+	for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+		/* Sqrt/Rsqrt: the inputs feeding them are drawn from [0.5, 1.5) */
+		snprintf(text, sizeof text,
+		         "%%para1_x: <Tensor[Float32], (2, 3)>\n%%para9_dy: <Tensor[Float32], (2, 3)>\n"
+		         "  %%0(y) = %s(%%para1_x)\n  %%1(g) = %s\n%s", acts[i].act, acts[i].grad, LOSS("%0", 2));
+		fd_case(text, "x", 1, -1, 1e-3, 3e-3);
+	}
+	/* softmax family, along axis 1 */
+	fd_case("%para1_x: <Tensor[Float32], (2, 4)>\n%para9_dy: <Tensor[Float32], (2, 4)>\n"
+	        "  %0(y) = Softmax(%para1_x, (I64(-1)))\n  %1(g) = SoftmaxBackward(%para9_dy, %0, I64(-1))\n" LOSS("%0", 2),
+	        "x", 1, -1, 1e-3, 3e-3);
+	fd_case("%para1_x: <Tensor[Float32], (2, 4)>\n%para9_dy: <Tensor[Float32], (2, 4)>\n"
+	        "  %0(y) = LogSoftmax(%para1_x, I64(1))\n  %1(g) = LogSoftmaxGrad(%0, %para9_dy, I64(1))\n" LOSS("%0", 2),
+	        "x", 1, -1, 1e-3, 3e-3);
+	/* LayerNorm over the last axis: dx, dgamma, dbeta */
+	static const char *ln = "%para1_x: <Tensor[Float32], (3, 4)>\n%para2_g: <Tensor[Float32], (4)>\n"
+	                        "%para3_b: <Tensor[Float32], (4)>\n%para9_dy: <Tensor[Float32], (3, 4)>\n"
+	                        "  %0(t) = LayerNorm(%para1_x, %para2_g, %para3_b, I64(-1), I64(-1), F32(1e-05))\n"
+	                        "      : (<Tensor[Float32], (3, 4)>, <Tensor[Float32], (4)>, <Tensor[Float32], (4)>) -> "
+	                        "(<Tuple[Tensor[Float32]*3], TupleShape((3, 4), (3, 1), (3, 1))>)\n"
+	                        "  %1(y) = TupleGetItem(%0, I64(0))\n  %2(m) = TupleGetItem(%0, I64(1))\n"
+	                        "  %3(r) = TupleGetItem(%0, I64(2))\n"
+	                        "  %4(g) = LayerNormGrad(%para1_x, %para9_dy, %3, %2, %para2_g, I64(-1), I64(-1))\n" LOSS("%1", 5);
+	fd_case(ln, "x", 4, 0, 1e-3, 5e-3);
+	fd_case(ln, "g", 4, 1, 1e-3, 3e-3);
+	fd_case(ln, "b", 4, 2, 1e-3, 3e-3);
+	static const char *rms = "%para1_x: <Tensor[Float32], (3, 4)>\n%para2_g: <Tensor[Float32], (4)>\n"
+	                         "%para9_dy: <Tensor[Float32], (3, 4)>\n"
+	                         "  %0(t) = RmsNorm(%para1_x, %para2_g, F32(1e-06))\n"
+	                         "      : (<Tensor[Float32], (3, 4)>, <Tensor[Float32], (4)>) -> "
+	                         "(<Tuple[Tensor[Float32]*2], TupleShape((3, 4), (3, 1))>)\n"
+	                         "  %1(y) = TupleGetItem(%0, I64(0))\n  %2(r) = TupleGetItem(%0, I64(1))\n"
+	                         "  %3(g) = RmsNormGrad(%para9_dy, %para1_x, %2, %para2_g)\n" LOSS("%1", 4);
+	fd_case(rms, "x", 3, 0, 1e-3, 5e-3);
+	fd_case(rms, "g", 3, 1, 1e-3, 3e-3);
+	/* BatchNorm in training: the batch statistics depend on x */
+	static const char *bn =
+	    "%para1_x: <Tensor[Float32], (3, 2, 2)>\n%para2_s: <Tensor[Float32], (2)>\n%para3_o: <Tensor[Float32], (2)>\n"
+	    "%para4_m: <Tensor[Float32], (2)>\n%para5_v: <Tensor[Float32], (2)>\n%para9_dy: <Tensor[Float32], (3, 2, 2)>\n"
+	    "  %0(t) = BatchNorm(%para1_x, %para2_s, %para3_o, %para4_m, %para5_v, Bool(1), F32(1e-05))\n"
+	    "      : (<Tensor[Float32], (3, 2, 2)>, <Tensor[Float32], (2)>, <Tensor[Float32], (2)>, <Tensor[Float32], (2)>, "
+	    "<Tensor[Float32], (2)>) -> (<Tuple[Tensor[Float32]*5], TupleShape((3, 2, 2), (2), (2), (2), (2))>)\n"
+	    "  %1(y) = TupleGetItem(%0, I64(0))\n  %2(m) = TupleGetItem(%0, I64(3))\n  %3(v) = TupleGetItem(%0, I64(4))\n"
+	    "  %4(r) = TupleGetItem(%0, I64(2))\n"
+	    "  %5(g) = BatchNormGrad(%para9_dy, %para1_x, %para2_s, %2, %3, %4, Bool(1), F32(1e-05))\n" LOSS("%1", 6);
+	fd_case(bn, "x", 5, 0, 1e-3, 5e-3);
+	fd_case(bn, "s", 5, 1, 1e-3, 3e-3);
+	fd_case(bn, "o", 5, 2, 1e-3, 3e-3);
+	/* BiasAdd, the bias's gradient */
+	fd_case("%para1_x: <Tensor[Float32], (2, 3, 2)>\n%para2_b: <Tensor[Float32], (3)>\n"
+	        "%para9_dy: <Tensor[Float32], (2, 3, 2)>\n"
+	        "  %0(y) = BiasAdd(%para1_x, %para2_b)\n  %1(g) = BiasAddGrad(%para9_dy, \"NCHW\")\n" LOSS("%0", 2),
+	        "b", 1, -1, 1e-3, 3e-3);
+	/* StridedSlice with a stride and a shrunk axis */
+	fd_case("%para1_x: <Tensor[Float32], (4, 5)>\n%para9_dy: <Tensor[Float32], (2)>\n"
+	        "  %0(y) = StridedSlice(%para1_x, (I64(1), I64(0)), (I64(2), I64(4)), (I64(1), I64(2)), I64(0), I64(0), "
+	        "I64(0), I64(0), I64(1))\n"
+	        "  %1(g) = StridedSliceGrad(%para9_dy, (I64(4), I64(5)), (I64(1), I64(0)), (I64(2), I64(4)), (I64(1), "
+	        "I64(2))) primitive_attrs: {shrink_axis_mask: I64(1)}\n" LOSS("%0", 2),
+	        "x", 1, -1, 1e-3, 3e-3);
+	/* Gather's table gradient by UnsortedSegmentSum (a repeated row adds up) */
+	static const float ids[] = {2, 0, 2};
+	Module *gm = parse("%para1_t: <Tensor[Float32], (4, 2)>\n%para2_i: <Tensor[Int32], (3)>\n"
+	                   "%para9_dy: <Tensor[Float32], (3, 2)>\n"
+	                   "  %0(y) = Gather(%para1_t, %para2_i, I64(0))\n"
+	                   "  %1(g) = UnsortedSegmentSum(%para9_dy, %para2_i, I64(4))\n"
+	                   "  %2(l) = Mul(%0, %para9_dy)\n  %3(l) = ReduceSum(%2)\n  Return(%3)\n");
+	In gin[] = {IN("i", ids)};
+	SimRun *gr = run(gm, gin, 1);
+	const SimTensor *dy = sim_tensor(gr, 0, ir_entry(gm)->params.a[2]), *seg = sim_tensor(gr, 0, node(gm, 1));
+	float want[8] = {dy->data[2], dy->data[3], 0, 0, dy->data[0] + dy->data[4], dy->data[1] + dy->data[5], 0, 0};
+	expect_vals(seg, want, 8, 1e-6);
+	sim_free(gr);
+	ir_module_free(gm);
+	/* Conv2D with padding and a stride: the input's and the filter's gradient */
+	static const char *conv =
+	    "%para1_x: <Tensor[Float32], (1, 2, 4, 4)>\n%para2_w: <Tensor[Float32], (3, 2, 3, 3)>\n"
+	    "%para9_dy: <Tensor[Float32], (1, 3, 2, 2)>\n"
+	    "  %0(y) = Conv2D(%para1_x, %para2_w) primitive_attrs: {stride: (I64(1), I64(1), I64(2), I64(2)), pad_mode: "
+	    "\"pad\", pad: (I64(1), I64(1), I64(1), I64(1))}\n"
+	    "  %1(g) = Conv2DBackpropInput(%para9_dy, %para2_w, (I64(1), I64(2), I64(4), I64(4))) primitive_attrs: {stride: "
+	    "(I64(1), I64(1), I64(2), I64(2)), pad_mode: \"pad\", pad_list: (I64(1), I64(1), I64(1), I64(1))}\n"
+	    "  %2(g) = Conv2DBackpropFilter(%para9_dy, %para1_x, (I64(3), I64(2), I64(3), I64(3))) primitive_attrs: {stride: "
+	    "(I64(1), I64(1), I64(2), I64(2)), pad_mode: \"pad\", pad_list: (I64(1), I64(1), I64(1), I64(1))}\n" LOSS("%0", 3);
+	fd_case(conv, "x", 1, -1, 1e-3, 3e-3);
+	fd_case(conv, "w", 2, -1, 1e-3, 3e-3);
+	/* pools, 2x2 windows of stride 2 */
+	fd_case("%para1_x: <Tensor[Float32], (1, 1, 4, 4)>\n%para9_dy: <Tensor[Float32], (1, 1, 2, 2)>\n"
+	        "  %0(y) = MaxPool(%para1_x) primitive_attrs: {kernel_size: (I64(1), I64(1), I64(2), I64(2)), strides: "
+	        "(I64(1), I64(1), I64(2), I64(2))}\n"
+	        "  %1(g) = MaxPoolGrad(%para1_x, %0, %para9_dy) primitive_attrs: {kernel_size: (I64(1), I64(1), I64(2), "
+	        "I64(2)), strides: (I64(1), I64(1), I64(2), I64(2))}\n" LOSS("%0", 2),
+	        "x", 1, -1, 1e-4, 3e-3);
+	fd_case("%para1_x: <Tensor[Float32], (1, 1, 4, 4)>\n%para9_dy: <Tensor[Float32], (1, 1, 2, 2)>\n"
+	        "  %0(y) = AvgPool(%para1_x) primitive_attrs: {kernel_size: (I64(1), I64(1), I64(2), I64(2)), strides: "
+	        "(I64(1), I64(1), I64(2), I64(2))}\n"
+	        "  %1(g) = AvgPoolGrad(%para1_x, %0, %para9_dy) primitive_attrs: {kernel_size: (I64(1), I64(1), I64(2), "
+	        "I64(2)), strides: (I64(1), I64(1), I64(2), I64(2))}\n" LOSS("%0", 2),
+	        "x", 1, -1, 1e-3, 3e-3);
+	/* losses: sigmoid cross-entropy, and the sparse one's is_grad form (dout 1) */
+	fd_case("%para1_x: <Tensor[Float32], (2, 3)>\n%para2_y: <Tensor[Float32], (2, 3)>\n"
+	        "%para9_dy: <Tensor[Float32], (2, 3)>\n"
+	        "  %0(y) = SigmoidCrossEntropyWithLogits(%para1_x, %para2_y)\n"
+	        "  %1(g) = SigmoidCrossEntropyWithLogitsGrad(%para1_x, %para2_y, %para9_dy)\n" LOSS("%0", 2),
+	        "x", 1, -1, 1e-3, 3e-3);
+	fd_case("%para1_x: <Tensor[Float32], (3, 4)>\n%para2_l: <Tensor[Int32], (3)>\n"
+	        "  %0(g) = SparseSoftmaxCrossEntropyWithLogits(%para1_x, %para2_l) primitive_attrs: {is_grad: Bool(1)}\n"
+	        "  %1(y) = SparseSoftmaxCrossEntropyWithLogits(%para1_x, %para2_l) primitive_attrs: {is_grad: Bool(0)}\n"
+	        "  Return(%1)\n",
+	        "x", 0, -1, 1e-3, 3e-3);
+	/* Maximum / Minimum: dout to the strict winner, broadcast y summed */
+	static const char *mx = "%para1_x: <Tensor[Float32], (2, 3)>\n%para2_y: <Tensor[Float32], (3)>\n"
+	                        "%para9_dy: <Tensor[Float32], (2, 3)>\n"
+	                        "  %0(y) = Maximum(%para1_x, %para2_y)\n"
+	                        "  %1(g) = MaximumGrad(%para1_x, %para2_y, %para9_dy)\n" LOSS("%0", 2);
+	fd_case(mx, "x", 1, 0, 1e-4, 3e-3);
+	fd_case(mx, "y", 1, 1, 1e-4, 3e-3);
+	/* BroadcastTo, its gradient SumExt over the broadcast axis kept */
+	fd_case("%para1_x: <Tensor[Float32], (1, 3)>\n%para9_dy: <Tensor[Float32], (2, 3)>\n"
+	        "  %0(y) = BroadcastTo(%para1_x, (I64(2), I64(3)))\n"
+	        "  %1(g) = SumExt(%para9_dy, (I64(0)), Bool(1))\n" LOSS("%0", 2),
+	        "x", 1, -1, 1e-3, 3e-3);
+}
+
+/* Optimizer updates (MindSpore's formulas, by hand) and in-place writes:
+ * a Load at U reads the initial value, a Load after the UpdateState the
+ * updated one. */
+static void test_optimizers(void **state)
+{
+	(void)state;
+	Module *m = parse(
+	    "%para1_w: <Ref[Tensor[Float32]], (2)>  :  has_default\n"
+	    "%para2_m: <Ref[Tensor[Float32]], (2)>  :  has_default\n"
+	    "%para3_g: <Tensor[Float32], (2)>\n"
+	    "%para4_a: <Ref[Tensor[Float32]], (2)>  :  has_default\n"
+	    "%para5_s: <Ref[Tensor[Float32]], (2)>  :  has_default\n"
+	    "%para6_v: <Ref[Tensor[Float32]], (2)>  :  has_default\n"
+	    "%para7_step: <Ref[Tensor[Int32]], (1)>  :  has_default\n"
+	    "  %0(o) = ApplyMomentum(%para1_w, %para2_m, F32(0.1), %para3_g, F32(0.9), U)\n"
+	    "  %1(u) = UpdateState(U, %0)\n"
+	    "  %2(o) = SGD(%para1_w, %para3_g, F32(0.5), %para4_a, F32(0.9), %para5_s, %1)\n"
+	    "  %3(u) = UpdateState(%1, %2)\n"
+	    "  %4(o) = SGD(%para1_w, %para3_g, F32(0.5), %para4_a, F32(0.9), %para5_s, %3)\n"
+	    "  %5(u) = UpdateState(%3, %4)\n"
+	    "  %6(o) = Adam(%para1_w, %para2_m, %para6_v, F32(0.9), F32(0.99), F32(0.1), F32(0.9), F32(0.99), F32(0), "
+	    "%para3_g, %5)\n"
+	    "  %7(u) = UpdateState(%5, %6)\n"
+	    "  %8(o) = AdamWeightDecay(%para1_w, %para2_m, %para6_v, F32(0.1), F32(0.5), F32(0.5), F32(0), F32(0.1), "
+	    "%para3_g, %7)\n"
+	    "  %9(u) = UpdateState(%7, %8)\n"
+	    "  %10(o) = AssignAdd(%para7_step, Tensor(shape=[1], dtype=Int32, value=[1]), %9)\n"
+	    "  %11(u) = UpdateState(%9, %10)\n"
+	    "  %12(o) = Assign(%para4_a, %para3_g, %11)\n"
+	    "  %13(u) = UpdateState(%11, %12)\n"
+	    "  %14(w) = Load(%para1_w, U)\n"
+	    "  %15(w) = Load(%para1_w, %1)\n"
+	    "  %16(w) = Load(%para1_w, %13)\n"
+	    "  %17(w) = Load(%para4_a, %11)\n"
+	    "  %18(w) = Load(%para4_a, %13)\n"
+	    "  Return(%16)\n");
+	static const float w[] = {1, 2}, mm[] = {0, 1}, g[] = {1, -1}, a[] = {0, 0}, st[] = {1, 1}, v[] = {0, 0},
+	                   step[] = {0};
+	In in[] = {IN("w", w), IN("m", mm), IN("g", g), IN("a", a), IN("s", st), IN("v", v), IN("step", step)};
+	SimRun *r = run(m, in, 7);
+	/* ApplyMomentum: m = m*0.9 + g = (1, -0.1); w -= 0.1 m = (0.9, 2.01) */
+	EXPECT(r, m, 0, S(2), S(0.9, 2.01));
+	/* SGD, first step (stat 1): accum = g, stat 0; w -= 0.5 g = (0.4, 2.51) */
+	EXPECT(r, m, 2, S(2), S(0.4, 2.51));
+	/* SGD, second step: accum = 0.9 g + g = 1.9 g; w -= 0.95 g = (-0.55, 3.46) */
+	EXPECT(r, m, 4, S(2), S(-0.55, 3.46));
+	/* Adam: m = (1, -0.1) + (g - m) 0.1 = (1, -0.19); v = 0.01 g^2 = (0.01, 0.01);
+	 * lr_t = 0.1 sqrt(0.01) / 0.1 = 0.1; w -= 0.1 m / sqrt(v) = (-1.55, 3.65) */
+	EXPECT(r, m, 6, S(2), S(-1.55, 3.65));
+	/* AdamWeightDecay: m = 0.5 m + 0.5 g = (1, -0.595); v = 0.5 v + 0.5 g^2 = (0.505, 0.505);
+	 * w -= 0.1 (m / sqrt(v) + 0.1 w) */
+	float w8[2] = {(float)(-1.55 - 0.1 * (1 / sqrt(0.505) - 0.155)), (float)(3.65 - 0.1 * (-0.595 / sqrt(0.505) + 0.365))};
+	expect_vals(sim_tensor(r, 0, node(m, 8)), w8, 2, 1e-5);
+	EXPECT(r, m, 10, S(1), S(1));
+	EXPECT(r, m, 14, S(2), S(1, 2));
+	EXPECT(r, m, 15, S(2), S(0.9, 2.01));
+	expect_vals(sim_tensor(r, 0, node(m, 16)), w8, 2, 1e-5);
+	EXPECT(r, m, 17, S(2), S(1.9, -1.9));
+	EXPECT(r, m, 18, S(2), S(1, -1));
+	expect_vals(sim_initial_tensor(r, 0, ir_entry(m)->params.a[0]), w, 2, 0);
+	expect_vals(sim_result(r, 0)->t, w8, 2, 1e-5);
+	sim_free(r);
+	ir_module_free(m);
+	/* a written operand must be a Parameter */
+	diag_set_quiet(1);
+	m = parse("%para1_w: <Tensor[Float32], (2)>\n  %0(x) = Neg(%para1_w)\n"
+	          "  %1(o) = Assign(%0, %para1_w, U)\n  Return(%1)\n");
+	SimOptions o = {0};
+	SimRun *q = sim_run(m, &o);
+	assert_non_null(sim_error(q));
+	assert_non_null(strstr(sim_error(q), "is written in place but is not a Parameter"));
+	sim_free(q);
+	ir_module_free(m);
+}
+
 /* --------------------------------------------------------------- errors */
 static const char *fail_run(const char *text, double max_mb)
 {
@@ -1100,6 +1374,8 @@ int main(void)
 		cmocka_unit_test(test_shape_ops),
 		cmocka_unit_test(test_conv_pool),
 		cmocka_unit_test(test_losses_virtual),
+		cmocka_unit_test(test_backward_kernels),
+		cmocka_unit_test(test_optimizers),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_inputs),
 		cmocka_unit_test(test_allreduce),
