@@ -8,7 +8,7 @@
  * Send/Receive blue house shapes, weights and graph inputs ellipses.  Edges
  * carry the shape they transport (the local shape after the lowering) and,
  * once the `layouts` pass has run, the producer's layout: device matrix D and
- * tensor map M as MindSpore prints them (lower_layout_text()).
+ * tensor map M as MindSpore prints them (ir_layout_text()).
  * Operators are grouped in one cluster per pipeline stage when stages are
  * known, otherwise one cluster per subgraph.
  *
@@ -155,7 +155,7 @@ static void label_node(Agnode_t *an, const Node *n, const Options *o, int with_n
 					fclose(f);
 				}
 			}
-			const char *how = sapp_strategy_source(n);
+			const char *how = ir_strategy_source(n);
 			source_style(an, how);
 			if (how && *extra) {
 				size_t l = strlen(extra);
@@ -177,7 +177,7 @@ static void label_edge(Agedge_t *e, const Node *n, uint32_t k)
 	char shp[256], lay[160], lab[420];
 	const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
 	shape_text(shp, sizeof shp, ab);
-	if (lower_layout_text(p, lay, sizeof lay)) {
+	if (ir_layout_text(p, lay, sizeof lay)) {
 		snprintf(lab, sizeof lab, "%s\n%s", shp, lay);
 		set(e, "label", lab);
 	} else {

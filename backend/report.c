@@ -443,60 +443,15 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 	return rc;
 }
 
-/* --report: the plan's report, next to the one of the pure data-parallel
- * plan of the same graph (the input parsed again and run through the same
- * pipeline with every strategy replaced by the default batch-parallel one),
- * so a user sees what the search bought.  NULL (with a warning) when that
+/* --report: the plan's report, next to dp, the one of the pure data-parallel
+ * plan of the same graph (the driver runs the pipeline again on its copy of
+ * the verified module with every strategy replaced by the default
+ * batch-parallel one), so a user sees what the search bought; NULL when that
  * plan cannot be lowered. */
-void report_rerun_options(Options *o, PassManagerOptions *pm)
-{
-	o->explain = NULL;
-	o->strategy_out = NULL;
-	o->time_passes = 0;
-	pm->print_after = NULL;
-	pm->print_after_all = 0;
-	pm->time_passes = 0;
-}
-
-Report *report_data_parallel(const char *in, const char *buf, size_t len, const Options *o,
-			     const PassManagerOptions *pm, const ReportConfig *c)
-{
-	Report *dp = xcalloc(1, sizeof *dp);
-	Options od = *o;
-	PassManagerOptions pd = *pm;
-	report_rerun_options(&od, &pd);
-	od.semi_auto = 1;
-	od.data_parallel = 1;
-	od.record_levels = 0;
-	pd.stop_after = NULL;
-	int have_dp = 0;
-	int errs = diag_errors();
-	diag_set_silent(1);
-	/* the buffer is the one the module was read from (two NULs at the end);
-	 * diagnostics keep quoting it */
-	Module *md = ir_parse(in, (char *)buf, len, o->fragment);
-	if (md && pm_run(md, &od, &pd) == 0 && diag_errors() == errs) {
-		report_collect(md, c, dp);
-		have_dp = 1;
-	}
-	diag_set_silent(0);
-	diag_restore(errs);
-	if (md)
-		ir_module_free(md);
-	if (!have_dp) {
-		diag_warning("no data-parallel comparison: the data-parallel plan of this graph cannot be lowered");
-		free(dp);
-		return NULL;
-	}
-	return dp;
-}
-
-int report_run(const Module *m, const char *in, const char *buf, size_t len, const Options *o,
-	       const PassManagerOptions *pm, const ReportConfig *c, const char *path, int json)
+int report_run(const Module *m, const Report *dp, const ReportConfig *c, const char *path, int json)
 {
 	Report *r = xcalloc(1, sizeof *r);
 	report_collect(m, c, r);
-	Report *dp = report_data_parallel(in, buf, len, o, pm, c);
 	int rc = 0;
 	OutFile of;
 	if (out_open(&of, path) != 0) {
@@ -510,6 +465,5 @@ int report_run(const Module *m, const char *in, const char *buf, size_t len, con
 			rc = 3;
 	}
 	free(r);
-	free(dp);
 	return rc;
 }

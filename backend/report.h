@@ -37,18 +37,10 @@ void report_cost(const ReportConfig *c, int op, int group, int64_t bytes, int in
 void report_collect(const Module *m, const ReportConfig *c, Report *r);
 void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp);
 int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp);
-/* options for running the pipeline again on the same input, for a
- * comparison or another rank: without what the first run already printed
- * or wrote (--explain, --strategy-out, --print-after, --time-passes) */
-void report_rerun_options(Options *o, PassManagerOptions *pm);
-/* the data-parallel plan of the same input, collected; NULL (warned) when it cannot be lowered */
-Report *report_data_parallel(const char *in, const char *buf, size_t len, const Options *o,
-			     const PassManagerOptions *pm, const ReportConfig *c);
 /* {category: {bytes, seconds}, parameters_bytes, activations_bytes} (jansson json_t *) */
 struct json_t;
 struct json_t *report_totals_json(const Report *r);
-/* the report of m and of the data-parallel plan of the same input, to path ("-" = stdout) */
-int report_run(const Module *m, const char *in, const char *buf, size_t len, const Options *o,
-	       const PassManagerOptions *pm, const ReportConfig *c, const char *path, int json);
+/* the report of m next to dp, the data-parallel plan's (NULL: none), to path ("-" = stdout) */
+int report_run(const Module *m, const Report *dp, const ReportConfig *c, const char *path, int json);
 
 #endif
