@@ -21,14 +21,24 @@ typedef struct ReportConfig {
 typedef struct ReportComm {
 	const Node *node;
 	const char *kind;
-	int group, category;
+	int group, category, phase; /* phase: IrPhase */
 	double bytes, secs;
 } ReportComm;
+
+/* forward, backward, optimizer: IrPhase order */
+extern const char *const report_phase_names[3];
 
 typedef struct Report {
 	double cat_bytes[RC_COUNT], cat_secs[RC_COUNT];
 	int64_t param_bytes, act_bytes;
 	int nops, ncomm;
+	/* a training step (backward or optimizer nodes, TRAIN-CONTRACT.md):
+	 * communication by phase, and the parameters split into the weights,
+	 * the optimizer's state and the gradients the optimizer reads */
+	int training;
+	int ph_ops[3];
+	double ph_bytes[3], ph_secs[3];
+	int64_t weight_bytes, grad_bytes, state_bytes, bwd_bytes;
 	ReportComm comm[REPORT_MAX_COMM];
 } Report;
 

@@ -416,6 +416,10 @@ void ir_clear_marks(Module *m);
 uint32_t ir_count_cnodes(const Module *m);
 uint32_t ir_count_nodes(const Module *m);
 const OpInfo *ir_opinfo(const Node *n);
+/* which part of a training step n belongs to, from its full name:
+ * "Gradients/..." backward, "Default/optimizer-..." optimizer, else forward */
+typedef enum { IR_PHASE_FWD, IR_PHASE_BWD, IR_PHASE_OPT } IrPhase;
+IrPhase ir_node_phase(const Node *n);
 /* tensor operand shapes: the declared type-line input i (NULL if absent) */
 const Abs *ir_in_abs(const Node *n, uint32_t i);
 
