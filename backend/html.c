@@ -137,7 +137,8 @@ static void tensors_text(FILE *f, const Node *n)
 }
 
 /* per node of a view: the fields of its record in "nodes" */
-enum { F_ID, F_GROUP, F_LOCAL, F_SCOPE, F_NAME, F_OP, F_STRAT, F_SOURCE, F_LEVELS, F_TENSORS, F_STAGE, NF };
+/* F_PHASE: the part of a training step (IrPhase: forward, backward, optimizer) */
+enum { F_ID, F_GROUP, F_LOCAL, F_SCOPE, F_NAME, F_OP, F_STRAT, F_SOURCE, F_LEVELS, F_TENSORS, F_STAGE, F_PHASE, NF };
 
 static void add_node(Strings *t, json_t *arr, const Node *n, int group)
 {
@@ -178,6 +179,7 @@ static void add_node(Strings *t, json_t *arr, const Node *n, int group)
 	rec[F_TENSORS] = str_c(t, buf);
 	free(buf);
 	rec[F_STAGE] = n->stage;
+	rec[F_PHASE] = n->kind == NK_CNODE ? (int)ir_node_phase(n) : IR_PHASE_FWD;
 	for (int i = 0; i < NF; i++)
 		json_array_append_new(arr, json_integer(rec[i]));
 }

@@ -138,6 +138,10 @@ page() {
 	need "*\"strategy\":\"$strat*" "the panel's strategy of $full is not the IR's $strat" || return
 	need '*"source":"source: '[a-z]'*' "the panel does not say where the strategy came from" || return
 	need "*\"tensors\":\"input 0  (*output  $oshape*" "the panel's output shape is not the IR's $oshape" || return
+	# its part of the training step, from its scope (TRAIN-CONTRACT.md)
+	local ph=forward
+	case $full in Gradients/*) ph=backward ;; Default/optimizer-*) ph=optimizer ;; esac
+	need "*\"phase\":\"$ph\"*" "the panel does not show the phase $ph" || return
 	need '*"selected":1*' "the operator is not highlighted in the graph" || return
 	need '*"report_rows":[1-9][0-9]*' "the report tab has no table (its ten rows)" || return
 	# a forward AllReduce of its output in the IR: the panel counts it with its bytes
