@@ -222,6 +222,24 @@ static size_t scope_len(const Node *n)
 	return slash ? (size_t)(slash - s) : 0;
 }
 
+/* the scope a collapsed box is made of: a backward operator's scope ends
+ * in "Grad_<Op>" under the scope of the operator it differentiates
+ * (training-step.md §1.2); without that segment, one box holds the backward
+ * of a cell as one box holds its forward, instead of one box per operator
+ * kind (twice the boxes and edges of the forward, too slow to lay out) */
+static size_t box_scope_len(const Node *n, const char *full)
+{
+	size_t len = scope_len(n);
+	if (ir_node_phase(n) != IR_PHASE_BWD)
+		return len;
+	size_t cut = len;
+	while (cut > 0 && full[cut - 1] != '/')
+		cut--;
+	if (cut > 0 && strncmp(full + cut, "Grad_", 5) == 0)
+		return cut - 1;
+	return len;
+}
+
 /* the prefix of s made of its first `depth` '/'-separated segments, within len */
 static size_t prefix_at(const char *s, size_t len, int depth)
 {
@@ -375,7 +393,7 @@ static int collapse(const Module *m, const Options *o, Group **out)
 			if (focus && strncmp(s, focus, flen) == 0)
 				continue; /* drawn as they are, outside the budget */
 			int fresh;
-			dir[n->id] = intern(s, scope_len(n));
+			dir[n->id] = intern(s, box_scope_len(n, s));
 			symmap_slot(&seen, dir[n->id], &fresh);
 			if (fresh)
 				vec_push(&dirs, dir[n->id]);

@@ -229,6 +229,29 @@ else
 	notok "64 layers in one box: sappc --html failed"
 fi
 
+# a training step (issue 14): the panel of a backward and of an optimizer
+# operator names its phase
+if "$sappc" -n 8 -q "$top/ir-samples/sapp_mlp.ir" -o "$tmp/tr.ir" --html "$tmp/tr.html" 2>"$tmp/why"; then
+	for ph in backward:Gradients/ optimizer:Default/optimizer-; do
+		want=${ph%%:*}
+		label="sapp_mlp training step, a $want operator"
+		full=$(grep -m1 -o "Fullname with scope: (${ph#*:}[^)]*)" "$tmp/tr.ir" | sed 's/^Fullname with scope: (\(.*\))$/\1/')
+		if [ -z "$full" ]; then
+			echo "no ${ph#*:} operator in the printed IR" >"$tmp/why"
+			notok "$label: none in the IR"
+			continue
+		fi
+		q=$(printf '%s' "$full" | sed 's/%/%25/g; s/ /%20/g; s/#/%23/g; s/&/%26/g')
+		run_browser "file://$tmp/tr.html#selftest=$q" --dump-dom >"$tmp/dom.html"
+		res=$(grep -o '<pre id="selftest">.*</pre>' "$tmp/dom.html")
+		echo "$res" >"$tmp/why"
+		need "*\"name\":\"%* $full\"*" "the panel does not show $full" &&
+			need "*\"phase\":\"$want\"*" "the panel does not say $want" && ok "$label: '$full' shown as $want"
+	done
+else
+	notok "sapp_mlp training step: sappc --html failed"
+fi
+
 # a pipeline: the per-stage schedule
 if "$sappc" -n 8 -q --pipeline-stages=2 --micro-batch-num=4 "$top/ir-samples/hybrid_mlp.ir" -o "$tmp/pp.ir" \
 	--html "$tmp/pp.html" 2>"$tmp/why"; then
