@@ -722,6 +722,121 @@ static int not_modelled(const Module *m, int strict)
 	}
 	free(u);
 	return strict && n;
+/* ------------------------------------------------ running the pipeline again
+ * The report's data-parallel comparison, the plan view of the pictures and
+ * the other ranks of --html come from the module this run has read and
+ * verified: pm_run's hook copies it before the first pass after `verify`
+ * (base: the data-parallel plan runs the rest of the pipeline on it) and
+ * after `sapp` (plan: the global graph with its strategies, from which the
+ * other ranks are lowered).  Nothing reads the input twice. */
+typedef struct Copies {
+	int base_at, plan_at; /* pass index: copy before base_at, after plan_at; -1 none */
+	int sapp_at;          /* the sapp pass in the pipeline, -1 none */
+	Module *base, *plan;
+	const Options *o;
+	const PassManagerOptions *pm;
+} Copies;
+
+static void take_copy(void *ctx, Module *m, int i, int after)
+{
+	Copies *c = ctx;
+	if (!after && i == c->base_at && !c->base)
+		c->base = ir_module_clone(m);
+	if (after && i == c->plan_at && !c->plan)
+		c->plan = ir_module_clone(m);
+}
+
+/* a run after the first: without what the first run already printed or
+ * wrote (--explain, --strategy-out, --time-passes) */
+static void rerun_options(Options *o)
+{
+	o->explain = NULL;
+	o->strategy_out = NULL;
+	o->time_passes = 0;
+}
+
+/* pm's passes from index `from` on, quietly and without --print-after or
+ * --time-passes (the first run has shown them); 1 when m is lowered with
+ * no new error */
+static int run_rest(Module *m, int from, const Options *o, const PassManagerOptions *pm, int to_end)
+{
+	PassManagerOptions rest = *pm;
+	rest.print_after = NULL;
+	rest.print_after_all = 0;
+	rest.time_passes = 0;
+	rest.hook = NULL;
+	rest.npasses = 0;
+	for (int i = from; i < pm->npasses; i++)
+		rest.passes[rest.npasses++] = pm->passes[i];
+	if (to_end)
+		rest.stop_after = NULL;
+	int errs = diag_errors();
+	diag_set_silent(1);
+	int ok = pm_run(m, o, &rest) == 0 && diag_errors() == errs;
+	diag_set_silent(0);
+	diag_restore(errs);
+	return ok;
+}
+
+/* the pure data-parallel plan of the graph, on the rank of c: every
+ * strategy replaced by the default batch-parallel one (semi_auto ignoring
+ * the given ones), collected; NULL (warned) when it cannot be lowered */
+static Report *data_parallel(Copies *cp, Module *m, const ReportConfig *c)
+{
+	Report *dp = xcalloc(1, sizeof *dp);
+	if (cp->base_at < 0) { /* no pass but verify: the module is its own plan */
+		report_collect(m, c, dp);
+		return dp;
+	}
+	Options od = *cp->o;
+	rerun_options(&od);
+	od.semi_auto = 1;
+	od.data_parallel = 1;
+	od.record_levels = 0;
+	Module *md = cp->base;
+	cp->base = NULL;
+	int ok = md && run_rest(md, cp->base_at, &od, cp->pm, 1);
+	if (ok)
+		report_collect(md, c, dp);
+	ir_module_free(md);
+	if (!ok) {
+		diag_warning("no data-parallel comparison: the data-parallel plan of this graph cannot be lowered");
+		free(dp);
+		return NULL;
+	}
+	return dp;
+}
+
+/* --html: rank k lowered from the plan copy like the module of --rank */
+static Module *rank_module(void *ctx, int k)
+{
+	Copies *cp = ctx;
+	if (!cp->plan || cp->plan_at < 0)
+		return NULL;
+	Options ro = *cp->o;
+	rerun_options(&ro);
+	ro.rank = k;
+	Module *mk = ir_module_clone(cp->plan);
+	if (!run_rest(mk, cp->plan_at + 1, &ro, cp->pm, 0)) {
+		ir_module_free(mk);
+		return NULL;
+	}
+	return mk;
+}
+
+/* --view=plan draws the global graph with the strategies the sapp pass
+ * chose: m itself when nothing after sapp ran (one device, or a pipeline
+ * that stops at sapp), else the copy taken after sapp.  Operators get the
+ * stage the pipeline pass would give them, so the picture has one cluster
+ * per stage.  NULL after an error (reported). */
+static Module *plan_module(Copies *cp, Module *m, const Options *o)
+{
+	Module *p = cp->plan_at >= 0 ? cp->plan : m;
+	if (!p)
+		return NULL;
+	if (cp->sapp_at >= 0 && lower_assign_stages(p, o) != 0)
+		return NULL;
+	return p;
 }
 
 int main(int argc, char **argv)
@@ -1069,9 +1184,41 @@ int main(int argc, char **argv)
 		intern_free_all();
 		return finish(rc);
 	}
+	/* the copies the report, the plan view and --html run again */
+	Copies cp = {-1, -1, -1, NULL, NULL, &o, &pm};
+	int last = pm.npasses - 1;
+	for (int i = 0; i < pm.npasses; i++) {
+		if (pm.passes[i]->fn == pass_sapp && cp.sapp_at < 0)
+			cp.sapp_at = i;
+		if (pm.passes[i]->fn != pass_verify && cp.base_at < 0)
+			cp.base_at = i;
+		if (pm.stop_after && strcmp(pm.stop_after, pm.passes[i]->name) == 0) {
+			last = i;
+			break;
+		}
+	}
+	for (int i = last + 1; i < pm.npasses && cp.base_at < 0; i++)
+		if (pm.passes[i]->fn != pass_verify)
+			cp.base_at = i;
+	if (!report && !html)
+		cp.base_at = -2; /* not wanted */
+	if (cp.sapp_at >= 0 && last > cp.sapp_at && o.device_num > 1 && ((o.view_plan && (dot || svg)) || html))
+		cp.plan_at = cp.sapp_at;
+	pm.hook = take_copy;
+	pm.hook_ctx = &cp;
 	int rc = stop ? 1 : pm_run(m, &o, &pm);
+	pm.hook = NULL;
 	if (rc == 0 && diag_errors())
 		rc = 1;
+	/* stopped (--stop-after) before the base copy: m is that module */
+	if (rc == 0 && cp.base_at >= 0 && !cp.base)
+		cp.base = ir_module_clone(m);
+	Report *dp = NULL;
+	if (rc == 0 && (report || html)) {
+		rc_cfg.world = o.device_num;
+		rc_cfg.rank = o.rank;
+		rc_cfg.world_group = o.world_group;
+	}
 	if (rc == 0 && ckpt_out)
 		rc = ckpt_write(m, &o, ckpt_out, (CkptFormat)strategy_format);
 	if (rc == 0 && group_out)
@@ -1081,10 +1228,8 @@ int main(int argc, char **argv)
 		rc = sim_check_plan(m, buf, len, &o, &pm, &so, stdout);
 	}
 	if (rc == 0 && report) {
-		rc_cfg.world = o.device_num;
-		rc_cfg.rank = o.rank;
-		rc_cfg.world_group = o.world_group;
-		rc = report_run(m, strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, &o, &pm, &rc_cfg, report, report_json);
+		dp = data_parallel(&cp, m, &rc_cfg);
+		rc = report_run(m, dp, &rc_cfg, report, report_json);
 	}
 	if (rc == 0 && ((!simulate && !(report && strcmp(report, "-") == 0)) || out_given)) {
 		OutFile of;
@@ -1099,21 +1244,26 @@ int main(int argc, char **argv)
 		}
 	}
 	Module *pic = m;
-	if (rc == 0 && (dot || svg) && o.view_plan &&
-	    !(pic = pm_plan_module(m, strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, &o, &pm)))
+	if (rc == 0 && (dot || svg) && o.view_plan && !(pic = plan_module(&cp, m, &o)))
 		rc = 1;
 	if (rc == 0 && dot && gv_write_dot(pic, &o, dot) != 0)
 		rc = 3;
 	if (rc == 0 && svg && gv_render_svg(pic, &o, svg) != 0)
 		rc = 3;
-	if (pic && pic != m)
-		ir_module_free(pic);
 	if (rc == 0 && html) {
-		rc_cfg.world = o.device_num;
-		rc_cfg.rank = o.rank;
-		rc_cfg.world_group = o.world_group;
-		rc = html_write(m, strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, &o, &pm, &rc_cfg, html);
+		Options pv = o;
+		pv.view_plan = 1;
+		HtmlInputs hin = {NULL, 0, NULL, rank_module, &cp};
+		if (o.device_num > 1)
+			hin.plan_failed = !(hin.plan = plan_module(&cp, m, &pv));
+		if (!report && !hin.plan_failed)
+			dp = data_parallel(&cp, m, &rc_cfg);
+		hin.dp = dp;
+		rc = html_write(m, &hin, &o, &rc_cfg, html);
 	}
+	free(dp);
+	ir_module_free(cp.base);
+	ir_module_free(cp.plan);
 	ir_module_free(m);
 	io_free_file(buf);
 	free(stage_rules);

@@ -8,9 +8,12 @@
  * Send/Receive blue house shapes, weights and graph inputs ellipses.  Edges
  * carry the shape they transport (the local shape after the lowering) and,
  * once the `layouts` pass has run, the producer's layout: device matrix D and
- * tensor map M as MindSpore prints them (lower_layout_text()).
+ * tensor map M as MindSpore prints them (ir_layout_text()).
  * Operators are grouped in one cluster per pipeline stage when stages are
- * known, otherwise one cluster per subgraph.
+ * known, otherwise one cluster per subgraph.  In a training step the
+ * backward and the optimizer (ir_node_phase(): scopes Gradients/... and
+ * Default/optimizer-...) are clusters of their own inside it, tinted, and
+ * their operators and boxes are outlined in the phase's colour.
  *
  * Large graphs stay readable: above Options.max_nodes operators, nodes are
  * collapsed by scope (the full name without its last segment, cut at the
@@ -61,6 +64,29 @@ static const struct {
 	[K_RETURN] = {"return", "box", "#eeeeee"},
 	[K_STRUCT] = {"load / tuple", "box", "#f3f3f3"},
 };
+
+/* a training step's parts (IrPhase order): cluster label, tint, outline */
+static const struct {
+	const char *name, *bg, *pen;
+} phase_style[3] = {
+	{"forward", NULL, NULL},
+	{"backward", "#f1ebf8", "#6a3d9a"},
+	{"optimizer", "#e9f5ec", "#1b7837"},
+};
+
+static int phase_of(const Node *n)
+{
+	return n->kind == NK_CNODE ? (int)ir_node_phase(n) : IR_PHASE_FWD;
+}
+
+/* an operator of the backward or the optimizer: outlined in its colour */
+static void phase_outline(void *obj, int phase)
+{
+	if (phase != IR_PHASE_FWD) {
+		set(obj, "color", phase_style[phase].pen);
+		set(obj, "penwidth", "2");
+	}
+}
 
 static Kind kind_of(const Node *n)
 {
@@ -155,7 +181,7 @@ static void label_node(Agnode_t *an, const Node *n, const Options *o, int with_n
 					fclose(f);
 				}
 			}
-			const char *how = sapp_strategy_source(n);
+			const char *how = ir_strategy_source(n);
 			source_style(an, how);
 			if (how && *extra) {
 				size_t l = strlen(extra);
@@ -166,6 +192,7 @@ static void label_node(Agnode_t *an, const Node *n, const Options *o, int with_n
 			snprintf(lab, sizeof lab, "%s\n%s\n%s%s%s", op, sym_str(n->instance), shp, *extra ? "\n" : "", extra);
 		else
 			snprintf(lab, sizeof lab, "%s\n%s%s%s", op, shp, *extra ? "\n" : "", extra);
+		phase_outline(an, phase_of(n));
 	}
 	set(an, "label", lab);
 }
@@ -177,7 +204,7 @@ static void label_edge(Agedge_t *e, const Node *n, uint32_t k)
 	char shp[256], lay[160], lab[420];
 	const Abs *ab = k < n->nin_types ? &n->in_types[k] : &p->out;
 	shape_text(shp, sizeof shp, ab);
-	if (lower_layout_text(p, lay, sizeof lay)) {
+	if (ir_layout_text(p, lay, sizeof lay)) {
 		snprintf(lab, sizeof lab, "%s\n%s", shp, lay);
 		set(e, "label", lab);
 	} else {
@@ -193,6 +220,24 @@ static size_t scope_len(const Node *n)
 	const char *s = ir_node_fullname(n);
 	const char *slash = strrchr(s, '/');
 	return slash ? (size_t)(slash - s) : 0;
+}
+
+/* the scope a collapsed box is made of: a backward operator's scope ends
+ * in "Grad_<Op>" under the scope of the operator it differentiates
+ * (training-step.md §1.2); without that segment, one box holds the backward
+ * of a cell as one box holds its forward, instead of one box per operator
+ * kind (twice the boxes and edges of the forward, too slow to lay out) */
+static size_t box_scope_len(const Node *n, const char *full)
+{
+	size_t len = scope_len(n);
+	if (ir_node_phase(n) != IR_PHASE_BWD)
+		return len;
+	size_t cut = len;
+	while (cut > 0 && full[cut - 1] != '/')
+		cut--;
+	if (cut > 0 && strncmp(full + cut, "Grad_", 5) == 0)
+		return cut - 1;
+	return len;
 }
 
 /* the prefix of s made of its first `depth` '/'-separated segments, within len */
@@ -252,6 +297,7 @@ typedef struct {
 	uint32_t count, comm;
 	uint32_t ncomm_kind[NCOMM];
 	int first;
+	int phase; /* of its operators: a box never mixes the parts of a training step */
 } Group;
 
 static int count_ops(const Module *m)
@@ -312,6 +358,16 @@ static void symmap_free(SymMap *t)
 	free(t->val);
 }
 
+/* a box of merged groups: its label runs from its first scope to the last's */
+static void merged_label(Group *d, const Group *last)
+{
+	if (d->key == last->key)
+		return;
+	char lab[1024];
+	run_label(lab, sizeof lab, sym_str(d->key), sym_str(last->key));
+	d->key = intern_cstr(lab);
+}
+
 /* Assign every visible node a group (mark = group index + 1) or 0 when
  * shown alone.  A node's group is its scope directory cut at one depth:
  * the deepest whose number of distinct prefixes fits max_nodes.  Each
@@ -337,7 +393,7 @@ static int collapse(const Module *m, const Options *o, Group **out)
 			if (focus && strncmp(s, focus, flen) == 0)
 				continue; /* drawn as they are, outside the budget */
 			int fresh;
-			dir[n->id] = intern(s, scope_len(n));
+			dir[n->id] = intern(s, box_scope_len(n, s));
 			symmap_slot(&seen, dir[n->id], &fresh);
 			if (fresh)
 				vec_push(&dirs, dir[n->id]);
@@ -383,7 +439,7 @@ static int collapse(const Module *m, const Options *o, Group **out)
 			uint32_t *gx = symmap_slot(&group_of, k, &fresh);
 			if (fresh) {
 				*gx = groups.n;
-				Group g = {k, 0, 0, {0}, (int)n->id};
+				Group g = {k, 0, 0, {0}, (int)n->id, phase_of(n)};
 				vec_push(&groups, g);
 			}
 			Group *g = &groups.a[*gx];
@@ -400,31 +456,51 @@ static int collapse(const Module *m, const Options *o, Group **out)
 	vec_free(&dirs);
 	free(dir);
 	if (chunking && (int)groups.n > maxn) {
+		/* runs of c consecutive groups of one phase become one box: the
+		 * forward, backward and optimizer each in their own runs, c the
+		 * smallest that gives at most max_nodes boxes (or one per phase) */
+		uint32_t nph[3] = {0}, most = 0;
+		for (uint32_t i = 0; i < groups.n; i++)
+			if (++nph[groups.a[i].phase] > most)
+				most = nph[groups.a[i].phase];
 		uint32_t c = (groups.n + (uint32_t)maxn - 1) / (uint32_t)maxn;
-		uint32_t nn = (groups.n + c - 1) / c;
-		Group *merged = xcalloc(nn, sizeof *merged);
-		for (uint32_t i = 0; i < groups.n; i++) {
-			Group *d = &merged[i / c], *g = &groups.a[i];
-			if (i % c == 0) {
-				*d = *g;
-				continue;
+		while (c < most && (nph[0] + c - 1) / c + (nph[1] + c - 1) / c + (nph[2] + c - 1) / c > (uint32_t)maxn)
+			c++;
+		uint32_t *to = xmalloc(((size_t)groups.n + 1) * sizeof *to);
+		Group *merged = xcalloc(groups.n, sizeof *merged);
+		uint32_t nn = 0;
+		for (int ph = IR_PHASE_FWD; ph <= IR_PHASE_OPT; ph++) {
+			uint32_t run = 0, last = 0;
+			for (uint32_t i = 0; i < groups.n; i++) {
+				Group *g = &groups.a[i];
+				if (g->phase != ph)
+					continue;
+				if (run == c)
+					run = 0;
+				if (run == 0) {
+					merged[nn++] = *g;
+				} else {
+					Group *d = &merged[nn - 1];
+					d->count += g->count;
+					d->comm += g->comm;
+					for (int k = 0; k < NCOMM; k++)
+						d->ncomm_kind[k] += g->ncomm_kind[k];
+				}
+				to[i] = nn - 1;
+				last = i;
+				if (++run == c)
+					merged_label(&merged[nn - 1], &groups.a[i]);
 			}
-			d->count += g->count;
-			d->comm += g->comm;
-			for (int k = 0; k < NCOMM; k++)
-				d->ncomm_kind[k] += g->ncomm_kind[k];
-			if (i % c == c - 1 || i == groups.n - 1) {
-				char lab[1024];
-				run_label(lab, sizeof lab, sym_str(d->key), sym_str(g->key));
-				d->key = intern_cstr(lab);
-			}
+			if (run > 1 && run < c)
+				merged_label(&merged[nn - 1], &groups.a[last]);
 		}
 		for (uint32_t gi = 0; gi < m->graphs.n; gi++)
 			for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
 				Node *n = m->graphs.a[gi]->nodes.a[i];
 				if (n->mark)
-					n->mark = (n->mark - 1) / c + 1;
+					n->mark = to[n->mark - 1] + 1;
 			}
+		free(to);
 		vec_free(&groups);
 		*out = merged;
 		return (int)nn;
@@ -479,7 +555,7 @@ static const char *stage_cluster_label(int s, char *buf, size_t n)
 	return buf;
 }
 
-static void add_legend(Agraph_t *g, const Options *o)
+static void add_legend(Agraph_t *g, const Options *o, int phased)
 {
 	Agraph_t *lg = agsubg(g, (char *)"cluster_legend", 1);
 	set(lg, "label", "legend");
@@ -499,6 +575,19 @@ static void add_legend(Agraph_t *g, const Options *o)
 			Agedge_t *e = agedge(lg, prev, ln, en, 1);
 			set(e, "style", "invis");
 		}
+		prev = ln;
+	}
+	for (int ph = IR_PHASE_BWD; phased && ph <= IR_PHASE_OPT; ph++) {
+		char name[32];
+		snprintf(name, sizeof name, "legend_%s", phase_style[ph].name);
+		Agnode_t *ln = agnode(lg, name, 1);
+		set(ln, "label", phase_style[ph].name);
+		set(ln, "shape", "box");
+		set(ln, "style", "filled");
+		set(ln, "fillcolor", phase_style[ph].bg);
+		phase_outline(ln, ph);
+		snprintf(name, sizeof name, "legend_e%s", phase_style[ph].name);
+		set(agedge(lg, prev, ln, name, 1), "style", "invis");
 		prev = ln;
 	}
 	static const char *const how[] = {"searched", "propagated", "pinned"};
@@ -645,6 +734,12 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 					if (n->args[k].kind == V_NODE && n->args[k].u.node->kind == NK_PARAM)
 						n->args[k].u.node->mark = PARAM_SHOWN;
 			}
+	/* a training step: the backward and the optimizer in clusters of their own */
+	int phased = 0;
+	for (uint32_t gi = 0; gi < m->graphs.n && !phased; gi++)
+		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n && !phased; i++)
+			phased = !hidden(m->graphs.a[gi]->nodes.a[i]) && phase_of(m->graphs.a[gi]->nodes.a[i]) != IR_PHASE_FWD;
+	Vec(Agraph_t *) phase_cl = {0}; /* (stage slot, phase - 1) -> its cluster */
 	int staged = 0;
 	for (uint32_t gi = 0; gi < m->graphs.n && !staged; gi++)
 		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++)
@@ -697,6 +792,23 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 				}
 				home = stage_cl.a[slot];
 			}
+			int ph = phase_of(n);
+			if (phased && ph != IR_PHASE_FWD) {
+				uint32_t slot = (uint32_t)(staged ? n->stage + 1 : 0) * 2 + (uint32_t)ph - 1;
+				while (phase_cl.n <= slot)
+					vec_push(&phase_cl, NULL);
+				if (!phase_cl.a[slot]) {
+					char pn[80];
+					snprintf(pn, sizeof pn, "%s_%s", agnameof(home), phase_style[ph].name);
+					Agraph_t *c = agsubg(home, pn, 1);
+					set(c, "label", phase_style[ph].name);
+					set(c, "style", "filled,rounded");
+					set(c, "fillcolor", phase_style[ph].bg);
+					set(c, "color", phase_style[ph].pen);
+					phase_cl.a[slot] = c;
+				}
+				home = phase_cl.a[slot];
+			}
 			if (n->mark) { /* collapsed into a group box */
 				Group *grp = &groups[n->mark - 1];
 				char name[32];
@@ -723,6 +835,7 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 					set(an, "style", "filled");
 					set(an, "fillcolor", grp->comm ? "#f4cccc" : "#ffffff");
 					set(an, "label", lab2);
+					phase_outline(an, grp->phase);
 				}
 				continue;
 			}
@@ -732,8 +845,10 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 			label_node(drawn[n->id], n, o, 1);
 		}
 		stage_cl.n = 0;
+		phase_cl.n = 0;
 	}
 	vec_free(&stage_cl);
+	vec_free(&phase_cl);
 	/* data edges, consumer order; collapsed groups merge their edges (one
 	 * per pair of boxes, remembered in `merged`: key = from << 32 | to) */
 	U64Set merged = {0};
@@ -783,7 +898,7 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 	}
 	ir_clear_marks((Module *)m);
 	free(groups);
-	add_legend(g, o);
+	add_legend(g, o, phased);
 	if (total > maxn) {
 		char lab[256];
 		snprintf(lab, sizeof lab, "%d operators, collapsed by scope into %d groups (--max-nodes=%d)", total,

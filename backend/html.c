@@ -120,7 +120,7 @@ static void tensors_text(FILE *f, const Node *n)
 			continue;
 		fprintf(f, "input %u  ", k);
 		shape_of(f, a);
-		const char *l = lower_tensor_layout_text(n, 0, k, lay, sizeof lay);
+		const char *l = ir_tensor_layout_text(n, 0, k, lay, sizeof lay);
 		if (l)
 			fprintf(f, "  %s", l);
 		fputc('\n', f);
@@ -128,7 +128,7 @@ static void tensors_text(FILE *f, const Node *n)
 	fputs("output  ", f);
 	shape_of(f, &n->out);
 	const char *l;
-	for (uint32_t k = 0; (l = lower_tensor_layout_text(n, 1, k, lay, sizeof lay)) != NULL; k++)
+	for (uint32_t k = 0; (l = ir_tensor_layout_text(n, 1, k, lay, sizeof lay)) != NULL; k++)
 		if (k)
 			fprintf(f, "  [%u] %s", k, l);
 		else
@@ -137,7 +137,8 @@ static void tensors_text(FILE *f, const Node *n)
 }
 
 /* per node of a view: the fields of its record in "nodes" */
-enum { F_ID, F_GROUP, F_LOCAL, F_SCOPE, F_NAME, F_OP, F_STRAT, F_SOURCE, F_LEVELS, F_TENSORS, F_STAGE, NF };
+/* F_PHASE: the part of a training step (IrPhase: forward, backward, optimizer) */
+enum { F_ID, F_GROUP, F_LOCAL, F_SCOPE, F_NAME, F_OP, F_STRAT, F_SOURCE, F_LEVELS, F_TENSORS, F_STAGE, F_PHASE, NF };
 
 static void add_node(Strings *t, json_t *arr, const Node *n, int group)
 {
@@ -167,8 +168,8 @@ static void add_node(Strings *t, json_t *arr, const Node *n, int group)
 	}
 	rec[F_STRAT] = str_c(t, buf);
 	free(buf);
-	rec[F_SOURCE] = str_c(t, sapp_strategy_source(n));
-	rec[F_LEVELS] = str_c(t, sapp_strategy_levels(n));
+	rec[F_SOURCE] = str_c(t, ir_strategy_source(n));
+	rec[F_LEVELS] = str_c(t, ir_strategy_levels(n));
 	buf = NULL;
 	f = open_memstream(&buf, &len);
 	if (f) {
@@ -178,6 +179,7 @@ static void add_node(Strings *t, json_t *arr, const Node *n, int group)
 	rec[F_TENSORS] = str_c(t, buf);
 	free(buf);
 	rec[F_STAGE] = n->stage;
+	rec[F_PHASE] = n->kind == NK_CNODE ? (int)ir_node_phase(n) : IR_PHASE_FWD;
 	for (int i = 0; i < NF; i++)
 		json_array_append_new(arr, json_integer(rec[i]));
 }
@@ -321,7 +323,7 @@ static json_t *view_json(Strings *t, GvSvg *gv, Module *m, const Options *o, con
 		for (int i = 0; i < r->ncomm; i++) {
 			const ReportComm *c = &r->comm[i];
 			int32_t at = pos[c->node->id];
-			int32_t from = serves[c->node->id] >= 0 ? serves[c->node->id] : pos[lower_origin(c->node)->id];
+			int32_t from = serves[c->node->id] >= 0 ? serves[c->node->id] : pos[ir_node_origin(c->node)->id];
 			if (at < 0)
 				continue;
 			json_t *e = json_pack("[iisiiff]", at, from < 0 ? at : from, c->kind, c->category, c->group,
@@ -406,9 +408,9 @@ static int write_page(const char *path, json_t *root)
 	return out_commit(&of) != 0 ? 3 : 0;
 }
 
-int html_write(Module *m, const char *in, const char *buf, size_t len, const Options *o, const PassManagerOptions *pm,
-	       const ReportConfig *rc, const char *path)
+int html_write(Module *m, const HtmlInputs *hin, const Options *o, const ReportConfig *rc, const char *path)
 {
+	const char *in = m->filename;
 	GvSvg *gv = gv_svg_open();
 	if (!gv)
 		return 3;
@@ -443,12 +445,10 @@ int html_write(Module *m, const char *in, const char *buf, size_t len, const Opt
 	/* the plan view first (global shapes), then this rank, then others */
 	Options pv = *o;
 	pv.view_plan = 1;
-	Module *plan = o->device_num > 1 ? pm_plan_module(m, in, buf, len, &pv, pm) : NULL;
-	int bad = o->device_num > 1 && !plan; /* reported, exit 1 */
-	if (plan && plan != m) {
+	Module *plan = hin->plan;
+	int bad = hin->plan_failed; /* reported, exit 1 */
+	if (plan && plan != m)
 		json_array_append_new(views, view_json(&t, gv, plan, &pv, "plan", -1, rc, NULL, &err));
-		ir_module_free(plan);
-	}
 	/* m itself when the pipeline stopped before the lowering: no ranks */
 	int unlowered = plan == m;
 	char name[64];
@@ -462,35 +462,25 @@ int html_write(Module *m, const char *in, const char *buf, size_t len, const Opt
 			continue;
 		if (budget + drawn_count(m) > RANK_BUDGET)
 			break;
-		Options ro = *o;
-		PassManagerOptions rp = *pm;
-		report_rerun_options(&ro, &rp);
-		ro.rank = k;
-		int errs = diag_errors();
-		diag_set_silent(1);
-		Module *mk = ir_parse(in, (char *)buf, len, o->fragment);
-		int ok = mk && pm_run(mk, &ro, &rp) == 0 && diag_errors() == errs;
-		diag_set_silent(0);
-		diag_restore(errs);
-		if (ok) {
+		Module *mk = hin->rank_module ? hin->rank_module(hin->ctx, k) : NULL;
+		if (mk) {
+			Options ro = *o;
+			ro.rank = k;
 			snprintf(name, sizeof name, "rank %d", k);
 			c.rank = k;
 			json_array_append_new(views, view_json(&t, gv, mk, &ro, name, k, &c, r, &err));
 			budget += drawn_count(mk);
 			shown++;
-		}
-		if (mk)
 			ir_module_free(mk);
+		}
 	}
 	json_object_set_new(root, "views", views);
 	/* ranks left out (the budget): the page says how to see them */
 	int left_out = unlowered || o->device_num < 2 ? 0 : o->device_num - shown;
 	json_object_set_new(root, "ranks_left_out", json_integer(left_out));
 	/* this plan against pure data parallel, on the rank of --rank */
-	c.rank = o->rank;
-	Report *dp = err || bad ? NULL : report_data_parallel(in, buf, len, o, pm, &c);
+	const Report *dp = err || bad ? NULL : hin->dp;
 	json_object_set_new(root, "data_parallel", dp ? report_totals_json(dp) : json_null());
-	free(dp);
 	free(r);
 	if (stages > 1) {
 		json_t *st = json_array();

@@ -1,7 +1,7 @@
 /* render.c - the only file that touches libgvc.  DOT is written with
  * agwrite before any layout (so golden files carry no coordinates); SVG goes
  * gvContext -> gvLayout(dot) -> gvRender(svg) -> gvFreeLayout -> agclose ->
- * gvFreeContext, every return checked.  The SVG is rendered into memory
+ * gvFreeContext (once, at exit), every return checked.  The SVG is rendered into memory
  * (gvRenderData) and written by us: graphviz ends the process on a failed
  * write to a FILE (gvwrite_no_z in lib/gvc/gvdevice.c calls exit), and a full
  * disk must be exit 3 with our message and no temporary left behind. */
@@ -10,6 +10,32 @@
 #include <string.h>
 
 #include "render.h"
+
+/* One graphviz context for the whole run, freed at exit: the pango text
+ * plugin keeps the last font description in a static that a freed context
+ * leaves dangling, so a second context in the same process (--svg and then
+ * --html) read freed memory while sizing its first label (AddressSanitizer:
+ * heap-use-after-free in textspan_size). */
+static GVC_t *shared_gvc;
+
+static void gvc_free(void)
+{
+	if (shared_gvc)
+		gvFreeContext(shared_gvc);
+	shared_gvc = NULL;
+}
+
+static GVC_t *gvc_get(void)
+{
+	if (!shared_gvc) {
+		shared_gvc = gvContext();
+		if (!shared_gvc)
+			diag_error("cannot start graphviz (gvContext failed)");
+		else
+			atexit(gvc_free);
+	}
+	return shared_gvc;
+}
 
 int gv_write_dot(const Module *m, const Options *o, const char *path)
 {
@@ -29,11 +55,9 @@ int gv_write_dot(const Module *m, const Options *o, const char *path)
 
 int gv_render_svg(const Module *m, const Options *o, const char *path)
 {
-	GVC_t *gvc = gvContext();
-	if (!gvc) {
-		diag_error("cannot start graphviz (gvContext failed)");
+	GVC_t *gvc = gvc_get();
+	if (!gvc)
 		return -1;
-	}
 	Agraph_t *g = dot_build(m, o);
 	int rc = -1;
 	OutFile of;
@@ -54,7 +78,6 @@ int gv_render_svg(const Module *m, const Options *o, const char *path)
 		gvFreeLayout(gvc, g);
 	}
 	dot_free(g);
-	gvFreeContext(gvc);
 	return rc;
 }
 
@@ -64,11 +87,9 @@ struct GvSvg {
 
 GvSvg *gv_svg_open(void)
 {
-	GVC_t *gvc = gvContext();
-	if (!gvc) {
-		diag_error("cannot start graphviz (gvContext failed)");
+	GVC_t *gvc = gvc_get();
+	if (!gvc)
 		return NULL;
-	}
 	GvSvg *s = xcalloc(1, sizeof *s);
 	s->gvc = gvc;
 	return s;
@@ -99,10 +120,7 @@ char *gv_svg_render(GvSvg *s, void *graph, size_t *len)
 
 void gv_svg_close(GvSvg *s)
 {
-	if (s) {
-		gvFreeContext(s->gvc);
-		free(s);
-	}
+	free(s); /* the context is the run's (gvc_get) */
 }
 
 char *gv_dot_text(void *graph, size_t *len)

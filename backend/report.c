@@ -20,6 +20,17 @@
  * all-reduce of a trainable parameter is not in a forward graph; it is
  * derived from the mirror group its consumers name in related_fusion_key
  * (all_reduce_<group>_<fusion>): 2 (p-1)/p * its local size.
+ *
+ * A training step (nodes of the backward or the optimizer, told apart by
+ * their scope: ir_node_phase()) has its gradient communication as real
+ * operators: every collective is counted where it is, in its phase, and
+ * nothing is estimated from mirrors.  A bprop's instance is "grad" or
+ * "grad_" and the forward operator's (training-step.md §2.1), so it falls in
+ * the forward operator's category; grad_mirror* is the gradient all-reduce.
+ * Memory then tells the weights from the optimizer state (every other
+ * Parameter the optimizer reads or writes: moments.*, learning_rate,
+ * global_step, ...) and counts one gradient buffer per update operator, at
+ * the shape of its gradient operand (the weight's local or shard shape).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -91,19 +102,23 @@ const char *const report_category_names[RC_COUNT] = {
 	"pipeline send/receive", "other communication",
 };
 
+const char *const report_phase_names[3] = {"forward", "backward", "optimizer"};
+
 static int category(const Node *n)
 {
 	const char *inst = sym_str(n->instance);
 	if (n->op == OP_Send || n->op == OP_Receive)
 		return RC_PIPELINE;
+	if (strncmp(inst, "grad_mirror", 11) == 0)
+		return RC_GRADIENT;
+	if (strncmp(inst, "grad", 4) == 0) /* a bprop: the category of its forward operator */
+		inst += inst[4] == '_' ? 5 : 4;
 	if (strncmp(inst, "forward_op_", 11) == 0)
 		return RC_FORWARD;
 	if (strncmp(inst, "redistribution_op_", 18) == 0)
 		return RC_REDIST;
 	if (strncmp(inst, "parallel_optimizer_allgather", 28) == 0)
 		return RC_OPTIMIZER;
-	if (strncmp(inst, "grad_mirror", 11) == 0)
-		return RC_GRADIENT;
 	return RC_OTHER;
 }
 
@@ -173,11 +188,83 @@ static Node *param_of(Node *n)
 	return n && n->kind == NK_PARAM ? n : NULL;
 }
 
+/* The optimizer's update operators and the operand that is the weight's
+ * gradient (training-step.md §3.1; the weight is operand 0) */
+static int update_grad_operand(const Node *n)
+{
+	static const struct {
+		const char *name;
+		int grad;
+	} upd[] = {{"ApplyMomentum", 3}, {"SGD", 1}, {"Adam", 9}, {"AdamWeightDecay", 8}};
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+		return -1;
+	for (size_t i = 0; i < sizeof upd / sizeof upd[0]; i++)
+		if (strcmp(sym_str(n->prim), upd[i].name) == 0)
+			return (uint32_t)upd[i].grad < n->nargs ? upd[i].grad : -1;
+	return -1;
+}
+
+enum { P_WEIGHT = 1, P_STATE = 2, P_MIRROR = 4 }; /* Node.mark of parameters */
+
+/* a training step: the weights, the optimizer state and the gradients */
+static void collect_training(const Module *m, Report *r)
+{
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		const Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			const Node *n = g->nodes.a[i];
+			if (n->dead || n->kind != NK_CNODE || ir_node_phase(n) != IR_PHASE_OPT)
+				continue;
+			int gk = update_grad_operand(n);
+			if (gk >= 0) {
+				const Abs *ga = ir_in_abs(n, (uint32_t)gk);
+				if (!ga && n->args[gk].kind == V_NODE)
+					ga = &n->args[gk].u.node->out;
+				r->grad_bytes += tensor_bytes(ga);
+			}
+			for (uint32_t k = 0; k < n->nargs; k++) {
+				Node *p = n->args[k].kind == V_NODE ? param_of(n->args[k].u.node) : NULL;
+				if (p)
+					p->mark |= k == 0 && gk >= 0 ? P_WEIGHT : P_STATE;
+			}
+		}
+	}
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		const Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->params.n; i++) {
+			const Node *p = g->params.a[i];
+			if (!p->has_default)
+				continue;
+			/* the weight an update writes is a weight even if another reads it */
+			if ((p->mark & P_STATE) && !(p->mark & P_WEIGHT))
+				r->state_bytes += tensor_bytes(&p->out);
+			else
+				r->weight_bytes += tensor_bytes(&p->out);
+		}
+	}
+}
+
+static int is_training(const Module *m)
+{
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
+		const Graph *g = m->graphs.a[gi];
+		for (uint32_t i = 0; i < g->nodes.n; i++)
+			if (g->nodes.a[i]->kind == NK_CNODE && !g->nodes.a[i]->dead &&
+			    ir_node_phase(g->nodes.a[i]) != IR_PHASE_FWD)
+				return 1;
+	}
+	return 0;
+}
+
 void report_collect(const Module *m, const ReportConfig *c, Report *r)
 {
 	memset(r->cat_bytes, 0, sizeof r->cat_bytes);
 	memset(r->cat_secs, 0, sizeof r->cat_secs);
+	memset(r->ph_ops, 0, sizeof r->ph_ops);
+	memset(r->ph_bytes, 0, sizeof r->ph_bytes);
+	memset(r->ph_secs, 0, sizeof r->ph_secs);
 	r->param_bytes = r->act_bytes = 0;
+	r->weight_bytes = r->grad_bytes = r->state_bytes = r->bwd_bytes = 0;
 	r->ncomm = 0;
 	r->nops = 0;
 	int world = c->world;
@@ -192,21 +279,25 @@ void report_collect(const Module *m, const ReportConfig *c, Report *r)
 				r->param_bytes += tensor_bytes(&p->out);
 		}
 	}
+	r->training = is_training(m);
+	if (r->training)
+		collect_training(m, r);
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		const Graph *g = m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			const Node *n = g->nodes.a[i];
 			if (n->dead || n->kind != NK_CNODE)
 				continue;
-			const Value *key = ir_attr_get(&ir_node_ext(n)->primal, "related_fusion_key");
+			int phase = r->training ? (int)ir_node_phase(n) : IR_PHASE_FWD;
+			const Value *key = r->training ? NULL : ir_attr_get(&ir_node_ext(n)->primal, "related_fusion_key");
 			if (key && key->kind == V_STR) {
 				int gs = mirror_group_size(sym_str(key->text), world, c->world_group);
 				for (uint32_t k = 0; k < n->nargs; k++) {
 					if (n->args[k].kind != V_NODE)
 						continue;
 					Node *p = param_of(n->args[k].u.node);
-					if (p && p->has_default && !p->mark && gs > 1) {
-						p->mark = 1;
+					if (p && p->has_default && !(p->mark & P_MIRROR) && gs > 1) {
+						p->mark |= P_MIRROR;
 						double v, t;
 						report_cost(c, OP_AllReduce, gs, tensor_bytes(&p->out), gs > c->per_node, &v, &t);
 						r->cat_bytes[RC_GRADIENT] += v;
@@ -225,7 +316,11 @@ void report_collect(const Module *m, const ReportConfig *c, Report *r)
 				int cat = category(n);
 				r->cat_bytes[cat] += v;
 				r->cat_secs[cat] += t;
+				r->ph_ops[phase]++;
+				r->ph_bytes[phase] += v;
+				r->ph_secs[phase] += t;
 				if (rc) {
+					rc->phase = phase;
 					rc->node = n;
 					rc->kind = kind_name(n->op);
 					rc->group = p;
@@ -234,8 +329,12 @@ void report_collect(const Module *m, const ReportConfig *c, Report *r)
 					rc->category = cat;
 					r->ncomm++;
 				}
-			} else if (oi->family != FAM_STRUCT && n->callee_kind == CK_PRIM) {
-				r->act_bytes += tensor_bytes(&n->out);
+			} else if (oi->family != FAM_STRUCT && n->callee_kind == CK_PRIM && phase != IR_PHASE_OPT) {
+				/* the optimizer's outputs are its Parameters, already counted */
+				if (phase == IR_PHASE_BWD)
+					r->bwd_bytes += tensor_bytes(&n->out);
+				else
+					r->act_bytes += tensor_bytes(&n->out);
 				if (n->strat.n)
 					r->nops++;
 			}
@@ -279,6 +378,60 @@ static double total(const double *a)
 	return t;
 }
 
+/* "  what   SIZE | DP SIZE" */
+static void mem_line(FILE *f, const char *what, int64_t bytes, const Report *dp, int64_t dp_bytes)
+{
+	char s1[64], s2[64];
+	human(s1, sizeof s1, (double)bytes);
+	human(s2, sizeof s2, (double)dp_bytes);
+	fprintf(f, "  %-30s %12s%s%s\n", what, s1, dp ? " | " : "", dp ? s2 : "");
+}
+
+static int64_t step_memory(const Report *r)
+{
+	return r->weight_bytes + r->grad_bytes + r->state_bytes + r->act_bytes + r->bwd_bytes;
+}
+
+/* a training step: its communication by phase, and memory with the
+ * gradients and the optimizer state */
+static void print_training(FILE *f, const Report *r, const Report *dp)
+{
+	char s1[64], s2[64];
+	mem_line(f, "weights", r->weight_bytes, dp, dp ? dp->weight_bytes : 0);
+	mem_line(f, "gradients", r->grad_bytes, dp, dp ? dp->grad_bytes : 0);
+	mem_line(f, "optimizer state", r->state_bytes, dp, dp ? dp->state_bytes : 0);
+	mem_line(f, "activations (no reuse)", r->act_bytes, dp, dp ? dp->act_bytes : 0);
+	mem_line(f, "backward buffers (no reuse)", r->bwd_bytes, dp, dp ? dp->bwd_bytes : 0);
+	mem_line(f, "memory (training step)", step_memory(r), dp, dp ? step_memory(dp) : 0);
+	fprintf(f, "\nTraining step by phase, per device%s\n", dp ? " (this plan | pure data parallel)" : "");
+	int ops = 0, dops = 0;
+	double b = 0, t = 0, db = 0, dt = 0;
+	for (int p = 0; p <= 3; p++) {
+		const char *name = p < 3 ? report_phase_names[p] : "step";
+		int n = p < 3 ? r->ph_ops[p] : ops;
+		double pb = p < 3 ? r->ph_bytes[p] : b, pt = p < 3 ? r->ph_secs[p] : t;
+		human(s1, sizeof s1, pb);
+		fprintf(f, "  %-10s %6d op%s %12s %10.2f us", name, n, n == 1 ? " " : "s", s1, pt * 1e6);
+		if (dp) {
+			int dn = p < 3 ? dp->ph_ops[p] : dops;
+			double dpb = p < 3 ? dp->ph_bytes[p] : db, dpt = p < 3 ? dp->ph_secs[p] : dt;
+			human(s2, sizeof s2, dpb);
+			fprintf(f, " | %6d op%s %12s %10.2f us", dn, dn == 1 ? " " : "s", s2, dpt * 1e6);
+			if (p < 3) {
+				dops += dn;
+				db += dpb;
+				dt += dpt;
+			}
+		}
+		fputc('\n', f);
+		if (p < 3) {
+			ops += n;
+			b += pb;
+			t += pt;
+		}
+	}
+}
+
 void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp)
 {
 	char a[128], b[128], s1[64], s2[64];
@@ -317,11 +470,20 @@ void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Re
 			u[i].first.col);
 	free(u);
 	fprintf(f, "\nCommunication operators (bytes sent per device, ring algorithms)\n");
-	fprintf(f, "  %-6s %-14s %-22s %6s %14s %12s\n", "node", "kind", "category", "group", "bytes", "time (us)");
+	if (r->training)
+		fprintf(f, "  %-6s %-14s %-22s %-9s %6s %14s %12s\n", "node", "kind", "category", "phase", "group", "bytes",
+			"time (us)");
+	else
+		fprintf(f, "  %-6s %-14s %-22s %6s %14s %12s\n", "node", "kind", "category", "group", "bytes", "time (us)");
 	for (int i = 0; i < r->ncomm; i++) {
 		const ReportComm *rc = &r->comm[i];
-		fprintf(f, "  %%%-5d %-14s %-22.22s %6d %14.0f %12.2f\n", rc->node->local, rc->kind,
-			report_category_names[rc->category], rc->group, rc->bytes, rc->secs * 1e6);
+		if (r->training)
+			fprintf(f, "  %%%-5d %-14s %-22.22s %-9s %6d %14.0f %12.2f\n", rc->node->local, rc->kind,
+				report_category_names[rc->category], report_phase_names[rc->phase], rc->group, rc->bytes,
+				rc->secs * 1e6);
+		else
+			fprintf(f, "  %%%-5d %-14s %-22.22s %6d %14.0f %12.2f\n", rc->node->local, rc->kind,
+				report_category_names[rc->category], rc->group, rc->bytes, rc->secs * 1e6);
 	}
 	fprintf(f, "\nTotals per device%s\n", dp ? " (this plan | pure data parallel)" : "");
 	for (int i = 0; i < RC_COUNT; i++) {
@@ -342,12 +504,12 @@ void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Re
 	} else {
 		fprintf(f, "  %-30s %12s %10.2f us\n", "communication", s1, total(r->cat_secs) * 1e6);
 	}
-	human(s1, sizeof s1, (double)r->param_bytes);
-	human(s2, sizeof s2, dp ? (double)dp->param_bytes : 0);
-	fprintf(f, "  %-30s %12s%s%s\n", "parameters", s1, dp ? " | " : "", dp ? s2 : "");
-	human(s1, sizeof s1, (double)r->act_bytes);
-	human(s2, sizeof s2, dp ? (double)dp->act_bytes : 0);
-	fprintf(f, "  %-30s %12s%s%s\n", "activations (no reuse)", s1, dp ? " | " : "", dp ? s2 : "");
+	if (r->training) {
+		print_training(f, r, dp);
+	} else {
+		mem_line(f, "parameters", r->param_bytes, dp, dp ? dp->param_bytes : 0);
+		mem_line(f, "activations (no reuse)", r->act_bytes, dp, dp ? dp->act_bytes : 0);
+	}
 	const SappSummary *ss = m->sapp;
 	if (ss && ss->searched) {
 		fprintf(f, "\nSearch: %s strategies (GenerateStrategy%s): %s\n", ss->predict ? "inference" : "training",
@@ -371,6 +533,19 @@ json_t *report_totals_json(const Report *r)
 	}
 	json_object_set_new(o, "parameters_bytes", json_integer(r->param_bytes));
 	json_object_set_new(o, "activations_bytes", json_integer(r->act_bytes));
+	if (r->training) {
+		json_t *ph = json_object();
+		for (int p = 0; p < 3; p++)
+			json_object_set_new(ph, report_phase_names[p],
+					    json_pack("{sisfsf}", "operations", r->ph_ops[p], "bytes", r->ph_bytes[p], "seconds",
+						      r->ph_secs[p]));
+		json_object_set_new(o, "phases", ph);
+		json_object_set_new(o, "weights_bytes", json_integer(r->weight_bytes));
+		json_object_set_new(o, "gradients_bytes", json_integer(r->grad_bytes));
+		json_object_set_new(o, "optimizer_state_bytes", json_integer(r->state_bytes));
+		json_object_set_new(o, "backward_buffers_bytes", json_integer(r->bwd_bytes));
+		json_object_set_new(o, "training_step_memory_bytes", json_integer(step_memory(r)));
+	}
 	return o;
 }
 
@@ -452,6 +627,8 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 		json_object_set_new(o, "kind", json_string(rc->kind));
 		json_object_set_new(o, "instance", json_string(sym_str(rc->node->instance)));
 		json_object_set_new(o, "category", json_string(report_category_names[rc->category]));
+		if (r->training)
+			json_object_set_new(o, "phase", json_string(report_phase_names[rc->phase]));
 		json_object_set_new(o, "group_size", json_integer(rc->group));
 		json_object_set_new(o, "bytes", json_real(rc->bytes));
 		json_object_set_new(o, "seconds", json_real(rc->secs));
@@ -467,60 +644,15 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 	return rc;
 }
 
-/* --report: the plan's report, next to the one of the pure data-parallel
- * plan of the same graph (the input parsed again and run through the same
- * pipeline with every strategy replaced by the default batch-parallel one),
- * so a user sees what the search bought.  NULL (with a warning) when that
+/* --report: the plan's report, next to dp, the one of the pure data-parallel
+ * plan of the same graph (the driver runs the pipeline again on its copy of
+ * the verified module with every strategy replaced by the default
+ * batch-parallel one), so a user sees what the search bought; NULL when that
  * plan cannot be lowered. */
-void report_rerun_options(Options *o, PassManagerOptions *pm)
-{
-	o->explain = NULL;
-	o->strategy_out = NULL;
-	o->time_passes = 0;
-	pm->print_after = NULL;
-	pm->print_after_all = 0;
-	pm->time_passes = 0;
-}
-
-Report *report_data_parallel(const char *in, const char *buf, size_t len, const Options *o,
-			     const PassManagerOptions *pm, const ReportConfig *c)
-{
-	Report *dp = xcalloc(1, sizeof *dp);
-	Options od = *o;
-	PassManagerOptions pd = *pm;
-	report_rerun_options(&od, &pd);
-	od.semi_auto = 1;
-	od.data_parallel = 1;
-	od.record_levels = 0;
-	pd.stop_after = NULL;
-	int have_dp = 0;
-	int errs = diag_errors();
-	diag_set_silent(1);
-	/* the buffer is the one the module was read from (two NULs at the end);
-	 * diagnostics keep quoting it */
-	Module *md = ir_parse(in, (char *)buf, len, o->fragment);
-	if (md && pm_run(md, &od, &pd) == 0 && diag_errors() == errs) {
-		report_collect(md, c, dp);
-		have_dp = 1;
-	}
-	diag_set_silent(0);
-	diag_restore(errs);
-	if (md)
-		ir_module_free(md);
-	if (!have_dp) {
-		diag_warning("no data-parallel comparison: the data-parallel plan of this graph cannot be lowered");
-		free(dp);
-		return NULL;
-	}
-	return dp;
-}
-
-int report_run(const Module *m, const char *in, const char *buf, size_t len, const Options *o,
-	       const PassManagerOptions *pm, const ReportConfig *c, const char *path, int json)
+int report_run(const Module *m, const Report *dp, const ReportConfig *c, const char *path, int json)
 {
 	Report *r = xcalloc(1, sizeof *r);
 	report_collect(m, c, r);
-	Report *dp = report_data_parallel(in, buf, len, o, pm, c);
 	int rc = 0;
 	OutFile of;
 	if (out_open(&of, path) != 0) {
@@ -534,6 +666,5 @@ int report_run(const Module *m, const char *in, const char *buf, size_t len, con
 			rc = 3;
 	}
 	free(r);
-	free(dp);
 	return rc;
 }

@@ -21,14 +21,24 @@ typedef struct ReportConfig {
 typedef struct ReportComm {
 	const Node *node;
 	const char *kind;
-	int group, category;
+	int group, category, phase; /* phase: IrPhase */
 	double bytes, secs;
 } ReportComm;
+
+/* forward, backward, optimizer: IrPhase order */
+extern const char *const report_phase_names[3];
 
 typedef struct Report {
 	double cat_bytes[RC_COUNT], cat_secs[RC_COUNT];
 	int64_t param_bytes, act_bytes;
 	int nops, ncomm;
+	/* a training step (backward or optimizer nodes, TRAIN-CONTRACT.md):
+	 * communication by phase, and the parameters split into the weights,
+	 * the optimizer's state and the gradients the optimizer reads */
+	int training;
+	int ph_ops[3];
+	double ph_bytes[3], ph_secs[3];
+	int64_t weight_bytes, grad_bytes, state_bytes, bwd_bytes;
 	ReportComm comm[REPORT_MAX_COMM];
 } Report;
 
@@ -37,18 +47,10 @@ void report_cost(const ReportConfig *c, int op, int group, int64_t bytes, int in
 void report_collect(const Module *m, const ReportConfig *c, Report *r);
 void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp);
 int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp);
-/* options for running the pipeline again on the same input, for a
- * comparison or another rank: without what the first run already printed
- * or wrote (--explain, --strategy-out, --print-after, --time-passes) */
-void report_rerun_options(Options *o, PassManagerOptions *pm);
-/* the data-parallel plan of the same input, collected; NULL (warned) when it cannot be lowered */
-Report *report_data_parallel(const char *in, const char *buf, size_t len, const Options *o,
-			     const PassManagerOptions *pm, const ReportConfig *c);
 /* {category: {bytes, seconds}, parameters_bytes, activations_bytes} (jansson json_t *) */
 struct json_t;
 struct json_t *report_totals_json(const Report *r);
-/* the report of m and of the data-parallel plan of the same input, to path ("-" = stdout) */
-int report_run(const Module *m, const char *in, const char *buf, size_t len, const Options *o,
-	       const PassManagerOptions *pm, const ReportConfig *c, const char *path, int json);
+/* the report of m next to dp, the data-parallel plan's (NULL: none), to path ("-" = stdout) */
+int report_run(const Module *m, const Report *dp, const ReportConfig *c, const char *path, int json);
 
 #endif

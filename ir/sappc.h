@@ -422,6 +422,8 @@ const char *ir_node_name(const Node *n);     /* debug name or "" */
 Node *ir_look_through(Node *n);               /* skip Load/Depend/Cast... to the producer */
 void ir_renumber(Graph *g);
 void ir_graph_set_nodes(Graph *g, Node **a, uint32_t n, uint32_t cap); /* takes the array, renumbers */
+/* a deep copy in a new arena, node ids kept (clone.c); Node.lay is not copied */
+Module *ir_module_clone(const Module *m);
 void ir_clear_marks(Module *m);
 uint32_t ir_count_cnodes(const Module *m);
 uint32_t ir_count_nodes(const Module *m);
@@ -614,17 +616,91 @@ typedef struct PassManagerOptions {
 	int time_passes;
 	int list_has_verify_first;
 	double parse_time;
+	/* called before (after 0) and after (after 1) pass i: where the driver
+	 * copies the module it will run again (sappc.c, struct Copies) */
+	void (*hook)(void *ctx, Module *m, int i, int after);
+	void *hook_ctx;
 } PassManagerOptions;
 
 int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
-/* --view=plan: the global graph after the sapp pass (m itself when nothing
- * after sapp ran, else the input re-parsed and run up to sapp); NULL on error */
-Module *pm_plan_module(Module *m, const char *filename, const char *buf, size_t len, const Options *o,
-		       const PassManagerOptions *pm);
 
 #define PASS(name, fn, dflt, help) int fn(Module *m, const Options *o);
 #include "../passes/passes.def"
 #undef PASS
+
+/* ----------------------------------------------------------- passdata.c */
+/* What the passes leave on the IR for the printers, the report and the
+ * pictures: these read the records below (and the text of passdata.c),
+ * never the passes' own code.
+ *
+ * Node.si, set by the sapp pass: where the node's strategy came from, and
+ * the --explain text of its search levels when Options.record_levels is
+ * set.  STRAT_LOADED: from --strategy-in (the file's own source is kept
+ * by the sapp pass). */
+enum { SRC_NONE, SRC_PINNED, SRC_SEARCHED, SRC_PROPAGATED, SRC_DEFAULT, SRC_LOADED, SRC_COUNT_ };
+extern const char *const ir_strat_source_name[SRC_COUNT_];
+struct StratInfo {
+	uint8_t source;
+	Sym levels; /* the search levels' text (interned, so equal tables are shared), else 0 */
+};
+
+/* Node.lay, set by the lowering (passes/lower/, parallel-lowering.md §2-§5) */
+/* A tensor layout in compact form: Layout without the fixed arrays'
+ * footprint (a graph of 150 000 operators holds ~500 000 of these).  The
+ * arrays are shared and read-only: tlay_set() finds them in the pass's
+ * table (one copy per distinct layout, in the module arena), so a TLay is
+ * copied by value and changed only by setting it anew. */
+typedef struct TLay {
+	int8_t ndev; /* 0: no layout (not a tensor) */
+	int8_t rank;
+	const int32_t *dev;   /* device matrix, ndev entries */
+	const int8_t *map;    /* tensor map, rank entries */
+	const int64_t *shape; /* global shape, rank entries */
+} TLay;
+
+/* forward communication after an operator (§3.1); FC_BATCHSTATS: a
+ * training BatchNorm over a split batch normalises with statistics summed
+ * over fwd_mask before it (redistribute.c) */
+typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER, FC_BATCHSTATS } FwdKind;
+
+/* 64 bytes: a 4096-device rank graph holds ~225 000 of these.  The bit
+ * fields hold what is small by construction: a FwdKind, and device
+ * dimension counts and masks (at most LAYOUT_MAX_DIM + 2 dimensions). */
+struct NodeLayout {
+	uint16_t nin; /* = node nargs; in[i].ndev == 0 for non-tensor operands */
+	uint8_t nout; /* outputs (a tuple output has several) */
+	uint8_t flags;
+	unsigned fwd : 3;       /* FwdKind */
+	unsigned nodev : 5;     /* origin (non-standardised) device matrix, for --parallel-detail */
+	unsigned fwd_mask : 24; /* device dims (index in odev) the forward group varies along */
+	Sym fwd_op;             /* "sum", "max", ... */
+	int32_t opt_rep;        /* optimizer-parallel shard factor on dim 0 (Loads/params), 0 none */
+	const int32_t *odev;    /* nodev entries, shared like a TLay's arrays (lower_dev) */
+	TLay *in;
+	TLay *out;
+	TLay *fwd_out; /* layout after the forward op when it differs (ReduceScatter) */
+	Node *subst;   /* users read this node instead (last forward op / replacement) */
+	Node *origin;  /* inserted ops: the operator whose full name names them */
+};
+
+/* "pinned", "searched", "propagated", "default", "loaded"; NULL when n has no strategy */
+const char *ir_strategy_source(const Node *n);
+/* the --explain lines of n's search levels; "" when none were recorded
+ * (not searched, or not asked), NULL when n has no strategy */
+const char *ir_strategy_levels(const Node *n);
+/* a layout as "D=[4,2] M=[1,-1] S=(64,32)" in buf */
+const char *tlay_format(const TLay *t, char *buf, size_t len);
+/* n's output layout as "D=[4,2] M=[1,-1]" (" opt=K" for a weight the
+ * optimizer stores sharded) in buf; NULL when n has no single tensor output
+ * layout (not lowered, a tuple, not a tensor) */
+const char *ir_layout_text(const Node *n, char *buf, size_t len);
+/* the layout of n's tensor input k (out 0) or output k (out 1) with its
+ * global shape, "D=[4,2] M=[1,-1] S=(64,32)" (" opt=K" as above); NULL when
+ * it has none or there is no such tensor */
+const char *ir_tensor_layout_text(const Node *n, int out, uint32_t k, char *buf, size_t len);
+/* the operator whose full name names n when the lowering inserted n (the
+ * one it serves), else n */
+const Node *ir_node_origin(const Node *n);
 
 /* ------------------------------------------------------ passes/sapp/ */
 /* What the sapp pass decided besides the strategies (Module.sapp), for the
@@ -638,25 +714,7 @@ typedef struct SappSummary {
 } SappSummary;
 /* the pipeline stage count the module's plan is for */
 int sapp_plan_stages(const Module *m, const Options *o);
-/* where the sapp pass got a node's strategy: "pinned", "searched",
- * "propagated", "default"; NULL when the node has none */
-const char *sapp_strategy_source(const Node *n);
-/* the --explain lines of n's search levels when Options.record_levels was
- * set; "" when none were recorded (not searched, or not asked), NULL when n
- * has no strategy */
-const char *sapp_strategy_levels(const Node *n);
 /* ----------------------------------------------------- passes/lower/ */
-/* n's output layout after the `layouts` pass as "D=[4,2] M=[1,-1]" (device
- * matrix, tensor map; " opt=K" for optimizer-sharded weights) in buf; NULL
- * when n has no single tensor output layout */
-const char *lower_layout_text(const Node *n, char *buf, size_t len);
-/* the layout of n's tensor input k (out 0) or output k (out 1) with its
- * global shape, "D=[4,2] M=[1,-1] S=(64,32)" (" opt=K" as above); NULL when
- * it has none or there is no such tensor */
-const char *lower_tensor_layout_text(const Node *n, int out, uint32_t k, char *buf, size_t len);
-/* the operator whose full name names n when the lowering inserted n (the one
- * it serves), else n */
-const Node *lower_origin(const Node *n);
 /* Node.stage of the entry graph's operators as the pipeline pass assigns
  * them, without cutting the graph (pipeline.c); 0 ok, 1 reported */
 int lower_assign_stages(Module *m, const Options *o);

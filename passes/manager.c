@@ -39,6 +39,8 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm)
 	}
 	for (int i = 0; i < pm->npasses; i++) {
 		const PassInfo *p = pm->passes[i];
+		if (pm->hook)
+			pm->hook(pm->hook_ctx, m, i, 0);
 		double t0 = now();
 		int rc = p->fn(m, o);
 		double dt = now() - t0;
@@ -52,6 +54,8 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm)
 			if (pass_verify(m, o) != 0)
 				die("the IR is invalid after pass '%s' (see the errors above)", p->name);
 		}
+		if (pm->hook)
+			pm->hook(pm->hook_ctx, m, i, 1);
 		if (pm->print_after_all || (pm->print_after && strcmp(pm->print_after, p->name) == 0)) {
 			fprintf(stderr, "# *** IR dump after %s ***\n", p->name);
 			ir_print_module(stderr, m);
@@ -75,51 +79,4 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm)
 			fprintf(stderr, "  peak RSS: %.1f MB\n", ru.ru_maxrss / 1024.0);
 	}
 	return 0;
-}
-
-/* --view=plan draws the global graph with the strategies the sapp pass
- * chose.  When no pass after sapp has changed the module (one device, or a
- * pipeline that stops at sapp), m itself is that graph.  Otherwise m is one
- * rank's lowered graph and cannot be un-lowered: the input is parsed again
- * and the same pipeline run up to sapp, quietly, since the first run has
- * already given its warnings, --explain, --strategy-out and --time-passes.
- * Operators get the stage the pipeline pass would give them, so the picture
- * has one cluster per stage.  Returns m, a new module, or NULL (reported). */
-Module *pm_plan_module(Module *m, const char *filename, const char *buf, size_t len, const Options *o,
-		       const PassManagerOptions *pm)
-{
-	int sapp = -1, last = pm->npasses - 1;
-	for (int i = 0; i < pm->npasses; i++) {
-		if (pm->passes[i]->fn == pass_sapp && sapp < 0)
-			sapp = i;
-		if (pm->stop_after && strcmp(pm->stop_after, pm->passes[i]->name) == 0) {
-			last = i;
-			break;
-		}
-	}
-	if (sapp < 0 || last <= sapp || o->device_num <= 1) {
-		if (sapp >= 0 && lower_assign_stages(m, o) != 0)
-			return NULL;
-		return m;
-	}
-	PassManagerOptions upto = {0};
-	for (int i = 0; i <= sapp; i++)
-		upto.passes[upto.npasses++] = pm->passes[i];
-	Options q = *o;
-	q.explain = NULL;
-	q.strategy_out = NULL;
-	q.time_passes = 0;
-	q.verify_each = 0;
-	diag_set_quiet(1);
-	Module *g = ir_parse(filename, buf, len, o->fragment);
-	int rc = g ? pm_run(g, &q, &upto) : 1;
-	if (rc == 0)
-		rc = lower_assign_stages(g, &q);
-	diag_set_quiet(o->quiet);
-	if (rc != 0) {
-		if (g)
-			ir_module_free(g);
-		return NULL;
-	}
-	return g;
 }

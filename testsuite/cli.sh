@@ -240,6 +240,22 @@ check "--all-ranks: exit 0" test "$rc" = 0
 check "--all-ranks: every rank written" test "$(ls "$tmp/ar" | wc -l)" = 8
 check "--all-ranks: the user-strategy warning once, not per rank" \
 	test "$(grep -c 'carries a user strategy' "$tmp/err")" = 1
+# --all-ranks with the training step (issue 14): rank R's file is what --rank=R
+# prints, forward, backward and optimizer update; --forward-only keeps the
+# forward graph in every file
+run "$sappc" -n 8 --all-ranks "$tmp/art" "$top/ir-samples/sapp_mlp.ir"
+check "--all-ranks, training step: exit 0" test "$rc" = 0
+for r in 0 3 6; do
+	"$sappc" -q -n 8 --rank "$r" "$top/ir-samples/sapp_mlp.ir" >"$tmp/art$r.ir" 2>/dev/null
+	check "--all-ranks, training step: rank $r as --rank=$r prints it" \
+		cmp -s "$tmp/art/rank_$r/sapp_mlp_validate_0000.ir" "$tmp/art$r.ir"
+	check "--all-ranks, training step: rank $r has its backward and its optimizer update" eval \
+		"grep -q 'Fullname with scope: (Gradients/' '$tmp/art/rank_$r/sapp_mlp_validate_0000.ir' &&
+		 grep -q '= ApplyMomentum(' '$tmp/art/rank_$r/sapp_mlp_validate_0000.ir'"
+done
+run "$sappc" -n 8 --forward-only --all-ranks "$tmp/arf" "$top/ir-samples/sapp_mlp.ir"
+check "--all-ranks --forward-only: exit 0, no backward in any rank" eval \
+	"test '$rc' = 0 && test \$(ls '$tmp/arf' | wc -l) = 8 && ! grep -rq 'Gradients/' '$tmp/arf'"
 # ---------------------------------------------------------------- all-or-nothing outputs
 # Every output file of a run appears together at its end, or none does; the
 # files it would replace keep their bytes (and inode) on every failure.

@@ -138,6 +138,10 @@ page() {
 	need "*\"strategy\":\"$strat*" "the panel's strategy of $full is not the IR's $strat" || return
 	need '*"source":"source: '[a-z]'*' "the panel does not say where the strategy came from" || return
 	need "*\"tensors\":\"input 0  (*output  $oshape*" "the panel's output shape is not the IR's $oshape" || return
+	# its part of the training step, from its scope (TRAIN-CONTRACT.md)
+	local ph=forward
+	case $full in Gradients/*) ph=backward ;; Default/optimizer-*) ph=optimizer ;; esac
+	need "*\"phase\":\"$ph\"*" "the panel does not show the phase $ph" || return
 	need '*"selected":1*' "the operator is not highlighted in the graph" || return
 	need '*"report_rows":[1-9][0-9]*' "the report tab has no table (its ten rows)" || return
 	# a forward AllReduce of its output in the IR: the panel counts it with its bytes
@@ -223,6 +227,29 @@ if "$sappc" -n 8 -q --max-nodes=1 "$tmp/g64.ir" -o "$tmp/g64.out.ir" --html "$tm
 	esac
 else
 	notok "64 layers in one box: sappc --html failed"
+fi
+
+# a training step (issue 14): the panel of a backward and of an optimizer
+# operator names its phase
+if "$sappc" -n 8 -q "$top/ir-samples/sapp_mlp.ir" -o "$tmp/tr.ir" --html "$tmp/tr.html" 2>"$tmp/why"; then
+	for ph in backward:Gradients/ optimizer:Default/optimizer-; do
+		want=${ph%%:*}
+		label="sapp_mlp training step, a $want operator"
+		full=$(grep -m1 -o "Fullname with scope: (${ph#*:}[^)]*)" "$tmp/tr.ir" | sed 's/^Fullname with scope: (\(.*\))$/\1/')
+		if [ -z "$full" ]; then
+			echo "no ${ph#*:} operator in the printed IR" >"$tmp/why"
+			notok "$label: none in the IR"
+			continue
+		fi
+		q=$(printf '%s' "$full" | sed 's/%/%25/g; s/ /%20/g; s/#/%23/g; s/&/%26/g')
+		run_browser "file://$tmp/tr.html#selftest=$q" --dump-dom >"$tmp/dom.html"
+		res=$(grep -o '<pre id="selftest">.*</pre>' "$tmp/dom.html")
+		echo "$res" >"$tmp/why"
+		need "*\"name\":\"%* $full\"*" "the panel does not show $full" &&
+			need "*\"phase\":\"$want\"*" "the panel does not say $want" && ok "$label: '$full' shown as $want"
+	done
+else
+	notok "sapp_mlp training step: sappc --html failed"
 fi
 
 # a pipeline: the per-stage schedule

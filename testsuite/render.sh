@@ -137,11 +137,34 @@ collapsed() { # the DOT holds scope boxes g<k> and few operator nodes
 		notok "$1: not collapsed by scope"
 	fi
 }
+# The overview stays readable: at most --max-nodes boxes, each one phase of a
+# training step (runs of scopes merge within the forward, the backward or
+# the optimizer, never across), and a training step draws its backward in a
+# cluster of its own.
+bounded() { # LABEL MAXN
+	local g
+	g=$(dot_nodes "$tmp/p.dot" | grep -c '^g[0-9]')
+	if [ "$g" -gt "$2" ]; then
+		echo "$g scope boxes for --max-nodes=$2" >"$tmp/why"
+		notok "$1: too many boxes"
+	elif grep -q '# Fullname with scope: (Gradients/' "$tmp/p.ir" &&
+		! grep -Eq '^\s*subgraph cluster_[0-9a-z_]*_backward \{' "$tmp/p.dot"; then
+		echo "backward operators in the IR, no backward cluster in the DOT" >"$tmp/why"
+		notok "$1: the backward is not drawn apart"
+	else
+		ok "$1: $g scope boxes (at most $2)"
+	fi
+}
 if [ -x "$gen" ] && "$gen" -L 256 -o "$tmp/gen256.ir" 2>/dev/null; then
 	for N in 64 1024 4096; do
 		check "generated transformer, 256 layers, -n $N --verify-each" --forward-only -n "$N" --verify-each "$tmp/gen256.ir" &&
 			collapsed "generated transformer, 256 layers, -n $N"
 	done
+	# the training step (backward and optimizer clusters) stays readable
+	check "generated transformer, 256 layers, training step, -n 64 --verify-each" -n 64 --verify-each "$tmp/gen256.ir" &&
+		collapsed "generated transformer, 256 layers, training step, -n 64" && bounded "256 layers, training step, -n 64" 1500
+	check "generated transformer, 256 layers, -n 64 --max-nodes=40" -n 64 --max-nodes=40 "$tmp/gen256.ir" &&
+		bounded "256 layers, -n 64, --max-nodes=40" 40
 	check "generated transformer, 256 layers, -n 4096 --verify-each, --focus on layer 200" --forward-only -n 4096 --verify-each \
 		--focus=Default/network-LlamaForCausalLM/model-LlamaModel/layers-CellList/200-LLamaDecodeLayer "$tmp/gen256.ir"
 else

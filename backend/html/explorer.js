@@ -15,7 +15,8 @@
 	var D = JSON.parse(document.getElementById('sappc-data').textContent);
 	var S = D.strings;
 	var F = {id: 0, group: 1, local: 2, scope: 3, name: 4, op: 5, strat: 6, source: 7, levels: 8, tensors: 9,
-		stage: 10};
+		stage: 10, phase: 11};
+	var PHASES = ['forward', 'backward', 'optimizer']; /* a training step's parts (F.phase) */
 	var SVGNS = 'http://www.w3.org/2000/svg';
 
 	function el(tag, attrs, text) {
@@ -299,10 +300,11 @@
 		var info = el('table');
 		var src = S[rec(i, F.source)];
 		[['operator', S[rec(i, F.op)]], ['view', V.name],
-			['stage', rec(i, F.stage) < 0 ? '-' : rec(i, F.stage)]].forEach(function (r) {
+			['stage', rec(i, F.stage) < 0 ? '-' : rec(i, F.stage)],
+			['phase', PHASES[rec(i, F.phase)] || '-']].forEach(function (r) {
 			var tr = el('tr');
 			tr.appendChild(el('th', {}, r[0]));
-			tr.appendChild(el('td', {}, r[1]));
+			tr.appendChild(el('td', {id: 'panel-' + r[0]}, r[1]));
 			info.appendChild(tr);
 		});
 		aside.appendChild(info);
@@ -549,6 +551,7 @@
 			out.strategy = document.getElementById('panel-strategy').textContent;
 			out.source = document.getElementById('panel-source').textContent;
 			out.tensors = document.getElementById('panel-tensors').textContent;
+			out.phase = document.getElementById('panel-phase').textContent;
 			var lv = document.getElementById('panel-levels');
 			out.levels = lv ? lv.textContent : '';
 			out.selected = document.querySelectorAll('#graph g.node.sel').length;

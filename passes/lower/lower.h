@@ -12,18 +12,7 @@
 #define LOWER_MAX_GROUP 65536
 #define LOWER_FNCACHE 1024
 
-/* A tensor layout in compact form: Layout without the fixed arrays'
- * footprint (a graph of 150 000 operators holds ~500 000 of these).  The
- * arrays are shared and read-only: tlay_set() finds them in the pass's
- * table (one copy per distinct layout, in the module arena), so a TLay is
- * copied by value and changed only by setting it anew. */
-typedef struct TLay {
-	int8_t ndev; /* 0: no layout (not a tensor) */
-	int8_t rank;
-	const int32_t *dev;   /* device matrix, ndev entries */
-	const int8_t *map;    /* tensor map, rank entries */
-	const int64_t *shape; /* global shape, rank entries */
-} TLay;
+/* TLay, NodeLayout: the layout records left on the IR (ir/sappc.h) */
 
 enum {
 	LAY_OP = 1,       /* has an operator rule (a strategy, given or default) */
@@ -32,30 +21,7 @@ enum {
 	LAY_REPLACED = 8, /* the node was replaced (Reshape, row-split Gather) */
 };
 
-/* forward communication after an operator (§3.1); FC_BATCHSTATS: a
- * training BatchNorm over a split batch normalises with statistics summed
- * over fwd_mask before it (redistribute.c) */
-typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER, FC_BATCHSTATS } FwdKind;
 
-/* 64 bytes: a 4096-device rank graph holds ~225 000 of these.  The bit
- * fields hold what is small by construction: a FwdKind, and device
- * dimension counts and masks (at most LAYOUT_MAX_DIM + 2 dimensions). */
-struct NodeLayout {
-	uint16_t nin; /* = node nargs; in[i].ndev == 0 for non-tensor operands */
-	uint8_t nout; /* outputs (a tuple output has several) */
-	uint8_t flags;
-	unsigned fwd : 3;       /* FwdKind */
-	unsigned nodev : 5;     /* origin (non-standardised) device matrix, for --parallel-detail */
-	unsigned fwd_mask : 24; /* device dims (index in odev) the forward group varies along */
-	Sym fwd_op;             /* "sum", "max", ... */
-	int32_t opt_rep;        /* optimizer-parallel shard factor on dim 0 (Loads/params), 0 none */
-	const int32_t *odev;    /* nodev entries, shared like a TLay's arrays (lower_dev) */
-	TLay *in;
-	TLay *out;
-	TLay *fwd_out; /* layout after the forward op when it differs (ReduceScatter) */
-	Node *subst;   /* users read this node instead (last forward op / replacement) */
-	Node *origin;  /* inserted ops: the operator whose full name names them */
-};
 _Static_assert(FC_BATCHSTATS < 8 && LAYOUT_MAX_DIM + 2 < 24, "NodeLayout's bit fields are too narrow");
 
 /* The rank being lowered and its stage (§2.1). */
@@ -106,7 +72,6 @@ void tlay_to_layout(const TLay *t, Layout *l);
 void tlay_from_layout(LowerCtx *c, TLay *t, const Layout *l);
 void tlay_slice(const TLay *t, int64_t *out);
 int tlay_equal(const TLay *a, const TLay *b);
-const char *tlay_format(const TLay *t, char *buf, size_t len); /* D=[..] M=[..] S=(..) */
 void tlay_replicated(LowerCtx *c, TLay *t, int per_stage, const int64_t *shape, int rank);
 /* ranks that differ from this rank only along the device dims in mask */
 int lower_group_mask(const LowerCtx *c, const int32_t *dev, int ndev, uint32_t mask, int64_t *out);

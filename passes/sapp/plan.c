@@ -44,8 +44,6 @@
 #include "sapp.h"
 #include "../../backend/ckpt.h"
 
-const char *const sapp_source_name[SRC_COUNT_] = {"none", "pinned", "searched", "propagated", "default", "loaded"};
-
 /* ------------------------------------------------------------ writer */
 
 static json_t *json_stra(const SappOp *X, int out)
@@ -83,7 +81,7 @@ int sapp_write_plan(const Sapp *S, const char *path)
 		json_object_set_new(o, "operator", json_string(sym_str(X->n->prim)));
 		json_object_set_new(o, "in_strategy", json_stra(X, 0));
 		json_object_set_new(o, "out_strategy", X->has_os ? json_stra(X, 1) : json_null());
-		json_object_set_new(o, "source", json_string(sapp_source_name[X->source]));
+		json_object_set_new(o, "source", json_string(ir_strat_source_name[X->source]));
 		json_array_append_new(ops, o);
 	}
 	json_object_set_new(root, "operators", ops);
@@ -265,7 +263,7 @@ static int load_stra(Loader *L, size_t j, const char *name, SappOp *X, const jso
 static int source_of(const char *s)
 {
 	for (int k = SRC_PINNED; k < SRC_COUNT_; k++)
-		if (strcmp(s, sapp_source_name[k]) == 0)
+		if (strcmp(s, ir_strat_source_name[k]) == 0)
 			return k;
 	return -1;
 }

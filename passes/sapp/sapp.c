@@ -704,14 +704,3 @@ int sapp_plan_stages(const Module *m, const Options *o)
 	return o->pipeline_stages > 1 ? o->pipeline_stages : 1;
 }
 
-const char *sapp_strategy_source(const Node *n)
-{
-	return n && n->si ? sapp_source_name[n->si->source] : NULL;
-}
-
-const char *sapp_strategy_levels(const Node *n)
-{
-	if (!n || !n->si)
-		return NULL;
-	return n->si->levels ? sym_str(n->si->levels) : "";
-}

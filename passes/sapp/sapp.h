@@ -59,17 +59,7 @@ enum {
 };
 extern const char *const sapp_rectype_name[REC_COUNT_];
 
-/* where an operator's strategy came from (JSON "source", --explain);
- * SRC_LOADED: from --strategy-in (the file's own source is kept in SappOp) */
-enum { SRC_NONE, SRC_PINNED, SRC_SEARCHED, SRC_PROPAGATED, SRC_DEFAULT, SRC_LOADED, SRC_COUNT_ };
-extern const char *const sapp_source_name[SRC_COUNT_];
-
-/* per-node data left on the IR (Node.si) for the printers */
-struct StratInfo {
-	uint8_t source;
-	Sym levels; /* Options.record_levels: the --explain text of the search
-		     * levels (interned, so equal tables are shared), else 0 */
-};
+/* where an operator's strategy came from: StratSource (ir/sappc.h) */
 
 /* the passes walk the IR's nodes in order, each a few cache misses away:
  * reading a few nodes ahead hides the latency */

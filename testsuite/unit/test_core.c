@@ -257,6 +257,45 @@ static const char *mlp =
 	"  Return(%1)\n"
 	"      : (<Tensor[Float32], (256, 512)>)\n";
 
+/* a copy prints like its original, after the original is gone, and the
+ * pipeline lowers it to the same rank graph */
+static void test_clone(void **state)
+{
+	(void)state;
+	Module *m = parse(mlp, 0);
+	assert_non_null(m);
+	Module *c = ir_module_clone(m), *again = ir_module_clone(m);
+	char *a = print(m);
+	ir_module_free(m);
+	char *b = print(c);
+	assert_string_equal(a, b);
+	Options o = {0};
+	o.device_num = 8;
+	o.pipeline_stages = o.micro_batch_num = 1;
+	o.mem_coef = 0.1;
+	o.device_memory = 1e12;
+	o.world_group = "hccl_world_group";
+	o.quiet = 1;
+	PassManagerOptions pm = {0};
+	for (int i = 0; i < pass_count; i++)
+		if (pass_table[i].in_default)
+			pm.passes[pm.npasses++] = &pass_table[i];
+	assert_int_equal(pm_run(c, &o, &pm), 0);
+	char *lowered = print(c);
+	assert_string_not_equal(lowered, a); /* the pipeline did change it */
+	Module *d = ir_module_clone(again); /* a copy of a copy */
+	ir_module_free(again);
+	assert_int_equal(pm_run(d, &o, &pm), 0);
+	char *lowered2 = print(d);
+	assert_string_equal(lowered, lowered2);
+	free(a);
+	free(b);
+	free(lowered);
+	free(lowered2);
+	ir_module_free(c);
+	ir_module_free(d);
+}
+
 static void test_parse_minimal(void **state)
 {
 	(void)state;
@@ -475,7 +514,7 @@ int main(void)
 		cmocka_unit_test(test_infer),    cmocka_unit_test(test_values),
 		cmocka_unit_test(test_fragment), cmocka_unit_test(test_keymap),
 		cmocka_unit_test(test_fmt_int),  cmocka_unit_test(test_defer),
-		cmocka_unit_test(test_output_set),
+		cmocka_unit_test(test_output_set), cmocka_unit_test(test_clone),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();
