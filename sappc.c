@@ -722,6 +722,8 @@ static int not_modelled(const Module *m, int strict)
 	}
 	free(u);
 	return strict && n;
+}
+
 /* ------------------------------------------------ running the pipeline again
  * The report's data-parallel comparison, the plan view of the pictures and
  * the other ranks of --html come from the module this run has read and
