@@ -67,7 +67,11 @@ uint32_t op_opaque_uses(const Module *m, OpaqueUse **out)
 		const Graph *g = m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			const Node *n = g->nodes.a[i];
-			if (!op_is_opaque(n))
+			/* the training step's own operators (backward and
+			 * optimizer) are never planned: they compute on the
+			 * local tensors the lowering made, and the simulator
+			 * models them */
+			if (!op_is_opaque(n) || ir_node_phase(n) != IR_PHASE_FWD)
 				continue;
 			int64_t key = n->prim;
 			int fresh;

@@ -631,6 +631,14 @@ int pass_sapp(Module *m, const Options *o)
 		if (rc)
 			goto done;
 	}
+	if (o->semi_auto || (o->strategy_in && !ms_file)) {
+		/* no search, but the training step (passes/train/) still asks
+		 * the phase: decided as the search decides it */
+		const char *why = "--phase=train";
+		int train = o->phase == PHASE_TRAIN || (o->phase == PHASE_AUTO && detect_training(m, &why));
+		m->sapp->predict = (uint8_t)!train;
+		m->sapp->phase_why = o->phase == PHASE_PREDICT ? "--phase=predict" : why;
+	}
 	if (o->strategy_in && !ms_file) {
 		/* sappc's own plan: every operator's strategy is in it */
 	} else if (o->semi_auto) {
