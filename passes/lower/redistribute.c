@@ -696,9 +696,43 @@ static void set_dims(Module *m, Abs *a, const int64_t *d, int r)
 	a->shape = shape_shared(m, d, r);
 }
 
+/* An attention operator whose heads are split h ways runs heads/h of them
+ * on each rank: its head count (operand or attribute, and
+ * PromptFlashAttention's key/value head count) becomes the local one, as
+ * MindSpore's FlashAttentionScoreInfo rewrites head_num. */
+static void local_int(Module *m, Node *n, int opnd, const char *key, int64_t div)
+{
+	int64_t v;
+	if (opnd >= 0 && (uint32_t)opnd < n->nargs && n->args[opnd].kind == V_INT && n->args[opnd].u.i > 0)
+		n->args[opnd] = value_int(n->args[opnd].u.i / div, (NumType)n->args[opnd].numtype);
+	const Value *a = ir_attr_get(&n->pattrs, key);
+	if (!a || !value_get_int(a, &v) || v <= 0)
+		return;
+	Attr *na = arena_alloc(m->arena, n->pattrs.n * sizeof *na);
+	for (uint32_t i = 0; i < n->pattrs.n; i++) {
+		na[i] = n->pattrs.a[i];
+		if (strcmp(sym_str(na[i].key), key) == 0)
+			na[i].val = value_int(v / div, (NumType)a->numtype);
+	}
+	n->pattrs.a = na;
+}
+
+static void local_heads(Module *m, Node *n)
+{
+	int64_t h, kvh;
+	if (!lower_attention_split(n, &h, &kvh) || h == 1)
+		return;
+	int fas = n->op == OP_FlashAttentionScore;
+	local_int(m, n, fas ? 10 : 12, fas ? "head_num" : "num_heads", h);
+	if (!fas)
+		local_int(m, n, 17, "num_key_value_heads", kvh);
+}
+
 static void localize_node(LowerCtx *c, Node *n)
 {
 	Module *m = c->m;
+	if (n->kind == NK_CNODE && n->callee_kind == CK_PRIM && op_table[n->op].family == FAM_ATTENTION)
+		local_heads(m, n); /* before the operand shapes turn local */
 	for (uint32_t i = 0; i < n->nargs && i < n->nin_types; i++) {
 		if (n->args[i].kind != V_NODE)
 			continue;

@@ -433,6 +433,75 @@ static void batch_matmul(SappOp *X, const Stra *s)
 		sapp_set_input(X, k, NULL, 0, 1);
 }
 
+/* PrepareFlashAttentionScore (mindspore-ai/mindspore, mindspore/ccsrc/
+ * frontend/parallel/auto_parallel/rec_core/rec_generate_strategy.cc): read
+ * the batch, sequence and head split counts off the basic strategy at the
+ * layout's positions (FillFlashLayoutIndexes).  The query takes all three;
+ * key and value share (batch, heads) -- heads only when their heads are
+ * split with the query's (kv_split), never their sequence; the attention
+ * mask takes the sequence split unless it is the compressed pattern of
+ * sparse modes 2-4, batch and heads where it has them; real_shift and the
+ * dropout mask follow (batch, heads, S1); prefix the batch; the padding
+ * mask and the sequence lengths stay whole. */
+static void flash_attention(SappOp *X, const Stra *s)
+{
+	AttnInfo ai;
+	char why[8];
+	for (uint32_t i = 0; i < X->nin; i++)
+		sapp_set_input(X, i, NULL, 0, 1);
+	if (ir_attention_info(X->n, &ai, why, sizeof why) != 1)
+		return;
+	int64_t b = ai.bdim < s->n ? s->v[ai.bdim] : 1, q = ai.sdim < s->n ? s->v[ai.sdim] : 1,
+	        h = ai.ndim < s->n ? s->v[ai.ndim] : 1;
+	int64_t kvh = ai.kv_split ? h : 1;
+	for (uint32_t i = 0; i < X->nin; i++) {
+		int64_t *v = sin_of(X, i);
+		const int64_t *dm = X->dims[i];
+		int r = X->rank[i];
+		uint32_t opnd = X->arg[i];
+		switch (opnd < ATTN_MAX_OPND ? ai.role[opnd] : AR_NONE) {
+		case AR_Q:
+			v[ai.bdim] = b, v[ai.sdim] = q, v[ai.ndim] = h;
+			break;
+		case AR_K:
+		case AR_V:
+			v[ai.bdim] = b, v[ai.ndim] = kvh;
+			break;
+		case AR_MASK:
+			if (r == 2) {
+				v[0] = ai.mask_compressed ? 1 : q;
+			} else if (r == 4) {
+				v[0] = dm[0] > 1 ? b : 1, v[1] = dm[1] > 1 ? h : 1;
+				v[2] = ai.mask_compressed ? 1 : q;
+			}
+			break;
+		case AR_SHIFT:
+		case AR_DROP:
+			if (r == 4) {
+				v[0] = dm[0] > 1 ? b : 1, v[1] = h, v[2] = dm[2] > 1 ? q : 1;
+			}
+			break;
+		case AR_PREFIX:
+			if (r == 1)
+				v[0] = b;
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+/* the element-wise operators that keep some axes whole (Softmax-like,
+ * §4.6): s with 1 on those axes, then CheckDivisible */
+static void keep_axes_whole(SappOp *X, const Stra *s, int mask)
+{
+	Stra t = *s;
+	for (int d = 0; d < t.n && d < 31; d++)
+		if (mask & (1 << d))
+			t.v[d] = 1;
+	check_divisible(X, &t);
+}
+
 /* GenerateStrategiesFromStrategy: every input of X from the basic strategy s */
 static void adapt(Prop *P, SappOp *X, const Stra *s)
 {
@@ -488,6 +557,18 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 		data_parallel(S, X);
 	} else if (f == FAM_BATCHMATMUL) {
 		batch_matmul(X, s);
+	} else if (f == FAM_ATTENTION) {
+		flash_attention(X, s);
+	} else if (f == FAM_L2NORM || f == FAM_CUM || f == FAM_SWIGLU || f == FAM_ROPE) {
+		/* L2Normalize: 1 on `axis` (§4.6); CumSum: 1 on the accumulated
+		 * axis; Swiglu and the rotary embedding: 1 on the halved / rotated
+		 * axis, which every rank needs whole */
+		int r = X->nin ? X->rank[0] : 0;
+		if (f == FAM_ROPE)
+			mask = r ? 1 << (r - 1) : 0;
+		else
+			axes_of(S, X, 1, f == FAM_SWIGLU ? SA_dim : SA_axis, r, 0, f == FAM_L2NORM ? 0 : -1, &mask);
+		keep_axes_whole(X, s, mask);
 	} else {
 		check_divisible(X, s);
 	}

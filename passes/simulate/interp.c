@@ -1124,6 +1124,18 @@ static SimValue *dispatch(Ctx *c)
 		return k_loss(c);
 	case FAM_SPARSELOSS:
 		return k_sparseloss(c);
+	case FAM_ATTENTION:
+		return k_attention(c);
+	case FAM_ROPE:
+		return k_rope(c);
+	case FAM_SWIGLU:
+		return k_swiglu(c);
+	case FAM_PRELU:
+		return k_prelu(c);
+	case FAM_L2NORM:
+		return k_l2normalize(c);
+	case FAM_CUM:
+		return k_cum(c);
 	case FAM_VIRTUAL:
 		return n->op == OP_VirtualDataset ? virtual_dataset(c) : sim_arg(c, 0);
 	default:

@@ -120,6 +120,12 @@ SimValue *k_rmsnorm(Ctx *c);
 SimValue *k_batchnorm(Ctx *c);
 SimValue *k_loss(Ctx *c);
 SimValue *k_sparseloss(Ctx *c);
+SimValue *k_attention(Ctx *c);
+SimValue *k_rope(Ctx *c);
+SimValue *k_swiglu(Ctx *c);
+SimValue *k_prelu(Ctx *c);
+SimValue *k_l2normalize(Ctx *c);
+SimValue *k_cum(Ctx *c);
 
 /* ------------------------------------------------------------- inputs.c */
 int sim_make_inputs(SimRun *r, RankState *s);

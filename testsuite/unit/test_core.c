@@ -317,6 +317,89 @@ static void test_infer(void **state)
 	ir_module_free(m);
 }
 
+/* FlashAttentionScore / PromptFlashAttention (ir_attention_info): each
+ * layout's batch/sequence/heads positions, grouped key/value heads, the
+ * output shapes, and the operands it refuses. */
+static const char *attn_text(const char *q, const char *k, const char *mask, const char *layout, const char *heads)
+{
+	static char buf[2048];
+	snprintf(buf, sizeof buf,
+	         "%%para1_q: <Tensor[Float32], %s>\n%%para2_k: <Tensor[Float32], %s>\n"
+	         "%%para3_m: <Tensor[Bool], %s>\n"
+	         "  %%0(a) = FlashAttentionScore(%%para1_q, %%para2_k, %%para2_k, None, None, None, %%para3_m, None, "
+	         "None, None, I64(%s), F32(1), F32(1), I64(65536), I64(65536), I64(0), %s, I64(0))\n"
+	         "  Return(%%0)\n",
+	         q, k, mask, heads, layout);
+	return buf;
+}
+
+static int attn_of(const char *text, AttnInfo *ai, char *why)
+{
+	Module *m = parse(text, 0);
+	assert_non_null(m);
+	int rc = ir_attention_info(ir_entry(m)->nodes.a[0], ai, why, 200);
+	ir_module_free(m);
+	return rc;
+}
+
+static void test_attention_shapes(void **state)
+{
+	(void)state;
+	AttnInfo ai;
+	char why[200];
+	/* BSH: (B, S, N*D); 8 heads of 16, key/value with 2 heads (GQA) */
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(2, 32, 32)", "(2, 1, 64, 32)", "I64(0)", "8"), &ai, why), 1);
+	assert_int_equal(ai.layout, ATTN_BSH);
+	assert_int_equal(ai.bdim * 100 + ai.sdim * 10 + ai.ndim, 12);
+	assert_int_equal(ai.head_dim, 16);
+	assert_int_equal(ai.kv_heads, 2);
+	assert_int_equal(ai.s1, 64);
+	assert_int_equal(ai.s2, 32);
+	assert_true(ai.kv_split);
+	assert_int_equal(ai.nout, 4);
+	assert_int_equal(ai.out[0][0] * 1000 + ai.out[0][1] * 100 + ai.out[0][2], 2000 + 800 + 64);
+	assert_int_equal(ai.out[0][3], 8);
+	assert_int_equal(ai.out[3][2], 128);
+	assert_int_equal(ai.role[6], AR_MASK);
+	/* BNSD: (B, N, S, D), one key/value head (MQA): no kv split */
+	assert_int_equal(attn_of(attn_text("(2, 8, 64, 16)", "(2, 1, 64, 16)", "(64, 64)", "I64(1)", "8"), &ai, why), 1);
+	assert_int_equal(ai.bdim * 100 + ai.sdim * 10 + ai.ndim, 21);
+	assert_int_equal(ai.kv_heads, 1);
+	assert_false(ai.kv_split);
+	/* SBH (S, B, H) and BSND (B, S, N, D), the layout also as a string */
+	assert_int_equal(attn_of(attn_text("(64, 2, 128)", "(64, 2, 128)", "(64, 64)", "\"SBH\"", "8"), &ai, why), 1);
+	assert_int_equal(ai.bdim * 100 + ai.sdim * 10 + ai.ndim, 102);
+	assert_int_equal(ai.batch, 2);
+	assert_int_equal(attn_of(attn_text("(2, 64, 8, 16)", "(2, 64, 8, 16)", "(64, 64)", "I64(3)", "8"), &ai, why), 1);
+	assert_int_equal(ai.layout, ATTN_BSND);
+	assert_int_equal(ai.bdim * 100 + ai.sdim * 10 + ai.ndim, 12);
+	/* refused: a layout number out of range, heads that do not divide H,
+	 * a batch mismatch, a mask of the wrong shape */
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(2, 64, 128)", "(64, 64)", "I64(5)", "8"), &ai, why), -1);
+	assert_non_null(strstr(why, "input_layout 5 is out of range"));
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(2, 64, 128)", "(64, 64)", "I64(0)", "3"), &ai, why), -1);
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(4, 64, 128)", "(64, 64)", "I64(0)", "8"), &ai, why), -1);
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(2, 64, 128)", "(2, 2, 64, 64)", "I64(0)", "8"), &ai, why),
+	                 -1);
+	/* Swiglu halves its dim */
+	Module *m = parse("%para1_x: <Tensor[Float32], (6, 8)>\n"
+	                  "  %0(a) = Swiglu(%para1_x, I64(-1))\n"
+	                  "      : (<Tensor[Float32], (6, 8)>, <Int64, NoShape>) -> (<Tensor[Float32], (6, 4)>)\n"
+	                  "  %1(b) = Swiglu(%para1_x, I64(0))\n"
+	                  "      : (<Tensor[Float32], (6, 8)>, <Int64, NoShape>) -> (<Tensor[Float32], (3, 8)>)\n"
+	                  "  Return(%1)\n"
+	                  "      : (<Tensor[Float32], (3, 8)>)\n",
+	                  0);
+	int64_t d[MAX_RANK];
+	int r;
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[0], d, &r, why, sizeof why), 1);
+	assert_int_equal(r * 100 + d[0] * 10 + d[1], 264);
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[1], d, &r, why, sizeof why), 1);
+	assert_int_equal(r * 100 + d[0] * 10 + d[1], 238);
+	assert_int_equal(pass_verify(m, NULL), 0);
+	ir_module_free(m);
+}
+
 static void test_values(void **state)
 {
 	(void)state;
@@ -472,7 +555,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_std_hash), cmocka_unit_test(test_intern),
 		cmocka_unit_test(test_ops),      cmocka_unit_test(test_parse_minimal),
-		cmocka_unit_test(test_infer),    cmocka_unit_test(test_values),
+		cmocka_unit_test(test_infer),    cmocka_unit_test(test_attention_shapes), cmocka_unit_test(test_values),
 		cmocka_unit_test(test_fragment), cmocka_unit_test(test_keymap),
 		cmocka_unit_test(test_fmt_int),  cmocka_unit_test(test_defer),
 		cmocka_unit_test(test_output_set),
