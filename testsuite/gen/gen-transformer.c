@@ -27,9 +27,9 @@
  * -a fa-bsh / fa-bnsd write the MindFormers form of the layer instead: the
  * fused FlashAttentionScore (input layout BSH or BNSD) with a causal-style
  * Bool mask input (b, 1, s, s), RotaryPositionEmbedding on q and k (cos/sin
- * weights (1, s, 1, d) for BSH, (1, 1, s, d) for BNSD) and a SwiGLU
+ * inputs (1, s, 1, d) for BSH, (1, 1, s, d) for BNSD) and a SwiGLU
  * feed-forward (one (2F, H) gate+up weight, Swiglu, w2):
- *     Load, RmsNorm ; 3 x { Load, MatMul } ; Load cos, Load sin
+ *     Load, RmsNorm ; 3 x { Load, MatMul }
  *     BSH:  q, k: Reshape (b,s,n,d), RoPE, Reshape (b,s,H) ; v: Reshape (b,s,H)
  *     BNSD: q, k: Reshape, Transpose (0,2,1,3), RoPE ; v: Reshape, Transpose
  *     FlashAttentionScore ; TupleGetItem 3 ; [BNSD: Transpose] ; Reshape (T,H)
@@ -199,7 +199,7 @@ static int64_t NW = NWEIGHTS_PER_LAYER;
 static int64_t p_layer(int64_t l, int w) { return 4 + l * NW + (g_att != ATT_BMM && w > W3 ? w - 1 : w); }
 static int64_t p_norm_out(void) { return 4 + L * NW; }
 static int64_t p_lm_head(void) { return 5 + L * NW; }
-/* ... and adds the mask input and the rotary tables */
+/* ... and adds the mask input and the rotary tables (inputs) */
 static int64_t p_mask(void) { return 6 + L * NW; }
 static int64_t p_cos(void) { return 7 + L * NW; }
 static int64_t p_sin(void) { return 8 + L * NW; }
@@ -242,7 +242,8 @@ static ParamInfo param_info(int64_t idx)
         p.weight = 0;
         p.sh = S4(B, 1, S, S);
     } else if (g_att != ATT_BMM && (idx == p_cos() || idx == p_sin())) {
-        strcpy(p.name, idx == p_cos() ? "model.freqs_mgr.freqs_cos" : "model.freqs_mgr.freqs_sin");
+        strcpy(p.name, idx == p_cos() ? "freqs_cos" : "freqs_sin");
+        p.weight = 0; /* computed by MindFormers' FreqsMgr, not trained */
         p.sh = g_att == ATT_FA_BSH ? S4(1, S, 1, D) : S4(1, 1, S, D);
     } else {
         int64_t l = (idx - 4) / NW;
@@ -704,19 +705,19 @@ static size_t emit_layer(int64_t l, size_t x, const char *scale_lit)
     return emit_binary("output", OP_ADD, x1, f, base);
 }
 
-/* RotaryPositionEmbedding(x, cos, sin, I64(0)) */
-static size_t emit_rope(const char *dbg, size_t x, size_t cos, size_t sin, const char *scope)
+/* RotaryPositionEmbedding(x, cos, sin, I64(0)), cos and sin graph inputs */
+static size_t emit_rope(const char *dbg, size_t x, const char *scope)
 {
     size_t k = node_begin(dbg, OP_ROPE);
     arg_node(x);
-    arg_node(cos);
-    arg_node(sin);
+    arg_param(p_cos());
+    arg_param(p_sin());
     arg_lit("I64(0)", "<Int64, NoShape>");
     node_end(k, OP_ROPE, A_ROPE, DT_F32, g_nodes[x].sh, scope);
     return k;
 }
 
-enum { OPS_FA_BSH = 31, OPS_FA_BNSD = 33, LITS_FA_BSH = 36, LITS_FA_BNSD = 38 };
+enum { OPS_FA_BSH = 29, OPS_FA_BNSD = 31, LITS_FA_BSH = 34, LITS_FA_BNSD = 36 };
 
 /* One decoder layer in MindFormers' fused form (see the head comment). */
 static size_t emit_layer_fa(int64_t l, size_t x, const char *scale_lit)
@@ -741,7 +742,6 @@ static size_t emit_layer_fa(int64_t l, size_t x, const char *scale_lit)
     size_t q = emit_linear("query", h, p_layer(l, WQ), sc_attn, sc_q);
     size_t k = emit_linear("key", h, p_layer(l, WK), sc_attn, sc_k);
     size_t v = emit_linear("value", h, p_layer(l, WV), sc_attn, sc_v);
-    size_t cs = emit_load(p_cos(), sc_rope), sn = emit_load(p_sin(), sc_rope);
     const Shape heads = S4(B, S, NH, D), bsh = S3(B, S, H);
     q = emit_reshape("query", q, heads, sc_attn);
     k = emit_reshape("key", k, heads, sc_attn);
@@ -751,8 +751,8 @@ static size_t emit_layer_fa(int64_t l, size_t x, const char *scale_lit)
         k = emit_transpose0213("key", k, sc_attn);
         v = emit_transpose0213("value", v, sc_attn);
     }
-    q = emit_rope("query", q, cs, sn, sc_rope);
-    k = emit_rope("key", k, cs, sn, sc_rope);
+    q = emit_rope("query", q, sc_rope);
+    k = emit_rope("key", k, sc_rope);
     if (!bnsd) {
         q = emit_reshape("query", q, bsh, sc_attn);
         k = emit_reshape("key", k, bsh, sc_attn);
