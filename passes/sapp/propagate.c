@@ -1457,6 +1457,20 @@ void sapp_generate(Sapp *S)
  * weight's first dimension is model parallelism, not batch parallelism. */
 int sapp_default_batch(const Sapp *S, SappOp *X)
 {
+	AttnInfo ai;
+	char why[8];
+	if (X->n && X->fam == FAM_ATTENTION && ir_attention_info(X->n, &ai, why, sizeof why) == 1) {
+		/* the batch of the attention, wherever its layout keeps it (SBH:
+		 * dimension 1); the other operands follow as MindSpore derives them */
+		Stra s = {X->nin ? X->rank[0] : 0, {0}};
+		for (int d = 0; d < s.n; d++)
+			s.v[d] = 1;
+		if (ai.batch % S->stage_devices == 0)
+			s.v[ai.bdim] = S->stage_devices;
+		flash_attention(X, &s);
+		X->has_s = 1;
+		return 0;
+	}
 	int maxr = 0;
 	for (uint32_t i = 0; i < X->nin; i++)
 		if (X->rank[i] > maxr)

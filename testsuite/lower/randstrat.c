@@ -40,7 +40,7 @@ static int64_t pick(int64_t dim, int64_t *budget)
 
 #define MAXT 8
 typedef struct {
-	int nt, rk[MAXT];
+	int nt, rk[MAXT], op[MAXT]; /* op: operand index */
 	const int64_t *shp[MAXT];
 	int64_t s[MAXT][MAX_RANK];
 } St;
@@ -185,6 +185,62 @@ static int gen(const Node *n, St *t, int64_t N)
 	case FAM_SPLIT:
 	case FAM_ONEHOT:
 		return 0; /* all ones: always valid */
+	case FAM_ATTENTION: {
+		/* batch, sequence and heads from the query; every other operand
+		 * as MindSpore's FlashAttentionScoreInfo derives it */
+		AttnInfo ai;
+		char why[200];
+		if (ir_attention_info(n, &ai, why, sizeof why) != 1)
+			return -1;
+		int64_t hb = pick(ai.batch, &b), hq = ai.mask_compressed ? 1 : pick(ai.s1, &b);
+		int64_t hh = pick(ai.kv_split ? ai.kv_heads : ai.heads, &b);
+		if (ai.heads % hh)
+			hh = 1;
+		for (int k = 0; k < t->nt; k++) {
+			int role = t->op[k] < ATTN_MAX_OPND ? ai.role[t->op[k]] : AR_NONE, r = t->rk[k];
+			int64_t *v = t->s[k];
+			const int64_t *d = t->shp[k];
+			if (role == AR_Q)
+				v[ai.bdim] = hb, v[ai.sdim] = hq, v[ai.ndim] = hh;
+			else if (role == AR_K || role == AR_V)
+				v[ai.bdim] = hb, v[ai.ndim] = ai.kv_split ? hh : 1;
+			else if (role == AR_MASK && r == 2)
+				v[0] = hq;
+			else if (role == AR_MASK && r == 4)
+				v[0] = d[0] > 1 ? hb : 1, v[1] = d[1] > 1 ? hh : 1, v[2] = hq;
+			else if ((role == AR_SHIFT || role == AR_DROP) && r == 4)
+				v[0] = d[0] > 1 ? hb : 1, v[1] = hh, v[2] = d[2] > 1 ? hq : 1;
+			else if (role == AR_PREFIX && r == 1)
+				v[0] = hb;
+		}
+		return 0;
+	}
+	case FAM_ROPE:
+	case FAM_SWIGLU:
+	case FAM_L2NORM:
+	case FAM_CUM: {
+		/* element-wise (cos/sin broadcast) with one axis whole */
+		int R = t->rk[0];
+		int a = n->op == OP_Swiglu ? axis_of(n, 1, "dim", R, -1)
+		        : n->op == OP_L2Normalize ? axis_of(n, 99, "axis", R, 0)
+		        : op_table[n->op].family == FAM_CUM ? axis_of(n, 1, "axis", R, 0)
+		                                             : R - 1;
+		for (int i = 0; i < R; i++)
+			t->s[0][i] = i == a ? 1 : pick(t->shp[0][i], &b);
+		for (int k = 1; k < t->nt; k++)
+			for (int j = 0; j < t->rk[k]; j++) {
+				int i = j + (R - t->rk[k]);
+				t->s[k][j] = i < 0 || t->shp[k][j] == 1 ? 1 : t->s[0][i];
+			}
+		return 0;
+	}
+	case FAM_PRELU:
+		if (t->nt != 2 || t->rk[0] < 2 || t->rk[1] != 1)
+			return -1;
+		for (int i = 0; i < t->rk[0]; i++)
+			t->s[0][i] = pick(t->shp[0][i], &b);
+		t->s[1][0] = t->shp[1][0] == 1 ? 1 : t->s[0][1];
+		return 0;
 	case FAM_REDUCE:
 	case FAM_TRANSPOSE:
 	case FAM_UNARY:
@@ -245,6 +301,7 @@ int main(int argc, char **argv)
 			if (src->args[k].kind != V_NODE && (src != n || src->args[k].kind != V_CALL))
 				continue;
 			t.rk[t.nt] = a->shape.rank;
+			t.op[t.nt] = (int)k;
 			t.shp[t.nt++] = a->shape.dims;
 		}
 		/* the generated strategy replaces any given one (suffix or attribute) */
