@@ -1031,6 +1031,11 @@ static void copy_main(Sapp *S, uint32_t x)
 		for (uint32_t i = 1; i < X->nin; i++)
 			if (X->rank[i] == 1)
 				sin_of(X, i)[0] = sin_of(X, 0)[1];
+	/* PReLU's slopes likewise (PReLUInfo, mindspore/ccsrc/frontend/parallel/
+	 * ops_info/prelu_info.cc, wants them split like the channel), unless it
+	 * has one slope shared by every channel */
+	if (X->type == REC_PReLU && X->nin == 2 && X->rank[0] >= 2 && X->rank[1] == 1)
+		sin_of(X, 1)[0] = X->dims[1][0] == 1 ? 1 : sin_of(X, 0)[1];
 	/* the softmax loss reduces over its class axis and takes no split there
 	 * (the batch-parallel rule would cut it once the batch is exhausted) */
 	if (X->type == REC_SoftmaxCrossEntropyWithLogits)
