@@ -125,6 +125,11 @@ typedef enum {
 	FAM_PRELU,      /* PReLU: the weight follows the channel dimension */
 	FAM_L2NORM,     /* L2Normalize: element-wise, the normalised axes whole */
 	FAM_CUM,        /* CumSum/CumProd: the accumulated axis whole */
+	FAM_DENSE,      /* Dense(x, w, b): x w^T + b */
+	FAM_SLICE,      /* Slice(x, begin, size): the cut dimensions whole */
+	FAM_TILE,       /* Tile(x, multiples): the repeated dimensions whole */
+	FAM_SORT,       /* TopK, Sort: (values, indices), the sorted axis whole */
+	FAM_LPNORM,     /* LpNorm: a p-norm reduction, the reduced axes whole */
 } OpFamily;
 
 /* Shape rules used by verify and by the lowering to re-infer local shapes. */
@@ -151,6 +156,9 @@ typedef enum {
 	SHAPE_EXPANDDIMS,
 	SHAPE_SWIGLU,    /* input 0 with its axis (operand 1, default -1) halved */
 	SHAPE_ATTENTION, /* a tuple: ir_attention_info() */
+	SHAPE_DENSE,     /* x.shape[:-1] + (w rows) */
+	SHAPE_SLICE,     /* operand 2 = size (-1: to the end) */
+	SHAPE_TILE,      /* operand 1 = multiples */
 } ShapeRule;
 
 enum { OPF_ELIMINATE = 1, OPF_PRIMFUNC = 2, OPF_COMM = 4, OPF_ACTIVATION = 8, OPF_LOOKTHROUGH = 16 };

@@ -428,6 +428,61 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 	case SHAPE_SCALAR:
 		*orank = 0;
 		return 1;
+	case SHAPE_DENSE: {
+		/* Dense(x, w, b): x (..., K) times w (N, K) transposed */
+		const Shape *w = in_shape(n, 1);
+		if (!x || !w)
+			return 0;
+		if (x->rank < 1 || w->rank != 2)
+			return WHY("Dense takes an input of rank >= 1 and a 2-D weight");
+		if (x->dims[x->rank - 1] >= 0 && w->dims[1] >= 0 && x->dims[x->rank - 1] != w->dims[1])
+			return WHY("Dense reduces %lld input features against a weight of %lld", (long long)x->dims[x->rank - 1],
+			           (long long)w->dims[1]);
+		copy_dims(d, x->dims, x->rank);
+		d[x->rank - 1] = w->dims[0];
+		return set_out(d, x->rank, out, orank);
+	}
+	case SHAPE_SLICE: {
+		/* Slice(x, begin, size): size -1 runs to the end */
+		int64_t b[MAX_RANK], sz[MAX_RANK];
+		if (!x)
+			return 0;
+		int nb = value_int_list(operand_or_attr(n, 1, "begin"), b, MAX_RANK),
+		    ns = value_int_list(operand_or_attr(n, 2, "size"), sz, MAX_RANK);
+		if (nb < 0 || ns < 0)
+			return 0;
+		if (nb != x->rank || ns != x->rank)
+			return WHY("Slice of a rank-%d input takes %d begins and sizes (%d, %d)", x->rank, x->rank, nb, ns);
+		for (int i = 0; i < x->rank; i++) {
+			int64_t e = sz[i] == -1 ? x->dims[i] - b[i] : sz[i];
+			if (x->dims[i] >= 0 && (b[i] < 0 || e < 0 || b[i] > x->dims[i] || e > x->dims[i] - b[i]))
+				return WHY("Slice [%lld, +%lld) leaves dimension %d of size %lld", (long long)b[i],
+				           (long long)sz[i], i, (long long)x->dims[i]);
+			d[i] = e;
+		}
+		return set_out(d, x->rank, out, orank);
+	}
+	case SHAPE_TILE: {
+		/* Tile(x, multiples): x padded with leading 1s to the multiples' length */
+		int64_t m[MAX_RANK];
+		if (!x)
+			return 0;
+		int k = value_int_list(operand_or_attr(n, 1, "multiples"), m, MAX_RANK);
+		if (k < 0)
+			return 0;
+		if (k < x->rank)
+			return WHY("Tile has %d multiples for a rank-%d input", k, x->rank);
+		for (int i = 0; i < k; i++) {
+			int64_t xi = i < k - x->rank ? 1 : x->dims[i - (k - x->rank)];
+			if (m[i] < 1)
+				return WHY("Tile multiple %lld is not positive", (long long)m[i]);
+			if (xi < 0)
+				d[i] = -1;
+			else if (!mul_ok(xi, m[i], &d[i]))
+				return WHY("Tile size overflows");
+		}
+		return set_out(d, k, out, orank);
+	}
 	case SHAPE_SWIGLU: {
 		/* Swiglu(x, dim): the halves of x along dim, swish(a) * b */
 		if (!x)

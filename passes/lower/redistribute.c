@@ -832,6 +832,19 @@ static void localize_node(LowerCtx *c, Node *n)
 				e.u.elems[i].u.i = sl[i];
 		n->args[2] = e;
 	}
+	/* Slice over a split dimension takes that dimension whole (r_slice):
+	 * its size becomes the local size */
+	if (l && (l->flags & LAY_OP) && ir_node_is_op(n, OP_Slice) && n->nargs >= 3 && n->args[2].kind == V_TUPLE &&
+	    l->in[0].ndev) {
+		int64_t sl[LAYOUT_MAX_DIM];
+		tlay_slice(&l->in[0], sl);
+		Value e = value_clone(m->arena, &n->args[2]);
+		for (uint32_t i = 0; i < e.n && (int)i < l->in[0].rank; i++)
+			if (l->in[0].map[i] >= 0 && l->in[0].dev[l->in[0].ndev - 1 - l->in[0].map[i]] > 1 &&
+			    e.u.elems[i].kind == V_INT && e.u.elems[i].u.i != -1)
+				e.u.elems[i].u.i = sl[i];
+		n->args[2] = e;
+	}
 }
 
 int pass_redistribute(Module *m, const Options *o)

@@ -796,6 +796,127 @@ static int r_whole_axis(Rule *r, const Node *n)
 	return 0;
 }
 
+/* Dense(x, w, b) = x w^T + b: the rows of x and of w split freely; the
+ * shared feature axis may not be split, since each rank would add the bias
+ * to its partial sum and the sum over ranks would count it that many
+ * times.  Device matrix [x's leading splits..., w rows]. */
+static int r_dense(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt < 2 || r->rk[0] < 1 || r->rk[1] != 2 || (r->nt == 3 && r->rk[2] != 1))
+		return FAIL("expects an input, a 2-D weight and an optional 1-D bias");
+	int rx = r->rk[0];
+	if (r->s[0][rx - 1] != 1 || r->s[1][1] != 1)
+		return FAIL("the reduced feature axis must not be split (the bias would be added on every rank)");
+	if (r->nt == 3 && r->s[2][0] != r->s[1][0])
+		return FAIL("the bias must be split like the weight's rows (%lld ways, not %lld)", (long long)r->s[1][0],
+		            (long long)r->s[2][0]);
+	r->ndev = rx;
+	for (int i = 0; i < rx - 1; i++)
+		r->dev[i] = r->s[0][i];
+	r->dev[rx - 1] = r->s[1][0];
+	for (int i = 0; i < rx - 1; i++)
+		r->imap[0][i] = (int8_t)(rx - 1 - i);
+	r->imap[0][rx - 1] = -1;
+	r->imap[1][0] = 0, r->imap[1][1] = -1;
+	if (r->nt == 3)
+		r->imap[2][0] = 0;
+	out_ident(r, 0, rx);
+	return 0;
+}
+
+/* Slice(x, begin, size) (MindSpore's SliceInfo): a dimension that is cut
+ * stays whole; the others map through and keep their local size. */
+static int r_slice(Rule *r, const Node *n)
+{
+	int64_t b[LAYOUT_MAX_DIM], sz[LAYOUT_MAX_DIM];
+	if (r->nt != 1)
+		return FAIL("expects one tensor input");
+	int rk = r->rk[0];
+	if (value_int_list(lit(n, 1, "begin"), b, LAYOUT_MAX_DIM) != rk ||
+	    value_int_list(lit(n, 2, "size"), sz, LAYOUT_MAX_DIM) != rk)
+		return FAIL("needs literal begin and size of the input's rank");
+	for (int i = 0; i < rk; i++)
+		if (r->s[0][i] != 1 && (b[i] != 0 || (sz[i] != -1 && sz[i] != r->shp[0][i])))
+			return FAIL("dimension %d is cut by the slice and must not be split (strategy %lld)", i,
+			            (long long)r->s[0][i]);
+	return r_identity(r, n);
+}
+
+/* Tile(x, multiples): a repeated dimension stays whole (a rank would repeat
+ * its own block); the new leading dimensions are not split. */
+static int r_tile(Rule *r, const Node *n)
+{
+	int64_t m[LAYOUT_MAX_DIM];
+	if (r->nt != 1)
+		return FAIL("expects one tensor input");
+	int rk = r->rk[0], k = value_int_list(lit(n, 1, "multiples"), m, LAYOUT_MAX_DIM);
+	if (k < rk || r->ork[0] != k)
+		return FAIL("needs literal multiples, at least one per input dimension");
+	for (int i = 0; i < rk; i++)
+		if (r->s[0][i] != 1 && m[k - rk + i] != 1)
+			return FAIL("dimension %d is repeated %lld times and must not be split", i, (long long)m[k - rk + i]);
+	dev_from(r, 0);
+	ident(r, 0, rk);
+	for (int i = 0; i < k; i++)
+		r->omap[0][i] = i < k - rk ? -1 : r->imap[0][i - (k - rk)];
+	return 0;
+}
+
+/* TopK (the last axis) and Sort (axis, default -1): (values, indices), both
+ * laid out like the input; the sorted axis stays whole. */
+static int r_sort(Rule *r, const Node *n)
+{
+	int64_t ax = -1;
+	if (n->op == OP_Sort) {
+		const Value *a = lit(n, 1, "axis");
+		if (a)
+			value_get_int(a, &ax);
+	}
+	if (r->nt != 1)
+		return FAIL("expects one tensor input");
+	int x = norm_axis(ax, r->rk[0]);
+	if (x < 0 || x >= r->rk[0])
+		return FAIL("axis out of range");
+	if (r->s[0][x] != 1)
+		return FAIL("the sorted axis %d must not be split (strategy %lld)", x, (long long)r->s[0][x]);
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	for (int o = 0; o < r->nout; o++)
+		if (r->ork[o] == r->rk[0])
+			out_ident(r, o, r->rk[0]);
+	return 0;
+}
+
+/* LpNorm: a reduction whose partial results do not add up (the norm of
+ * the norms is not a sum), so the reduced axes stay whole; the others map
+ * through, kept or dropped as keep_dims says. */
+static int r_lpnorm(Rule *r, const Node *n)
+{
+	unsigned red;
+	int keep;
+	if (r->nt != 1)
+		return FAIL("expects one tensor input");
+	if (reduce_axes(n, r->rk[0], &red, &keep) < 0)
+		return FAIL("reduction axis out of range");
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	int j = 0;
+	for (int i = 0; i < r->rk[0]; i++) {
+		if (red >> i & 1) {
+			if (r->s[0][i] != 1)
+				return FAIL("the reduced axis %d must not be split (strategy %lld)", i, (long long)r->s[0][i]);
+			if (keep)
+				r->omap[0][j++] = -1;
+		} else {
+			r->omap[0][j++] = r->imap[0][i];
+		}
+	}
+	if (j != r->ork[0])
+		return FAIL("the declared output rank does not match the reduction");
+	return 0;
+}
+
 /* ------------------------------------------------------------ driver */
 
 static int has_rule(const Node *n)
@@ -833,6 +954,11 @@ static int has_rule(const Node *n)
 	case FAM_PRELU:
 	case FAM_L2NORM:
 	case FAM_CUM:
+	case FAM_DENSE:
+	case FAM_SLICE:
+	case FAM_TILE:
+	case FAM_SORT:
+	case FAM_LPNORM:
 		return 1;
 	default:
 		return 0;
@@ -918,6 +1044,16 @@ static int run_rule(Rule *r, const Node *n, int *rowsplit)
 	case FAM_L2NORM:
 	case FAM_CUM:
 		return r_whole_axis(r, n);
+	case FAM_DENSE:
+		return r_dense(r, n);
+	case FAM_SLICE:
+		return r_slice(r, n);
+	case FAM_TILE:
+		return r_tile(r, n);
+	case FAM_SORT:
+		return r_sort(r, n);
+	case FAM_LPNORM:
+		return r_lpnorm(r, n);
 	default:
 		return FAIL("no layout rule for this operator");
 	}

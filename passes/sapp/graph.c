@@ -60,6 +60,12 @@ static const uint8_t family_rectype[] = {
 	[FAM_ATTENTION] = REC_FlashAttentionScore, [FAM_ROPE] = REC_ElmWiseOp,
 	[FAM_SWIGLU] = REC_ElmWiseOp,       [FAM_PRELU] = REC_PReLU,
 	[FAM_L2NORM] = REC_ElmWiseOp,       [FAM_CUM] = REC_Cum,
+	/* Tile is in the element-wise list; LpNorm's OperatorInfo is a
+	 * BatchParallelInfo (kRecBatchParallel); Dense, Slice, TopK and Sort
+	 * are in neither table: kRecUnknownType, kept and never cut */
+	[FAM_TILE] = REC_ElmWiseOp,         [FAM_LPNORM] = REC_BatchParallel,
+	[FAM_DENSE] = REC_UnknownType,      [FAM_SLICE] = REC_UnknownType,
+	[FAM_SORT] = REC_UnknownType,
 };
 
 int sapp_rectype_of(const Node *n)

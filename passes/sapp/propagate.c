@@ -559,6 +559,23 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 		batch_matmul(X, s);
 	} else if (f == FAM_ATTENTION) {
 		flash_attention(X, s);
+	} else if (f == FAM_TILE && X->nin) {
+		/* the repeated dimensions stay whole (each rank would repeat its
+		 * own block); s may be shaped like the input or the output */
+		int64_t m[MAX_RANK];
+		int k = sapp_attr_ints(S, X->n, 1, SA_multiples, m, MAX_RANK), r = X->rank[0];
+		int shift = s->n > r && k >= r ? s->n - r : 0;
+		for (int d = 0; d < r; d++)
+			t.v[d] = d + shift < s->n ? s->v[d + shift] : 1;
+		t.n = r;
+		for (int d = 0; d < r && k >= r; d++)
+			if (m[k - r + d] != 1)
+				t.v[d] = 1;
+		check_divisible(X, &t);
+	} else if (f == FAM_LPNORM) {
+		/* kRecBatchParallel: set up front (§4.1 step 3); here only as a
+		 * default, data parallel */
+		data_parallel(S, X);
 	} else if (f == FAM_L2NORM || f == FAM_CUM || f == FAM_SWIGLU || f == FAM_ROPE) {
 		/* L2Normalize: 1 on `axis` (§4.6); CumSum: 1 on the accumulated
 		 * axis; Swiglu and the rotary embedding: 1 on the halved / rotated

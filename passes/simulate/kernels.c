@@ -947,3 +947,139 @@ SimValue *k_cum(Ctx *c)
 		}
 	return sim_val_tensor(c->r, o);
 }
+
+/* Dense(x, w, b): x (..., K) times w (N, K) transposed, plus b (N) */
+SimValue *k_dense(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *w = x ? sim_arg_tensor(c, 1) : NULL, *b = w ? opt_tensor(c, 2) : NULL;
+	if (!w || c->r->failed)
+		return NULL;
+	int64_t K = x->ndim ? x->shape[x->ndim - 1] : 1, N = w->ndim == 2 ? w->shape[0] : 0;
+	if (w->ndim != 2 || w->shape[1] != K || (b && (b->ndim != 1 || b->shape[0] != N)))
+		return FAILV("Dense operands do not fit: x (..., %lld), w (N, K), b (N)", (long long)K);
+	int64_t sh[MAX_RANK];
+	memcpy(sh, x->shape, sizeof sh);
+	sh[x->ndim - 1] = N;
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, sh);
+	if (!o)
+		return NULL;
+	for (int64_t i = 0; i < x->numel / (K ? K : 1); i++)
+		for (int64_t j = 0; j < N; j++) {
+			double acc = b ? b->data[j] : 0;
+			for (int64_t p = 0; p < K; p++)
+				acc += (double)x->data[i * K + p] * w->data[j * K + p];
+			o->data[i * N + j] = (float)acc;
+		}
+	return sim_val_tensor(c->r, o);
+}
+
+/* TopK(x, k, sorted) along the last axis and Sort(x, axis, descending):
+ * (values, indices); equal values keep their order (a stable sort) */
+SimValue *k_sort(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t ax = -1, k = 0, outer, inner;
+	int a;
+	if (!x)
+		return NULL;
+	int topk = c->n->op == OP_TopK, desc = 1;
+	if (topk) {
+		if (sim_ints(c, 1, "k", &k, 1) < 0)
+			return FAILV("TopK needs k");
+	} else {
+		sim_ints(c, 1, "axis", &ax, 1);
+		desc = sim_flag(c, 2, "descending", NULL, 0);
+	}
+	if (sim_axis(c, ax, x->ndim, &a) < 0)
+		return NULL;
+	int64_t len = x->ndim ? x->shape[a] : 1;
+	if (!topk)
+		k = len;
+	if (k < 0 || k > len)
+		return FAILV("k %lld is out of range for %lld elements", (long long)k, (long long)len);
+	int64_t sh[MAX_RANK];
+	memcpy(sh, x->shape, sizeof sh);
+	if (x->ndim)
+		sh[a] = k;
+	SimTensor *v = sim_tensor_new(c->r, x->dtype, x->ndim, sh), *ix = v ? sim_tensor_new(c->r, SD_INT, x->ndim, sh) : NULL;
+	if (!ix)
+		return NULL;
+	around(x, a, &outer, &inner);
+	int64_t *ord = xmalloc((size_t)(len ? len : 1) * sizeof *ord);
+	for (int64_t i = 0; i < outer; i++)
+		for (int64_t l = 0; l < inner; l++) {
+			const float *row = x->data + i * len * inner + l;
+			for (int64_t j = 0; j < len; j++)
+				ord[j] = j;
+			/* insertion sort: stable, and rows are short in tests */
+			for (int64_t j = 1; j < len; j++) {
+				int64_t t = ord[j], p = j;
+				while (p > 0 && (desc ? row[ord[p - 1] * inner] < row[t * inner]
+				                      : row[ord[p - 1] * inner] > row[t * inner])) {
+					ord[p] = ord[p - 1];
+					p--;
+				}
+				ord[p] = t;
+			}
+			for (int64_t j = 0; j < k; j++) {
+				v->data[(i * k + j) * inner + l] = row[ord[j] * inner];
+				ix->data[(i * k + j) * inner + l] = (float)ord[j];
+			}
+		}
+	free(ord);
+	SimValue *t = sim_val_tuple(c->r, 2);
+	t->elems[0] = sim_val_tensor(c->r, v);
+	t->elems[1] = sim_val_tensor(c->r, ix);
+	return t;
+}
+
+/* LpNorm(x): (sum |x|^p)^(1/p) over axis, at least epsilon */
+SimValue *k_lpnorm(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t ax[MAX_RANK];
+	if (!x)
+		return NULL;
+	int k = sim_ints(c, 99, "axis", ax, MAX_RANK);
+	int keep = sim_flag(c, 99, "keep_dims", NULL, 0);
+	double p = sim_float(c, 99, "p", 2), eps = sim_float(c, 99, "epsilon", 1e-12);
+	unsigned red = 0;
+	for (int i = 0; i < k; i++) {
+		int a;
+		if (sim_axis(c, ax[i], x->ndim, &a) < 0)
+			return NULL;
+		red |= 1u << a;
+	}
+	if (k <= 0)
+		red = (1u << x->ndim) - 1;
+	int64_t sh[MAX_RANK], full[MAX_RANK];
+	int nd = 0;
+	for (int i = 0; i < x->ndim; i++) {
+		full[i] = red >> i & 1 ? 1 : x->shape[i];
+		if (!(red >> i & 1) || keep)
+			sh[nd++] = full[i];
+	}
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, nd, sh);
+	if (!o)
+		return NULL;
+	double *acc = xcalloc((size_t)(o->numel ? o->numel : 1), sizeof *acc);
+	int64_t idx[MAX_RANK] = {0}, st[MAX_RANK];
+	sim_strides(x->ndim, full, st);
+	for (int64_t e = 0; e < x->numel; e++) {
+		int64_t off = 0;
+		for (int i = 0; i < x->ndim; i++)
+			off += (red >> i & 1 ? 0 : idx[i]) * st[i];
+		acc[off] += pow(fabs((double)x->data[e]), p);
+		for (int i = x->ndim - 1; i >= 0; i--) {
+			if (++idx[i] < x->shape[i])
+				break;
+			idx[i] = 0;
+		}
+	}
+	for (int64_t i = 0; i < o->numel; i++) {
+		double r = pow(acc[i], 1 / p);
+		o->data[i] = (float)(r > eps ? r : eps);
+	}
+	free(acc);
+	return sim_val_tensor(c->r, o);
+}

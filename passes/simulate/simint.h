@@ -126,6 +126,9 @@ SimValue *k_swiglu(Ctx *c);
 SimValue *k_prelu(Ctx *c);
 SimValue *k_l2normalize(Ctx *c);
 SimValue *k_cum(Ctx *c);
+SimValue *k_dense(Ctx *c);
+SimValue *k_sort(Ctx *c);
+SimValue *k_lpnorm(Ctx *c);
 
 /* ------------------------------------------------------------- inputs.c */
 int sim_make_inputs(SimRun *r, RankState *s);

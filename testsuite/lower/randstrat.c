@@ -234,6 +234,44 @@ static int gen(const Node *n, St *t, int64_t N)
 			}
 		return 0;
 	}
+	case FAM_DENSE:
+		if (t->nt < 2 || t->rk[1] != 2)
+			return -1;
+		for (int i = 0; i < t->rk[0] - 1; i++)
+			t->s[0][i] = pick(t->shp[0][i], &b);
+		t->s[1][0] = pick(t->shp[1][0], &b);
+		if (t->nt == 3)
+			t->s[2][0] = t->s[1][0];
+		return 0;
+	case FAM_SLICE:
+	case FAM_TILE:
+	case FAM_SORT:
+	case FAM_LPNORM: {
+		/* dimensions the operator keeps whole: cut by the slice, repeated,
+		 * sorted, reduced */
+		int64_t v1[MAX_RANK], v2[MAX_RANK];
+		int R = t->rk[0], fam = op_table[n->op].family;
+		const Value *a1 = n->nargs > 1 && n->args[1].kind != V_NODE ? &n->args[1] : NULL;
+		const Value *a2 = n->nargs > 2 && n->args[2].kind != V_NODE ? &n->args[2] : NULL;
+		int k1 = value_int_list(a1, v1, MAX_RANK), k2 = value_int_list(a2, v2, MAX_RANK);
+		if (fam == FAM_LPNORM)
+			k1 = value_int_list(ir_attr_get(&n->pattrs, "axis"), v1, MAX_RANK);
+		int sa = n->op == OP_TopK ? R - 1 : axis_of(n, 1, "axis", R, -1);
+		for (int i = 0; i < R; i++) {
+			int whole = 0;
+			if (fam == FAM_SLICE)
+				whole = k1 != R || k2 != R || v1[i] != 0 || (v2[i] != -1 && v2[i] != t->shp[0][i]);
+			else if (fam == FAM_TILE)
+				whole = k1 < R || v1[k1 - R + i] != 1;
+			else if (fam == FAM_SORT)
+				whole = i == sa;
+			else
+				for (int j = 0; j < k1; j++)
+					whole |= (v1[j] < 0 ? v1[j] + R : v1[j]) == i;
+			t->s[0][i] = whole ? 1 : pick(t->shp[0][i], &b);
+		}
+		return 0;
+	}
 	case FAM_PRELU:
 		if (t->nt != 2 || t->rk[0] < 2 || t->rk[1] != 1)
 			return -1;

@@ -398,6 +398,35 @@ static void test_attention_shapes(void **state)
 	assert_int_equal(r * 100 + d[0] * 10 + d[1], 238);
 	assert_int_equal(pass_verify(m, NULL), 0);
 	ir_module_free(m);
+	/* Dense, Slice (size -1 to the end), Tile (a new leading dimension) */
+	m = parse("%para1_x: <Tensor[Float32], (4, 6, 8)>\n"
+	          "%para2_w: <Tensor[Float32], (5, 8)>\n"
+	          "  %0(a) = Dense(%para1_x, %para2_w, None)\n"
+	          "      : (<Tensor[Float32], (4, 6, 8)>, <Tensor[Float32], (5, 8)>, <None, NoShape>) -> (<Tensor[Float32], (4, 6, 5)>)\n"
+	          "  %1(b) = Slice(%para1_x, (I64(1), I64(0), I64(2)), (I64(2), I64(-1), I64(4)))\n"
+	          "      : (<Tensor[Float32], (4, 6, 8)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>) -> (<Tensor[Float32], (2, 6, 4)>)\n"
+	          "  %2(c) = Tile(%para2_w, (I64(3), I64(2), I64(1)))\n"
+	          "      : (<Tensor[Float32], (5, 8)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>) -> (<Tensor[Float32], (3, 10, 8)>)\n"
+	          "  %3(d) = Slice(%para1_x, (I64(3), I64(0), I64(0)), (I64(2), I64(6), I64(8)))\n"
+	          "      : (<Tensor[Float32], (4, 6, 8)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>) -> (<Tensor[Float32], (2, 6, 8)>)\n"
+	          "  %4(e) = Dense(%para2_w, %para2_w, None)\n"
+	          "      : (<Tensor[Float32], (5, 8)>, <Tensor[Float32], (5, 8)>, <None, NoShape>) -> (<Tensor[Float32], (5, 5)>)\n"
+	          "  %5(f) = Dense(%para1_x, %para1_x, None)\n"
+	          "      : (<Tensor[Float32], (4, 6, 8)>, <Tensor[Float32], (4, 6, 8)>, <None, NoShape>) -> (<Tensor[Float32], (4, 6, 4)>)\n"
+	          "  Return(%2)\n"
+	          "      : (<Tensor[Float32], (3, 10, 8)>)\n",
+	          0);
+	static const int64_t want[3][4] = {{3, 4, 6, 5}, {3, 2, 6, 4}, {3, 3, 10, 8}};
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[i], d, &r, why, sizeof why), 1);
+		assert_int_equal(r, want[i][0]);
+		for (int k = 0; k < r; k++)
+			assert_int_equal(d[k], want[i][k + 1]);
+	}
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[3], d, &r, why, sizeof why), -1); /* past the end */
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[4], d, &r, why, sizeof why), 1);
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[5], d, &r, why, sizeof why), -1); /* a 3-D weight */
+	ir_module_free(m);
 }
 
 static void test_values(void **state)

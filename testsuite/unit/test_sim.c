@@ -422,6 +422,40 @@ static void test_llm_ops(void **state)
 	ir_module_free(m);
 }
 
+/* Dense, Slice, Tile, TopK, Sort and LpNorm, by hand. */
+static void test_llm_ops2(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_x: <Tensor[Float32], (2, 3)>\n"
+			  "%para2_w: <Tensor[Float32], (2, 3)>\n"
+			  "%para3_b: <Tensor[Float32], (2)>\n"
+			  "  %0(a) = Dense(%para1_x, %para2_w, %para3_b)\n"
+			  "  %1(b) = Slice(%para1_x, (I64(0), I64(1)), (I64(2), I64(-1)))\n"
+			  "  %2(c) = Tile(%para3_b, (I64(2), I64(2)))\n"
+			  "  %3(d) = TopK(%para1_x, I64(2), Bool(1))\n"
+			  "  %4(d) = TupleGetItem(%3, I64(0))\n"
+			  "  %5(d) = TupleGetItem(%3, I64(1))\n"
+			  "  %6(e) = Sort(%para1_x) primitive_attrs: {axis: I64(0), descending: Bool(0)}\n"
+			  "  %7(e) = TupleGetItem(%6, I64(0))\n"
+			  "  %8(f) = LpNorm(%para1_x) primitive_attrs: {axis: (I64(1)), p: I64(1), keep_dims: Bool(1), epsilon: F32(0)}\n"
+			  "  %9(f) = LpNorm(%para1_x) primitive_attrs: {axis: (I64(0), I64(1)), p: I64(2), keep_dims: Bool(0), epsilon: F32(0)}\n"
+			  "  Return(%9)\n");
+	static const float x[] = {3, -1, 2, 0, 4, -4}, w[] = {1, 0, 0, 1, 1, 1}, b[] = {10, 20};
+	In in[] = {IN("x", x), IN("w", w), IN("b", b)};
+	SimRun *r = run(m, in, 3);
+	/* rows (3, -1, 2), (0, 4, -4) against (1, 0, 0) and (1, 1, 1), plus (10, 20) */
+	EXPECT(r, m, 0, S(2, 2), S(13, 24, 10, 20));
+	EXPECT(r, m, 1, S(2, 2), S(-1, 2, 4, -4));
+	EXPECT(r, m, 2, S(2, 4), S(10, 20, 10, 20, 10, 20, 10, 20));
+	EXPECT(r, m, 4, S(2, 2), S(3, 2, 4, 0));
+	EXPECT(r, m, 5, S(2, 2), S(0, 2, 1, 0));
+	EXPECT(r, m, 7, S(2, 3), S(0, -1, -4, 3, 4, 2));
+	EXPECT(r, m, 8, S(2, 1), S(6, 8));
+	EXPECT0(r, m, 9, S(6.78232998)); /* sqrt(9 + 1 + 4 + 0 + 16 + 16) */
+	sim_free(r);
+	ir_module_free(m);
+}
+
 static void test_conv_pool(void **state)
 {
 	(void)state;
@@ -1156,6 +1190,7 @@ int main(void)
 		cmocka_unit_test(test_norms),
 		cmocka_unit_test(test_shape_ops),
 		cmocka_unit_test(test_llm_ops),
+		cmocka_unit_test(test_llm_ops2),
 		cmocka_unit_test(test_conv_pool),
 		cmocka_unit_test(test_losses_virtual),
 		cmocka_unit_test(test_errors),
