@@ -288,12 +288,14 @@ int ir_node_flag(const Node *n, uint32_t i, const char *k1, const char *k2);
  * dimensions of q/k/v are batch, sequence and heads for the input layout,
  * and the output shapes.  Operand positions are the argument lists of
  * mindspore-ai/mindspore mindspore/ops/op_def/yaml/
- * flash_attention_score_op.yaml and prompt_flash_attention_op.yaml; the
+ * flash_attention_score_op.yaml, prompt_flash_attention_op.yaml and
+ * incre_flash_attention_op.yaml (its key and value as single tensors); the
  * layout numbers are ops::FASInputLayoutMode (mindspore/core/include/ops/
  * op_enum.h: BSH 0, BNSD 1, SBH 2, BSND 3). */
 enum { ATTN_BSH, ATTN_BNSD, ATTN_SBH, ATTN_BSND, ATTN_NLAYOUTS };
 enum { /* operand roles */
 	AR_NONE, AR_Q, AR_K, AR_V, AR_SHIFT, AR_DROP, AR_PADDING, AR_MASK, AR_PREFIX, AR_SEQLEN, AR_SCALE,
+	AR_PAGED, /* IncreFlashAttention's block table and kv padding: not modelled */
 };
 #define ATTN_MAX_OPND 20
 typedef struct AttnInfo {
@@ -305,6 +307,8 @@ typedef struct AttnInfo {
 	int mask_compressed;   /* sparse_mode 2, 3, 4: the mask is a fixed (2048, 2048) pattern */
 	int heads_opnd;        /* operand of the head count, -1: attribute only */
 	const char *heads_attr;
+	int kvheads_opnd;      /* operand of the key/value head count (0: as many), -1: none */
+	int scale_opnd, sparse_opnd; /* operands of scale_value and sparse_mode */
 	uint8_t role[ATTN_MAX_OPND]; /* AR_* of each tensor operand */
 	int nout;              /* 4 (FlashAttentionScore) or 1 */
 	int64_t out[4][4];     /* output shapes; out[2] (softmax_out) is not checked */

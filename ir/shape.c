@@ -259,7 +259,22 @@ static const uint8_t fas_roles[10] = {AR_Q, AR_K, AR_V, AR_SHIFT, AR_DROP, AR_PA
                                       AR_SEQLEN, AR_SEQLEN};
 static const uint8_t pfa_roles[12] = {AR_Q,      AR_K,     AR_V,     AR_MASK,  AR_SEQLEN, AR_SEQLEN,
                                       AR_SHIFT,  AR_SCALE, AR_SCALE, AR_SCALE, AR_SCALE,  AR_SCALE};
+static const uint8_t ifa_roles[15] = {AR_Q,     AR_K,     AR_V,     AR_MASK,  AR_SEQLEN, AR_SHIFT, AR_SCALE, AR_SCALE,
+                                      AR_SCALE, AR_SCALE, AR_SCALE, AR_SCALE, AR_SCALE,  AR_PAGED, AR_PAGED};
 static const char *const layout_names[ATTN_NLAYOUTS] = {"BSH", "BNSD", "SBH", "BSND"};
+
+/* per operator: its roles, and the operands of head_num, input_layout,
+ * the key/value heads, scale_value and sparse_mode (-1: none) */
+static const struct AttnOp {
+	const uint8_t *roles;
+	uint8_t nroles;
+	int8_t heads, layout, kvheads, scale, sparse;
+	const char *heads_attr;
+} attn_ops[] = {
+	{fas_roles, 10, 10, 16, -1, 12, 17, "head_num"},
+	{pfa_roles, 12, 12, 16, 17, 13, 18, "num_heads"},
+	{ifa_roles, 15, 15, 16, 18, 17, -1, "num_heads"},
+};
 
 /* operand i's shape: its type-line entry, else its producer's (a text
  * without type lines) */
@@ -305,11 +320,15 @@ int ir_attention_info(const Node *n, AttnInfo *ai, char *why, size_t whylen)
 {
 	memset(ai, 0, sizeof *ai);
 	int fas = n->op == OP_FlashAttentionScore;
-	const uint8_t *roles = fas ? fas_roles : pfa_roles;
-	uint32_t nroles = fas ? 10 : 12;
-	uint32_t layout_opnd = 16; /* the same position in both lists */
-	ai->heads_opnd = fas ? 10 : 12;
-	ai->heads_attr = fas ? "head_num" : "num_heads";
+	const struct AttnOp *ao = &attn_ops[fas ? 0 : n->op == OP_PromptFlashAttention ? 1 : 2];
+	const uint8_t *roles = ao->roles;
+	uint32_t nroles = ao->nroles;
+	uint32_t layout_opnd = (uint32_t)ao->layout;
+	ai->heads_opnd = ao->heads;
+	ai->heads_attr = ao->heads_attr;
+	ai->kvheads_opnd = ao->kvheads;
+	ai->scale_opnd = ao->scale;
+	ai->sparse_opnd = ao->sparse;
 	if (n->nargs <= (uint32_t)ai->heads_opnd)
 		ai->heads_opnd = -1;
 	for (uint32_t i = 0; i < n->nargs && i < nroles && i < ATTN_MAX_OPND; i++)
@@ -374,7 +393,7 @@ int ir_attention_info(const Node *n, AttnInfo *ai, char *why, size_t whylen)
 	/* flash_attention_score_info.cc GetAttrs: q's head dim != k's * head_num */
 	ai->kv_split = ai->kv_heads != 1;
 	int64_t sparse = 0;
-	const Value *sm = operand_or_attr(n, fas ? 17 : 18, "sparse_mode");
+	const Value *sm = ai->sparse_opnd >= 0 ? operand_or_attr(n, (uint32_t)ai->sparse_opnd, "sparse_mode") : NULL;
 	if (sm)
 		value_get_int(sm, &sparse);
 	ai->mask_compressed = sparse >= 2 && sparse <= 4;

@@ -722,10 +722,12 @@ static void local_heads(Module *m, Node *n)
 	int64_t h, kvh;
 	if (!lower_attention_split(n, &h, &kvh) || h == 1)
 		return;
-	int fas = n->op == OP_FlashAttentionScore;
-	local_int(m, n, fas ? 10 : 12, fas ? "head_num" : "num_heads", h);
-	if (!fas)
-		local_int(m, n, 17, "num_key_value_heads", kvh);
+	AttnInfo ai;
+	char why[8];
+	ir_attention_info(n, &ai, why, sizeof why); /* the operand positions */
+	local_int(m, n, ai.heads_opnd, ai.heads_attr, h);
+	if (ai.kvheads_opnd >= 0)
+		local_int(m, n, ai.kvheads_opnd, "num_key_value_heads", kvh);
 }
 
 static void localize_node(LowerCtx *c, Node *n)

@@ -84,7 +84,8 @@ int sapp_rectype_of(const Node *n)
 	case OP_Assign:
 		return REC_ElmWiseOp;
 	case OP_PromptFlashAttention:
-		/* not in DictOpType and PromptFlashAttentionInfo is neither a
+	case OP_IncreFlashAttention:
+		/* not in DictOpType and their OperatorInfo is neither a
 		 * StandAloneInfo nor a BatchParallelInfo: kRecUnknownType */
 		return REC_UnknownType;
 	default:

@@ -706,12 +706,13 @@ SimValue *k_attention(Ctx *c)
 			return NULL;
 	}
 	int64_t sparse = 0;
-	sim_ints(c, fas ? 17 : 18, "sparse_mode", &sparse, 1);
+	if (ai.sparse_opnd >= 0)
+		sim_ints(c, (uint32_t)ai.sparse_opnd, "sparse_mode", &sparse, 1);
 	if (sparse > 1)
 		return FAILV("sparse_mode %lld is not simulated", (long long)sparse);
 	if (fas && sim_float(c, 11, "keep_prob", 1.0) != 1.0)
 		return FAILV("dropout (keep_prob < 1) is not simulated");
-	double scale = sim_float(c, fas ? 12 : 13, "scale_value", 1.0);
+	double scale = sim_float(c, (uint32_t)ai.scale_opnd, "scale_value", 1.0);
 	int64_t B = ai.batch, N = ai.heads, S1 = ai.s1, S2 = ai.s2, D = ai.head_dim, G = ai.heads / ai.kv_heads;
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, q->ndim, q->shape);
 	int64_t st[4] = {B, N, S1, 8}, one = 1;

@@ -381,6 +381,18 @@ static void test_attention_shapes(void **state)
 	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(4, 64, 128)", "(64, 64)", "I64(0)", "8"), &ai, why), -1);
 	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(2, 64, 128)", "(2, 2, 64, 64)", "I64(0)", "8"), &ai, why),
 	                 -1);
+	/* IncreFlashAttention: one query position against the cache; its head
+	 * count is operand 15, its layout operand 16 */
+	assert_int_equal(attn_of("%para1_q: <Tensor[Float32], (2, 1, 64)>\n%para2_k: <Tensor[Float32], (2, 16, 64)>\n"
+	                         "  %0(a) = IncreFlashAttention(%para1_q, %para2_k, %para2_k, None, None, None, None, "
+	                         "None, None, None, None, None, None, None, None, I64(8), I64(0), F32(1), I64(8))\n"
+	                         "  Return(%0)\n",
+	                         &ai, why),
+	                 1);
+	assert_int_equal(ai.s1 * 100 + ai.s2, 116);
+	assert_int_equal(ai.nout, 1);
+	assert_int_equal(ai.heads_opnd * 100 + ai.kvheads_opnd, 1518);
+	assert_int_equal(ai.role[13], AR_PAGED);
 	/* Swiglu halves its dim */
 	Module *m = parse("%para1_x: <Tensor[Float32], (6, 8)>\n"
 	                  "  %0(a) = Swiglu(%para1_x, I64(-1))\n"
