@@ -210,22 +210,29 @@ static int r_identity(Rule *r, const Node *n)
 	return 0;
 }
 
-static int r_softmax(Rule *r, const Node *n)
+/* an operator that maps its input through but works along `axis`
+ * (operand 1 or attribute, dflt when absent), which must stay whole */
+static int whole_axes(Rule *r, const Node *n, int64_t dflt, const char *what)
 {
 	if (r_identity(r, n) < 0)
 		return -1;
 	int64_t ax[LAYOUT_MAX_DIM];
 	int k = value_int_list(lit(n, 1, "axis"), ax, LAYOUT_MAX_DIM);
 	if (k <= 0) {
-		ax[0] = -1;
+		ax[0] = dflt;
 		k = 1;
 	}
 	for (int i = 0; i < k; i++) {
 		int a = norm_axis(ax[i], r->rk[0]);
 		if (a >= 0 && a < r->rk[0] && r->s[0][a] != 1)
-			return FAIL("the softmax axis %d must not be split (strategy %lld)", a, (long long)r->s[0][a]);
+			return FAIL("%s %d must not be split (strategy %lld)", what, a, (long long)r->s[0][a]);
 	}
 	return 0;
+}
+
+static int r_softmax(Rule *r, const Node *n)
+{
+	return whole_axes(r, n, -1, "the softmax axis");
 }
 
 static int r_biasadd(Rule *r, const Node *n)
@@ -780,20 +787,7 @@ static int r_prelu(Rule *r, const Node *n)
  * 1): the axes they work along stay whole, the others map through. */
 static int r_whole_axis(Rule *r, const Node *n)
 {
-	if (r_identity(r, n) < 0)
-		return -1;
-	int64_t ax[LAYOUT_MAX_DIM];
-	int k = value_int_list(lit(n, 1, "axis"), ax, LAYOUT_MAX_DIM);
-	if (k <= 0) {
-		ax[0] = n->op == OP_L2Normalize ? 0 : -1;
-		k = 1;
-	}
-	for (int i = 0; i < k; i++) {
-		int a = norm_axis(ax[i], r->rk[0]);
-		if (a >= 0 && a < r->rk[0] && r->s[0][a] != 1)
-			return FAIL("axis %d must not be split (strategy %lld)", a, (long long)r->s[0][a]);
-	}
-	return 0;
+	return whole_axes(r, n, n->op == OP_L2Normalize ? 0 : -1, "axis");
 }
 
 /* Dense(x, w, b) = x w^T + b: the rows of x and of w split freely; the

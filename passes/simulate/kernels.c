@@ -410,21 +410,27 @@ static void softmax_rows(const float *x, float *y, int64_t outer, int64_t n, int
 		}
 }
 
-SimValue *k_softmax(Ctx *c)
+/* the one axis (operand 1 or attribute, dflt when absent) an operator
+ * works along; 0 ok */
+static int one_axis(Ctx *c, const SimTensor *x, int64_t dflt, const char *what, int *a)
 {
-	SimTensor *x = sim_arg_tensor(c, 0);
-	int64_t ax[MAX_RANK], outer, inner;
-	int a;
-	if (!x)
-		return NULL;
+	int64_t ax[MAX_RANK];
 	int k = sim_ints(c, 1, "axis", ax, MAX_RANK);
 	if (k <= 0) {
-		ax[0] = -1;
+		ax[0] = dflt;
 		k = 1;
 	}
 	if (k != 1)
-		return FAILV("softmax over %d axes is not simulated", k);
-	if (sim_axis(c, ax[0], x->ndim, &a) < 0)
+		return sim_fail(c, "%s over %d axes is not simulated", what, k);
+	return sim_axis(c, ax[0], x->ndim, a);
+}
+
+SimValue *k_softmax(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t outer, inner;
+	int a;
+	if (!x || one_axis(c, x, -1, "softmax", &a) < 0)
 		return NULL;
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
 	if (!o)
@@ -883,16 +889,9 @@ SimValue *k_prelu(Ctx *c)
 SimValue *k_l2normalize(Ctx *c)
 {
 	SimTensor *x = sim_arg_tensor(c, 0);
-	int64_t ax[MAX_RANK], outer, inner;
+	int64_t outer, inner;
 	int a;
-	if (!x)
-		return NULL;
-	int k = sim_ints(c, 1, "axis", ax, MAX_RANK);
-	if (k <= 0)
-		ax[0] = 0, k = 1;
-	if (k != 1)
-		return FAILV("L2Normalize over %d axes is not simulated", k);
-	if (sim_axis(c, ax[0], x->ndim, &a) < 0)
+	if (!x || one_axis(c, x, 0, "L2Normalize", &a) < 0)
 		return NULL;
 	double eps = sim_float(c, 2, "epsilon", 1e-4);
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);

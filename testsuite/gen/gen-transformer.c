@@ -642,22 +642,36 @@ enum { OPS_PER_LAYER = 34, LITS_PER_LAYER = 9 + 2 + 8 + 1 }; /* UMonads, eps, tu
 /* prologue: Load, Gather, Reshape ; epilogue: Load, RmsNorm, Load, MatMul, SSCE */
 enum { OPS_PRO = 3, LITS_PRO = 1 + 1 + 1, OPS_EPI = 5, LITS_EPI = 2 + 1 };
 
+/* the scopes of one decoder layer's cells (fa: the fused form's names) */
+typedef struct {
+    char base[160], attn[224], q[256], k[256], v[256], o[256], rope[288];
+    char anorm[224], fnorm[224], ffn[224], w1[256], w2[256], w3[256];
+} LayerScopes;
+
+static void layer_scopes(LayerScopes *c, int64_t l, int fa)
+{
+    snprintf(c->base, sizeof c->base, SCOPE_MODEL "/layers-CellList/%" PRId64 "-LLamaDecodeLayer", l);
+    snprintf(c->attn, sizeof c->attn, "%s/attention-LLamaAttention", c->base);
+    snprintf(c->q, sizeof c->q, "%s/wq-Linear", c->attn);
+    snprintf(c->k, sizeof c->k, "%s/wk-Linear", c->attn);
+    snprintf(c->v, sizeof c->v, "%s/wv-Linear", c->attn);
+    snprintf(c->o, sizeof c->o, "%s/wo-Linear", c->attn);
+    snprintf(c->rope, sizeof c->rope, "%s/apply_rotary_emb-RotaryEmbedding", c->attn);
+    snprintf(c->anorm, sizeof c->anorm, "%s/attention_norm-LlamaRMSNorm", c->base);
+    snprintf(c->fnorm, sizeof c->fnorm, "%s/ffn_norm-LlamaRMSNorm", c->base);
+    snprintf(c->ffn, sizeof c->ffn, "%s/feed_forward-LlamaFeedForward", c->base);
+    snprintf(c->w1, sizeof c->w1, fa ? "%s/w_gate_hidden-Linear" : "%s/w1-Linear", c->ffn);
+    snprintf(c->w2, sizeof c->w2, "%s/w2-Linear", c->ffn);
+    snprintf(c->w3, sizeof c->w3, "%s/w3-Linear", c->ffn);
+}
+
 static size_t emit_layer(int64_t l, size_t x, const char *scale_lit)
 {
-    char base[160], sc_attn[224], sc_q[256], sc_k[256], sc_v[256], sc_o[256];
-    char sc_anorm[224], sc_fnorm[224], sc_ffn[224], sc_w1[256], sc_w2[256], sc_w3[256];
-    snprintf(base, sizeof base, SCOPE_MODEL "/layers-CellList/%" PRId64 "-LLamaDecodeLayer", l);
-    snprintf(sc_attn, sizeof sc_attn, "%s/attention-LLamaAttention", base);
-    snprintf(sc_q, sizeof sc_q, "%s/wq-Linear", sc_attn);
-    snprintf(sc_k, sizeof sc_k, "%s/wk-Linear", sc_attn);
-    snprintf(sc_v, sizeof sc_v, "%s/wv-Linear", sc_attn);
-    snprintf(sc_o, sizeof sc_o, "%s/wo-Linear", sc_attn);
-    snprintf(sc_anorm, sizeof sc_anorm, "%s/attention_norm-LlamaRMSNorm", base);
-    snprintf(sc_fnorm, sizeof sc_fnorm, "%s/ffn_norm-LlamaRMSNorm", base);
-    snprintf(sc_ffn, sizeof sc_ffn, "%s/feed_forward-LlamaFeedForward", base);
-    snprintf(sc_w1, sizeof sc_w1, "%s/w1-Linear", sc_ffn);
-    snprintf(sc_w2, sizeof sc_w2, "%s/w2-Linear", sc_ffn);
-    snprintf(sc_w3, sizeof sc_w3, "%s/w3-Linear", sc_ffn);
+    LayerScopes c;
+    layer_scopes(&c, l, 0);
+    const char *base = c.base, *sc_attn = c.attn, *sc_q = c.q, *sc_k = c.k, *sc_v = c.v, *sc_o = c.o;
+    const char *sc_anorm = c.anorm, *sc_fnorm = c.fnorm, *sc_ffn = c.ffn, *sc_w1 = c.w1, *sc_w2 = c.w2,
+               *sc_w3 = c.w3;
 
     /* attention */
     size_t h = emit_rmsnorm(x, p_layer(l, ATTN_NORM), sc_anorm);
@@ -722,21 +736,12 @@ enum { OPS_FA_BSH = 29, OPS_FA_BNSD = 31, LITS_FA_BSH = 34, LITS_FA_BNSD = 36 };
 /* One decoder layer in MindFormers' fused form (see the head comment). */
 static size_t emit_layer_fa(int64_t l, size_t x, const char *scale_lit)
 {
-    char base[160], sc_attn[224], sc_q[256], sc_k[256], sc_v[256], sc_o[256];
-    char sc_anorm[224], sc_fnorm[224], sc_ffn[224], sc_w1[256], sc_w2[256], sc_rope[288];
+    LayerScopes c;
+    layer_scopes(&c, l, 1);
+    const char *base = c.base, *sc_attn = c.attn, *sc_q = c.q, *sc_k = c.k, *sc_v = c.v, *sc_o = c.o;
+    const char *sc_anorm = c.anorm, *sc_fnorm = c.fnorm, *sc_ffn = c.ffn, *sc_w1 = c.w1, *sc_w2 = c.w2,
+               *sc_rope = c.rope;
     int bnsd = g_att == ATT_FA_BNSD;
-    snprintf(base, sizeof base, SCOPE_MODEL "/layers-CellList/%" PRId64 "-LLamaDecodeLayer", l);
-    snprintf(sc_attn, sizeof sc_attn, "%s/attention-LLamaAttention", base);
-    snprintf(sc_q, sizeof sc_q, "%s/wq-Linear", sc_attn);
-    snprintf(sc_k, sizeof sc_k, "%s/wk-Linear", sc_attn);
-    snprintf(sc_v, sizeof sc_v, "%s/wv-Linear", sc_attn);
-    snprintf(sc_o, sizeof sc_o, "%s/wo-Linear", sc_attn);
-    snprintf(sc_rope, sizeof sc_rope, "%s/apply_rotary_emb-RotaryEmbedding", sc_attn);
-    snprintf(sc_anorm, sizeof sc_anorm, "%s/attention_norm-LlamaRMSNorm", base);
-    snprintf(sc_fnorm, sizeof sc_fnorm, "%s/ffn_norm-LlamaRMSNorm", base);
-    snprintf(sc_ffn, sizeof sc_ffn, "%s/feed_forward-LlamaFeedForward", base);
-    snprintf(sc_w1, sizeof sc_w1, "%s/w_gate_hidden-Linear", sc_ffn);
-    snprintf(sc_w2, sizeof sc_w2, "%s/w2-Linear", sc_ffn);
 
     size_t h = emit_rmsnorm(x, p_layer(l, ATTN_NORM), sc_anorm);
     size_t q = emit_linear("query", h, p_layer(l, WQ), sc_attn, sc_q);
