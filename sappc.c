@@ -3,6 +3,7 @@
  * Exit status: 0 ok, 1 bad input, 2 bad usage, 3 I/O or rendering failure.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <getopt.h>
 #include <stdlib.h>
@@ -69,6 +70,16 @@ enum {
 	OPT_AUTO_PIPELINE,
 	OPT_STRATEGY_FORMAT,
 	OPT_GROUP_CKPT_OUT,
+	/* the training step (passes/train/) */
+	OPT_FORWARD_ONLY,
+	OPT_OPTIMIZER,
+	OPT_LEARNING_RATE,
+	OPT_MOMENTUM,
+	OPT_BETA1,
+	OPT_BETA2,
+	OPT_EPS,
+	OPT_WEIGHT_DECAY,
+	OPT_GRADIENTS_MEAN,
 };
 
 static const struct option longopts[] = {
@@ -123,6 +134,15 @@ static const struct option longopts[] = {
 	{"auto-pipeline", no_argument, NULL, OPT_AUTO_PIPELINE},
 	{"strategy-format", required_argument, NULL, OPT_STRATEGY_FORMAT},
 	{"group-ckpt-out", required_argument, NULL, OPT_GROUP_CKPT_OUT},
+	{"forward-only", no_argument, NULL, OPT_FORWARD_ONLY},
+	{"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+	{"learning-rate", required_argument, NULL, OPT_LEARNING_RATE},
+	{"momentum", required_argument, NULL, OPT_MOMENTUM},
+	{"beta1", required_argument, NULL, OPT_BETA1},
+	{"beta2", required_argument, NULL, OPT_BETA2},
+	{"eps", required_argument, NULL, OPT_EPS},
+	{"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
+	{"gradients-mean", no_argument, NULL, OPT_GRADIENTS_MEAN},
 	{NULL, 0, NULL, 0},
 };
 
@@ -207,6 +227,23 @@ static void usage(FILE *f)
 	      "      --group-ckpt-out=FILE\n"
 	      "                          write the communication groups of the rank as MindSpore's\n"
 	      "                          group checkpoint (group_ckpt_save_file)\n"
+	      "\n"
+	      "",
+	      f);
+	fputs("Training step (the default output when the phase is train):\n"
+	      "      --forward-only      print the forward graph only (as at step_parallel_end): no\n"
+	      "                          backward, gradient communication or optimizer update\n"
+	      "      --optimizer=momentum|sgd|adam|adamw\n"
+	      "                          the update after the gradients (default momentum):\n"
+	      "                          ApplyMomentum, SGD, Adam or the fused AdamWeightDecay\n"
+	      "      --learning-rate=X   the learning_rate Parameter's value (default 0.01)\n"
+	      "      --momentum=X        momentum of momentum (default 0.9) and sgd (default 0)\n"
+	      "      --beta1=X, --beta2=X, --eps=X\n"
+	      "                          Adam's and AdamWeightDecay's (defaults 0.9, 0.999, and\n"
+	      "                          1e-8 for adam, 1e-6 for adamw)\n"
+	      "      --weight-decay=X    weight decay of adamw (default 0)\n"
+	      "      --gradients-mean    scale each gradient AllReduce by 1/(its group size), as\n"
+	      "                          MindSpore's gradients_mean=True (off by default)\n"
 	      "\n"
 	      "",
 	      f);
@@ -339,6 +376,40 @@ static long parse_long(const char *opt, const char *s, long lo, long hi)
 		exit(2);
 	}
 	return v;
+}
+
+/* an optimizer hyper-parameter option: a number >= 0 (below 1 for the
+ * momentum and the betas) into its Options field */
+static void set_hyper(Options *o, int opt, const char *s)
+{
+	static const struct {
+		int opt;
+		const char *name;
+		size_t off;
+		int unit;
+	} hyper[] = {
+		{OPT_LEARNING_RATE, "--learning-rate", offsetof(Options, learning_rate), 0},
+		{OPT_MOMENTUM, "--momentum", offsetof(Options, momentum), 1},
+		{OPT_BETA1, "--beta1", offsetof(Options, beta1), 1},
+		{OPT_BETA2, "--beta2", offsetof(Options, beta2), 1},
+		{OPT_EPS, "--eps", offsetof(Options, eps), 0},
+		{OPT_WEIGHT_DECAY, "--weight-decay", offsetof(Options, weight_decay), 0},
+	};
+	for (size_t i = 0; i < sizeof hyper / sizeof hyper[0]; i++) {
+		if (hyper[i].opt != opt)
+			continue;
+		char *end;
+		errno = 0;
+		double v = strtod(s, &end);
+		if (errno || end == s || *end || !(v >= 0) || v > 1e6 || (hyper[i].unit && v >= 1)) {
+			fprintf(stderr, "sappc: invalid value '%s' for %s (expected a number from 0 %s)\n", s,
+				hyper[i].name, hyper[i].unit ? "to below 1" : "up to 1e6");
+			fprintf(stderr, "Try 'sappc --help' for more information.\n");
+			exit(2);
+		}
+		*(double *)((char *)o + hyper[i].off) = v;
+		o->optimizer_given = 1;
+	}
 }
 
 /* a memory size: a positive number and a unit B, KB, MB, GB or TB (powers
@@ -563,6 +634,7 @@ int main(int argc, char **argv)
 	o.device_memory = 1024.0 * 1073741824.0; /* MindSpore's max_device_memory default, "1024GB" */
 	o.world_group = "hccl_world_group";
 	o.max_nodes = 1500;
+	o.learning_rate = o.momentum = o.beta1 = o.beta2 = o.eps = o.weight_decay = -1; /* the optimizer's default */
 
 	/* getopt prefixes its messages with argv[0]; ours say "sappc:" */
 	static char progname[] = "sappc";
@@ -770,6 +842,35 @@ int main(int argc, char **argv)
 		case OPT_GROUP_CKPT_OUT:
 			group_out = optarg;
 			break;
+		case OPT_FORWARD_ONLY:
+			o.forward_only = 1;
+			break;
+		case OPT_OPTIMIZER:
+			if (strcmp(optarg, "momentum") == 0)
+				o.optimizer = OPTIM_MOMENTUM;
+			else if (strcmp(optarg, "sgd") == 0)
+				o.optimizer = OPTIM_SGD;
+			else if (strcmp(optarg, "adam") == 0)
+				o.optimizer = OPTIM_ADAM;
+			else if (strcmp(optarg, "adamw") == 0)
+				o.optimizer = OPTIM_ADAMW;
+			else
+				bad_usage("invalid value '%s' for --optimizer (expected momentum, sgd, adam or adamw)",
+					  optarg);
+			o.optimizer_given = 1;
+			break;
+		case OPT_LEARNING_RATE:
+		case OPT_MOMENTUM:
+		case OPT_BETA1:
+		case OPT_BETA2:
+		case OPT_EPS:
+		case OPT_WEIGHT_DECAY:
+			set_hyper(&o, c, optarg);
+			break;
+		case OPT_GRADIENTS_MEAN:
+			o.gradients_mean = 1;
+			o.optimizer_given = 1;
+			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);
 			return stdout_status();
@@ -786,6 +887,10 @@ int main(int argc, char **argv)
 		if (env && strcmp(env, "1") == 0)
 			o.interfered = 1;
 	}
+	if (o.optimizer_given && (o.forward_only || o.phase == PHASE_PREDICT))
+		bad_usage("%s: the optimizer options need a training step (--optimizer, --learning-rate, "
+			  "--momentum, --beta1, --beta2, --eps, --weight-decay, --gradients-mean)",
+			  o.forward_only ? "--forward-only" : "--phase=predict");
 	if (argc - optind > 1)
 		bad_usage("more than one input file ('%s' is extra)", argv[optind + 1]);
 	const char *in = optind < argc ? argv[optind] : "-";

@@ -294,3 +294,13 @@ void ir_graph_set_nodes(Graph *g, Node **a, uint32_t n, uint32_t cap)
 	g->nodes.cap = cap;
 	ir_renumber(g);
 }
+
+IrPhase ir_node_phase(const Node *n)
+{
+	const char *s = ir_node_fullname(n);
+	if (strncmp(s, "Gradients/", 10) == 0)
+		return IR_PHASE_BWD;
+	if (strncmp(s, "Default/optimizer-", 18) == 0)
+		return IR_PHASE_OPT;
+	return IR_PHASE_FWD;
+}

@@ -152,6 +152,29 @@ int sym_same(Sym a, Sym b)
 	return sym_len(a) == sym_len(b) && memcmp(sym_str(a), sym_str(b), sym_len(a)) == 0;
 }
 
+Sym sym_prefixed(const char *pre, Sym s)
+{
+	size_t pl = strlen(pre);
+	char buf[512];
+	if (sym_is_deferred(s)) {
+		const Deferred *d = &defs[s & ~SYM_DEFERRED];
+		size_t k = ents[d->prefix].len;
+		if (pl + k >= sizeof buf)
+			return 0;
+		memcpy(buf, pre, pl);
+		memcpy(buf + pl, ents[d->prefix].s, k);
+		uint64_t v = d->v;
+		Sym suffix = d->suffix;
+		return sym_defer(intern(buf, pl + k), v, suffix);
+	}
+	size_t k = sym_len(s);
+	if (pl + k >= sizeof buf)
+		return 0;
+	memcpy(buf, pre, pl);
+	memcpy(buf + pl, sym_str(s), k);
+	return intern(buf, pl + k);
+}
+
 size_t sym_format(Sym s, char *buf, size_t cap)
 {
 	if (!sym_is_deferred(s)) {

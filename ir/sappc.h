@@ -75,6 +75,8 @@ Sym sym_defer(Sym prefix, uint64_t v, Sym suffix);
 int sym_is_deferred(Sym s);
 int sym_same(Sym a, Sym b);
 size_t sym_format(Sym s, char *buf, size_t cap);
+/* pre + s's text, deferred again when s is (no interning per name) */
+Sym sym_prefixed(const char *pre, Sym s);
 void intern_free_all(void);
 
 /* --------------------------------------------------------------- ops.def */
@@ -433,6 +435,7 @@ struct Module {
 	struct SappSummary *sapp; /* what the sapp pass decided besides the strategies (NULL: no sapp pass) */
 	Sym *op_syms;        /* OP_* -> its interned name, made as ir_cnode_new needs them */
 	struct KeyMap *dims_pool; /* shape_shared(): one dims array per distinct shape */
+	struct TrainInfo *train; /* what autodiff found for gradcomm and optimizer (NULL: forward graph) */
 };
 
 Module *ir_module_new(const char *filename);
@@ -464,6 +467,10 @@ void ir_clear_marks(Module *m);
 uint32_t ir_count_cnodes(const Module *m);
 uint32_t ir_count_nodes(const Module *m);
 const OpInfo *ir_opinfo(const Node *n);
+/* which part of a training step n belongs to, from its full name:
+ * "Gradients/..." backward, "Default/optimizer-..." optimizer, else forward */
+typedef enum { IR_PHASE_FWD, IR_PHASE_BWD, IR_PHASE_OPT } IrPhase;
+IrPhase ir_node_phase(const Node *n);
 /* tensor operand shapes: the declared type-line input i (NULL if absent) */
 const Abs *ir_in_abs(const Node *n, uint32_t i);
 
@@ -599,7 +606,15 @@ typedef struct Options {
 	int phase;           /* --phase: PHASE_AUTO (from the graph), PHASE_TRAIN, PHASE_PREDICT */
 	double device_memory; /* --device-memory, bytes (max_device_memory, default 1024 GB) */
 	int auto_pipeline;   /* --auto-pipeline: the sapp pass may lower the stage number (§5) */
+	/* the training step (passes/train/, training-step.md) */
+	int forward_only;    /* --forward-only: no backward, gradient communication or optimizer */
+	int gradients_mean;  /* --gradients-mean: gradient AllReduce followed by x 1/n (§2.3) */
+	int optimizer;       /* --optimizer: OPTIM_* */
+	int optimizer_given; /* an optimizer option was given (an error without a training step) */
+	double learning_rate, momentum, beta1, beta2, eps, weight_decay; /* < 0: the optimizer's default */
 } Options;
+
+enum { OPTIM_MOMENTUM, OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW };
 
 enum { PHASE_AUTO, PHASE_TRAIN, PHASE_PREDICT };
 

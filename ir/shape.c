@@ -444,9 +444,16 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		if (!x)
 			return 0;
 		return set_out(x->dims, x->rank, out, orank);
-	case SHAPE_SCALAR:
+	case SHAPE_SCALAR: {
+		/* SparseSoftmaxCrossEntropyWithLogits with is_grad (its bprop)
+		 * gives the gradient of the logits, not the loss */
+		const Value *g = ir_attr_get(&n->pattrs, "is_grad");
+		int b = 0;
+		if (g && value_truthy(g, &b) && b && x)
+			return set_out(x->dims, x->rank, out, orank);
 		*orank = 0;
 		return 1;
+	}
 	case SHAPE_DENSE: {
 		/* Dense(x, w, b): x (..., K) times w (N, K) transposed */
 		const Shape *w = in_shape(n, 1);

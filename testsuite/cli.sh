@@ -246,7 +246,7 @@ all="$a/out.ir $a/plan.json $a/rep.txt $a/g.dot $a/g.svg"
 seed $all
 # exit 1 late in the run: --simulate finds the redistributions wrong after
 # the sapp pass has chosen (and used to write) the strategies
-SAPPC_TEST_BREAK_REDIST=1 run "$sappc" -n 8 --simulate -o "$a/out.ir" --strategy-out "$a/plan.json" \
+SAPPC_TEST_BREAK_REDIST=1 run "$sappc" -n 8 --simulate --forward-only -o "$a/out.ir" --strategy-out "$a/plan.json" \
 	--report="$a/rep.txt" --dot "$a/g.dot" --svg "$a/g.svg" "$mlp"
 check "a run failing with exit 1 after the search: exit 1" test "$rc" = 1
 check "exit 1: every existing output keeps its bytes (-o, --strategy-out, --report, --dot, --svg)" untouched $all
@@ -315,13 +315,13 @@ check "--all-ranks with an unreadable input: no directory created" eval 'test "$
 # the run are not written
 if [ -w /dev/full ]; then
 	for args in "" "--passes=" "--stop-after=verify" "-o -" "--report" "--report --report-format=json" \
-		"--simulate" "--explain=matmul" "--report=- -o -"; do
+		"--simulate --forward-only" "--explain=matmul" "--report=- -o -"; do
 		"$sappc" -n 2 $args "$mlp" >/dev/full 2>"$tmp/err"; rc=$?
 		check "standard output on a full device (${args:-the IR}): exit 3, said once" \
 			eval 'test "$rc" = 3 && test "$(grep -c "write error on standard output" "$tmp/err")" = 1'
 	done
 	seed "$a/plan.json"
-	"$sappc" -n 2 --simulate --strategy-out "$a/plan.json" "$mlp" >/dev/full 2>/dev/null
+	"$sappc" -n 2 --simulate --forward-only --strategy-out "$a/plan.json" "$mlp" >/dev/full 2>/dev/null
 	check "standard output on a full device: --strategy-out untouched" untouched "$a/plan.json"
 else
 	skip "standard output on a full device" "no /dev/full"

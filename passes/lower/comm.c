@@ -143,7 +143,7 @@ static void mirror_attrs(LowerCtx *c, Node *user, Node *param, const int64_t *g,
 }
 
 /* the operator whose value the graph returns: the loss (§3.6) */
-static Node *loss_node(Graph *g)
+Node *lower_loss_node(Graph *g)
 {
 	Node *ret = g->nodes.n ? g->nodes.a[g->nodes.n - 1] : NULL;
 	if (!ret || ret->kind != NK_RETURN || !ret->nargs || ret->args[0].kind != V_NODE)
@@ -165,7 +165,7 @@ static Node *loss_node(Graph *g)
 
 /* how many devices hold the same loss value: all of the stage for a
  * scalar, else the device dimensions the output map leaves unused */
-static int64_t loss_repeat(const LowerCtx *c, const NodeLayout *l)
+int64_t lower_loss_repeat(const LowerCtx *c, const NodeLayout *l)
 {
 	const TLay *t = &l->out[0];
 	if (t->rank == 0)
@@ -202,8 +202,8 @@ static Node *virtual_op(LowerCtx *c, int op, Node *src, Node *like, const TLay *
 static void insert_virtual_ops(LowerCtx *c, Graph *g, int64_t *grp, int64_t *opt)
 {
 	Module *m = c->m;
-	Node *loss = loss_node(g);
-	int64_t div = loss && loss->lay->nout ? loss_repeat(c, loss->lay) : 1;
+	Node *loss = lower_loss_node(g);
+	int64_t div = loss && loss->lay->nout ? lower_loss_repeat(c, loss->lay) : 1;
 	Vec(Node *) out = {0};
 	for (uint32_t i = 0; i < g->nodes.n; i++) {
 		Node *n = g->nodes.a[i];

@@ -137,6 +137,10 @@ int lower_param_shard(const LowerCtx *c, const Node *p, int64_t *optg, int *nopt
 Node *lower_all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, int ng, Sym op, int index);
 void lower_subst_args(Node *n);
 void lower_clear_subst(Graph *g);
+/* the loss operator (what the entry graph returns, through inserted ops)
+ * and how many devices hold its value: _VirtualDiv's divisor (§3.6) */
+Node *lower_loss_node(Graph *g);
+int64_t lower_loss_repeat(const LowerCtx *c, const NodeLayout *l);
 
 /* ---- rules.c ---- */
 int lower_has_rule(const Node *n);

@@ -37,7 +37,7 @@ static Node *opt_allgather(LowerCtx *c, Node *src, Node *param, const int64_t *g
 	a->out = lower_abs_like(m, full, full->shape.dims, full->shape.rank);
 	lower_attr_put(m, &a->pattrs, "rank_size", value_int(ng, NT_I64));
 	lower_attr_put(m, &a->pattrs, "fusion", value_int(1, NT_I64));
-	lower_attr_put(m, &a->pattrs, "mean_flag", value_bool(0));
+	lower_attr_put(m, &a->pattrs, "mean_flag", value_bool(c->o->gradients_mean)); /* gradients_mean (§3.3) */
 	lower_attr_put(m, &a->pattrs, "no_eliminate", value_bool(1));
 	lower_comm_group_attrs(c, a, g, ng, 0);
 	lower_attr_put(m, &a->pattrs, "recompute", value_bool(0));

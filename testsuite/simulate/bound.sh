@@ -31,7 +31,7 @@ bounded() {
 	shift 3
 	(
 		[ "$asan" = 1 ] || ulimit -v $(((limit + allow) * 1024))
-		exec "$sappc" -q --simulate --simulate-max-mb="$limit" "$@"
+		exec "$sappc" -q --simulate --forward-only --simulate-max-mb="$limit" "$@"
 	) >"$tmp/out" 2>"$tmp/err"
 	rc=$?
 	case $want:$rc in

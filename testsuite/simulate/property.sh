@@ -40,7 +40,7 @@ run_case() {
 		notok "$label: randstrat failed"
 		return
 	fi
-	if "$sappc" -q -n "$N" --parallel-mode=semi_auto --verify-each --seed="$seed" "$@" --simulate "$tmp/in.ir" \
+	if "$sappc" -q -n "$N" --parallel-mode=semi_auto --verify-each --seed="$seed" "$@" --simulate --forward-only "$tmp/in.ir" \
 		>"$tmp/out" 2>"$tmp/err" && grep -q '^simulate: ok$' "$tmp/out"; then
 		ok "$label: N=$N seed=$seed $*"
 	elif grep -q 'the device matrices have no common refinement' "$tmp/err"; then
@@ -98,7 +98,7 @@ for f in "$top"/ir-samples/interfered_add.ir "$top"/ir-samples/sapp_mlp.ir "$top
 	[ -f "$f" ] || continue
 	for mode in "" --interfered "--interfered --enable-parallel-optimizer"; do
 		# shellcheck disable=SC2086
-		if "$sappc" -q -n 8 --verify-each $mode --simulate "$f" >"$tmp/out" 2>"$tmp/err" &&
+		if "$sappc" -q -n 8 --verify-each $mode --simulate --forward-only "$f" >"$tmp/out" 2>"$tmp/err" &&
 			grep -q '^simulate: ok$' "$tmp/out"; then
 			ok "search $(basename "$f"): N=8 $mode"
 		else

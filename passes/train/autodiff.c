@@ -1,0 +1,1766 @@
+/* autodiff.c - the `autodiff` pass: the backward graph of this rank.
+ *
+ * pass_autodiff (training-step.md §0, §1, §2.1, §6)
+ *   Requires: the lowered forward graph of the rank (local shapes, inserted
+ *             communication), i.e. everything up to optshard.  Runs when the
+ *             phase resolves to train and --forward-only is not given.
+ *   Provides: after the forward nodes, the backward nodes as MindSpore's J
+ *             expansion builds them after step_parallel: a reverse
+ *             topological walk from the loss (seed: a constant 1 of the
+ *             loss's type, `_ones_like_for_grad` folded) and from every
+ *             forward Send (a pipeline stage's backward starts at the Receive
+ *             of the gradient), the bprop rule of each operator from
+ *             bprops.def, dout contributions of a value with several users
+ *             summed by Add (AccumulateDout, scope Gradients/<forward
+ *             scope>).  Every node a rule makes is named
+ *             Gradients/<forward dir>/Grad_<Prim>/<Op>-opK and carries the
+ *             forward node's primal attributes plus forward_node_name
+ *             "<Prim>_<id>" and forward_unique_id "<id>" (the forward node's
+ *             module id).  The loss's _VirtualDiv (parallel-lowering §3.6),
+ *             not a node in the default view, still has its bprop: the
+ *             loss operator's input gradients are divided by the number of
+ *             devices holding the loss.  Module.train records each
+ *             trainable weight's local gradient for gradcomm.
+ *   Errors:   the loss is not a scalar; no trainable weight reaches it; an
+ *             operator without a bprop on a path from a trainable weight to
+ *             the loss (file:line:col naming it).
+ *   Invalidates: nothing computed earlier; node marks are cleared.
+ * Linear in the graph: one forward sweep, one backward sweep, O(1) work per
+ * emitted node.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "train.h"
+
+typedef struct GV {
+	Value v;
+	Abs a;
+	uint8_t set;
+} GV;
+
+typedef struct Tup {
+	GV *g;      /* per element */
+	Node **fwd; /* a forward TupleGetItem of each element, or NULL */
+	uint32_t n;
+} Tup;
+
+typedef struct Ad Ad;
+typedef void (*Bprop)(Ad *a, Node *n, const GV *g, int gop);
+
+struct Ad {
+	TrainEmit e;
+	Module *m;
+	const Options *o;
+	Graph *g;
+	uint32_t nn;
+	Node **node; /* index -> node (params first) */
+	GV *dout;
+	Tup **tup;
+	uint8_t *needs, *reach;
+	Node **gather; /* per index of a weight: its optimizer-parallel AllGather */
+	Node *cur;     /* the forward node whose bprop is being built */
+	int ext_built;
+	Node *loss_op; /* the loss operator and its _VirtualDiv divisor */
+	int64_t vdiv;
+	int in_loss;
+	Vec(Node *) keep;
+	/* operand types of the nodes a rule is building, interned when it is
+	 * done (equal arrays shared, as the lowering's clones share theirs) */
+	Abs *scratch;
+	uint32_t nscratch;
+	uint32_t rule_start; /* e.out.n when the rule began */
+	KeyMap types;        /* operand abstracts -> the module's copy */
+};
+
+#define SCRATCH 65536
+
+enum { RULE_NONE, RULE_NOGRAD, RULE_BPROP };
+
+#define BPROP(op, rule, gop) static void bp_##rule(Ad *a, Node *n, const GV *g, int gop);
+#define NOGRAD(op)
+#include "bprops.def"
+#undef BPROP
+#undef NOGRAD
+
+static const struct {
+	Bprop fn;
+	uint16_t gop;
+	uint8_t kind;
+} rules[OP_COUNT_] = {
+#define BPROP(op, rule, g) [OP_##op] = {bp_##rule, OP_##g, RULE_BPROP},
+#define NOGRAD(op) [OP_##op] = {NULL, 0, RULE_NOGRAD},
+#include "bprops.def"
+#undef BPROP
+#undef NOGRAD
+};
+
+/* ------------------------------------------------------------ indexing */
+
+static uint32_t idx(const Ad *a, const Node *n)
+{
+	return n->g == a->g && n->mark ? n->mark - 1 : UINT32_MAX;
+}
+
+static Node *arg_node(const Node *n, uint32_t k)
+{
+	return k < n->nargs && n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+}
+
+static int needs(const Ad *a, const Node *n)
+{
+	uint32_t i = n ? idx(a, n) : UINT32_MAX;
+	return i != UINT32_MAX && a->needs[i];
+}
+
+/* does operand k of n want a gradient */
+static int wants(const Ad *a, const Node *n, uint32_t k)
+{
+	return needs(a, arg_node(n, k));
+}
+
+static int rule_kind(const Node *n)
+{
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+		return RULE_NONE;
+	return rules[n->op].kind;
+}
+
+/* ------------------------------------------------------------ emission */
+
+static void ensure_ext(Ad *a)
+{
+	if (a->ext_built || !a->cur)
+		return;
+	a->ext_built = 1;
+	Node *f = a->cur;
+	const NodeExt *fx = ir_node_ext(f);
+	NodeExt *x = arena_alloc(a->m->arena, sizeof *x);
+	uint32_t nf = fx->has_primal ? fx->primal.n : 0;
+	x->primal.a = arena_alloc(a->m->arena, (nf + 2) * sizeof(Attr));
+	for (uint32_t i = 0; i < nf; i++)
+		x->primal.a[i] = fx->primal.a[i];
+	char pre[256];
+	snprintf(pre, sizeof pre, "%s_", sym_str(f->prim));
+	Value v = {0};
+	v.kind = V_STR;
+	v.text = sym_defer(intern_cstr(pre), f->id, 0);
+	x->primal.a[nf].key = lower_sym("forward_node_name");
+	x->primal.a[nf].val = v;
+	v.text = sym_defer(0, f->id, 0);
+	x->primal.a[nf + 1].key = lower_sym("forward_unique_id");
+	x->primal.a[nf + 1].val = v;
+	x->primal.n = nf + 2;
+	x->has_primal = 1;
+	a->e.ext = x;
+}
+
+static Node *emit(Ad *a, int op, uint32_t nargs, const Abs *out)
+{
+	ensure_ext(a);
+	if (a->nscratch + nargs > SCRATCH)
+		return train_op(&a->e, op, nargs, out);
+	Node *n = train_op(&a->e, op, 0, out);
+	n->nargs = n->nin_types = nargs;
+	n->args = nargs ? arena_alloc(a->m->arena, nargs * sizeof(Value)) : NULL;
+	n->in_types = nargs ? a->scratch + a->nscratch : NULL;
+	a->nscratch += nargs;
+	return n;
+}
+
+/* the nodes the rule made: their operand types into the module, one
+ * array per distinct list (shapes are shared, so equal ones compare as
+ * equal pointers) */
+static void intern_types(Ad *a)
+{
+	int64_t key[6 * 16];
+	for (uint32_t i = a->rule_start; i < a->e.out.n; i++) {
+		Node *n = a->e.out.a[i];
+		if (!n->nin_types || n->in_types < a->scratch || n->in_types >= a->scratch + SCRATCH)
+			continue;
+		if (n->nin_types > 16) {
+			n->in_types = arena_dup(a->m->arena, n->in_types, n->nin_types * sizeof(Abs));
+			continue;
+		}
+		uint32_t k = 0;
+		for (uint32_t j = 0; j < n->nin_types; j++) {
+			const Abs *t = &n->in_types[j];
+			key[k++] = t->tstr;
+			key[k++] = t->dtype;
+			key[k++] = t->is_ref | t->is_tensor << 1 | t->has_value << 2 | t->shape.kind << 3 |
+			           (int64_t)t->shape.rank << 8;
+			key[k++] = t->shape.kind == SK_DIMS || t->shape.kind == SK_OLD ? (int64_t)(intptr_t)t->shape.dims
+			           : t->shape.kind == SK_TUPLE || t->shape.kind == SK_LIST ? (int64_t)(intptr_t)t->shape.sub
+			                                                                 : 0;
+			key[k++] = (int64_t)(intptr_t)t->x;
+			key[k++] = 0;
+		}
+		int fresh;
+		Abs **slot = keymap_get(&a->types, key, k, &fresh);
+		if (fresh)
+			*slot = arena_dup(a->m->arena, n->in_types, n->nin_types * sizeof(Abs));
+		n->in_types = *slot;
+	}
+	a->nscratch = 0;
+	a->rule_start = a->e.out.n;
+}
+
+static GV gv_node(Node *n)
+{
+	GV r = {value_node(n), n->out, 1};
+	return r;
+}
+
+static GV gv_val(Value v, Abs a)
+{
+	GV r = {v, a, 1};
+	return r;
+}
+
+/* forward operand k as a value with its abstract */
+static GV gv_arg(const Node *n, uint32_t k)
+{
+	Abs ab = {0};
+	if (k < n->nin_types)
+		ab = n->in_types[k];
+	else if (n->args[k].kind == V_NODE)
+		ab = n->args[k].u.node->out;
+	return gv_val(n->args[k], ab);
+}
+
+/* a tensor operand's value (a Parameter read directly is a Ref) */
+static Abs tensor_abs(const GV *x)
+{
+	return train_abs_value(&x->a);
+}
+
+static void set(Node *n, uint32_t k, GV x)
+{
+	n->args[k] = x.v;
+	n->in_types[k] = x.a;
+}
+
+static Node *op1(Ad *a, int op, GV x, const Abs *out)
+{
+	Node *n = emit(a, op, 1, out);
+	set(n, 0, x);
+	return n;
+}
+
+static Node *op2(Ad *a, int op, GV x, GV y, const Abs *out)
+{
+	Node *n = emit(a, op, 2, out);
+	set(n, 0, x);
+	set(n, 1, y);
+	return n;
+}
+
+static Node *op3(Ad *a, int op, GV x, GV y, GV z, const Abs *out)
+{
+	Node *n = emit(a, op, 3, out);
+	set(n, 0, x);
+	set(n, 1, y);
+	set(n, 2, z);
+	return n;
+}
+
+static GV c_bool(int b)
+{
+	return gv_val(value_bool(b), train_abs_bool());
+}
+
+static GV c_int(int64_t v)
+{
+	return gv_val(value_int(v, NT_I64), lower_abs_int());
+}
+
+static GV c_ints(Ad *a, const int64_t *v, int n)
+{
+	return gv_val(lower_ints(a->m, v, n), lower_abs_tuple_ints(a->m, n));
+}
+
+static GV c_scalar(Ad *a, Sym dtype, double v)
+{
+	return gv_val(train_float_tensor(a->m, dtype, v), train_abs_tensor(a->m, dtype, NULL, 0, 1));
+}
+
+static int dims_of(const Abs *a, int64_t *d)
+{
+	if (a->shape.kind != SK_DIMS)
+		return -1;
+	memcpy(d, a->shape.dims, a->shape.rank * sizeof *d);
+	return a->shape.rank;
+}
+
+static Abs tensor_like(Ad *a, const Abs *like, const int64_t *d, int r)
+{
+	return lower_abs_like(a->m, like, d, r);
+}
+
+/* ------------------------------------------------------------ dout */
+
+static void acc(Ad *a, GV *slot, GV g, Node *target)
+{
+	if (!slot->set) {
+		*slot = g;
+		return;
+	}
+	/* AccumulateDout: hyper_add, scope Gradients/<forward scope>, no primal */
+	Node tm = a->e.tmpl;
+	const NodeExt *x = a->e.ext;
+	train_emit_bprop_of(&a->e, target, NULL, 0);
+	a->e.ext = NULL;
+	Node *s = train_op(&a->e, OP_Add, 2, &slot->a);
+	set(s, 0, *slot);
+	set(s, 1, g);
+	a->e.tmpl = tm;
+	a->e.ext = x;
+	*slot = gv_node(s);
+}
+
+static void give_node(Ad *a, Node *t, GV g);
+
+/* the gradient of operand k of the node being differentiated */
+static void give(Ad *a, Node *n, uint32_t k, GV g)
+{
+	Node *t = arg_node(n, k);
+	if (!t || !needs(a, t) || !g.set)
+		return;
+	if (a->in_loss && n == a->loss_op && a->vdiv > 1 && t->out.is_tensor) {
+		/* _VirtualDiv's bprop: RealDiv(dout, divisor) (grad_comm_ops.py) */
+		Node tm = a->e.tmpl;
+		const NodeExt *x = a->e.ext;
+		train_emit_bprop_of(&a->e, n, "_VirtualDiv", 1);
+		a->e.ext = NULL;
+		Node *d = train_op(&a->e, OP_RealDiv, 2, &g.a);
+		set(d, 0, g);
+		set(d, 1, c_scalar(a, g.a.dtype, (double)a->vdiv));
+		a->e.tmpl = tm;
+		a->e.ext = x;
+		g = gv_node(d);
+	}
+	give_node(a, t, g);
+}
+
+static void give_node(Ad *a, Node *t, GV g)
+{
+	uint32_t i = idx(a, t);
+	if (i == UINT32_MAX || !a->needs[i])
+		return;
+	acc(a, &a->dout[i], g, t);
+}
+
+static Tup *tup_of(Ad *a, Node *t)
+{
+	uint32_t i = idx(a, t);
+	if (i == UINT32_MAX)
+		return NULL;
+	if (!a->tup[i]) {
+		/* one slot per element: the tuple's declared size, else the
+		 * most any producer here has (LayerNorm 3, BatchNorm 5, ...) */
+		uint32_t n = t->out.shape.kind == SK_TUPLE ? t->out.shape.rank : 0;
+		if (t->op == OP_MakeTuple && t->nargs > n)
+			n = t->nargs;
+		if (!n)
+			n = 8;
+		Tup *p = xcalloc(1, sizeof *p + n * (sizeof(GV) + sizeof(Node *)));
+		p->n = n;
+		p->g = (GV *)(p + 1);
+		p->fwd = (Node **)(p->g + n);
+		a->tup[i] = p;
+	}
+	return a->tup[i];
+}
+
+/* the gradient of element e of tuple value t */
+static void give_elem(Ad *a, Node *t, uint32_t e, GV g)
+{
+	if (!t || !needs(a, t) || !g.set)
+		return;
+	Tup *p = tup_of(a, t);
+	if (p && e < p->n)
+		acc(a, &p->g[e], g, t);
+}
+
+/* element e of n's tuple output as a value: the forward TupleGetItem when
+ * there is one, else a new one */
+static GV elem(Ad *a, Node *n, uint32_t e, const Abs *like)
+{
+	Tup *p = tup_of(a, n);
+	if (p && e < p->n && p->fwd[e])
+		return gv_node(p->fwd[e]);
+	Abs ab = *like;
+	if (n->out.shape.kind == SK_TUPLE && e < n->out.shape.rank && n->out.shape.sub[e].kind == SK_DIMS)
+		ab = tensor_like(a, like, n->out.shape.sub[e].dims, n->out.shape.sub[e].rank);
+	Node *t = op2(a, OP_TupleGetItem, gv_node(n), c_int(e), &ab);
+	return gv_node(t);
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* BinopGradCommon: sum d over the axes broadcast to reach its shape from
+ * the operand's (target), then reshape to it */
+static GV unbroadcast(Ad *a, GV d, const Abs *target)
+{
+	int64_t od[MAX_RANK], td[MAX_RANK], axes[MAX_RANK];
+	int ro = dims_of(&d.a, od), rt = dims_of(target, td);
+	if (ro < 0 || rt < 0 || (ro == rt && memcmp(od, td, ro * sizeof *od) == 0))
+		return d;
+	int na = 0;
+	for (int i = 0; i < ro; i++) {
+		int j = i - (ro - rt);
+		if (j < 0 || (td[j] == 1 && od[i] != 1))
+			axes[na++] = i;
+	}
+	if (na) {
+		int64_t rd[MAX_RANK];
+		int rr = 0;
+		for (int i = 0, k = 0; i < ro; i++) {
+			if (k < na && axes[k] == i)
+				k++;
+			else
+				rd[rr++] = od[i];
+		}
+		Abs ra = tensor_like(a, &d.a, rd, rr);
+		Node *s = op3(a, OP_SumExt, d, c_ints(a, axes, na), c_bool(0), &ra);
+		d = gv_node(s);
+	}
+	Abs ta = tensor_like(a, &d.a, td, rt);
+	if (d.a.shape.kind == SK_DIMS && shape_equal(&d.a.shape, &ta.shape))
+		return d;
+	return gv_node(op2(a, OP_Reshape, d, c_ints(a, td, rt), &ta));
+}
+
+static GV reshape_to(Ad *a, GV d, const Abs *target)
+{
+	int64_t td[MAX_RANK];
+	int rt = dims_of(target, td);
+	if (rt < 0 || (d.a.shape.kind == SK_DIMS && shape_equal(&d.a.shape, &target->shape)))
+		return d;
+	Abs ta = tensor_like(a, &d.a, td, rt);
+	return gv_node(op2(a, OP_Reshape, d, c_ints(a, td, rt), &ta));
+}
+
+/* the integer setting of a primitive: operand i if literal, else attribute */
+static int get_int(const Node *n, uint32_t i, const char *key, int64_t *out)
+{
+	if (i < n->nargs && n->args[i].kind != V_NODE && value_get_int(&n->args[i], out))
+		return 0;
+	const Value *v = ir_attr_get(&n->pattrs, key);
+	return v && value_get_int(v, out) ? 0 : -1;
+}
+
+/* the axes setting (operand i or attribute key) as a list; -1 when absent */
+static int get_axes(const Node *n, uint32_t i, const char *key, int64_t *ax)
+{
+	const Value *v = NULL;
+	if (i < n->nargs && n->args[i].kind != V_NODE)
+		v = &n->args[i];
+	else
+		v = ir_attr_get(&n->pattrs, key);
+	return v ? value_int_list(v, ax, MAX_RANK) : -1;
+}
+
+/* ------------------------------------------------------------ rules */
+
+static void bp_pass0(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	give(a, n, 0, g[0]);
+}
+
+static void bp_getitem(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	int64_t e;
+	if (n->nargs >= 2 && value_get_int(&n->args[1], &e) && e >= 0)
+		give_elem(a, arg_node(n, 0), (uint32_t)e, g[0]);
+}
+
+static void bp_maketuple(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	Tup *p = tup_of(a, n);
+	for (uint32_t k = 0; p && k < n->nargs && k < p->n; k++)
+		give(a, n, k, p->g[k]);
+	(void)g;
+}
+
+static Node *mm(Ad *a, int op, GV p, GV q, int t1, int t2, const Abs *out)
+{
+	Node *r = emit(a, op, 4, out);
+	set(r, 0, p);
+	set(r, 1, q);
+	set(r, 2, c_bool(t1));
+	set(r, 3, c_bool(t2));
+	return r;
+}
+
+/* a batched product's result: g's batch dimensions, target's matrix */
+static Abs batch_like(Ad *a, const Abs *g, const Abs *target)
+{
+	int64_t gd[MAX_RANK], td[MAX_RANK];
+	int rg = dims_of(g, gd), rt = dims_of(target, td);
+	if (rg < 3 || rt < 2)
+		return *target;
+	gd[rg - 2] = td[rt - 2];
+	gd[rg - 1] = td[rt - 1];
+	return tensor_like(a, target, gd, rg);
+}
+
+static void bp_matmul(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0), w = gv_arg(n, 1);
+	int ta = ir_node_flag(n, 2, "transpose_a", "transpose_x1");
+	int tb = ir_node_flag(n, 3, "transpose_b", "transpose_x2");
+	Abs xa = tensor_abs(&x), wa = tensor_abs(&w);
+	/* dx = MatMul(g, w, 0, !tb), or MatMul(w, g, tb, 1) when ta;
+	 * dw = MatMul(x, g, !ta, 0), or MatMul(g, x, 1, ta) when tb (§6) */
+	if (wants(a, n, 0)) {
+		Abs o = batch_like(a, &g[0].a, &xa);
+		Node *r = ta ? mm(a, gop, w, g[0], tb, 1, &o) : mm(a, gop, g[0], w, 0, !tb, &o);
+		give(a, n, 0, unbroadcast(a, gv_node(r), &xa));
+	}
+	if (wants(a, n, 1)) {
+		Abs o = batch_like(a, &g[0].a, &wa);
+		Node *r = tb ? mm(a, gop, g[0], x, 1, ta, &o) : mm(a, gop, x, g[0], !ta, 0, &o);
+		give(a, n, 1, unbroadcast(a, gv_node(r), &wa));
+	}
+}
+
+/* Conv2DBackpropInput(g, w, x_shape), Conv2DBackpropFilter(g, x, w_shape),
+ * the forward's attributes copied (grad_nn_ops.cc Conv2D) */
+static void bp_conv2d(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0), w = gv_arg(n, 1);
+	Abs xa = tensor_abs(&x), wa = tensor_abs(&w);
+	int64_t d[MAX_RANK];
+	if (wants(a, n, 0)) {
+		int r = dims_of(&xa, d);
+		Node *c = op3(a, gop, g[0], w, c_ints(a, d, r < 0 ? 0 : r), &xa);
+		c->pattrs = n->pattrs;
+		c->has_pattrs = n->has_pattrs;
+		give(a, n, 0, gv_node(c));
+	}
+	if (wants(a, n, 1)) {
+		int r = dims_of(&wa, d);
+		Node *c = op3(a, OP_Conv2DBackpropFilter, g[0], x, c_ints(a, d, r < 0 ? 0 : r), &wa);
+		c->pattrs = n->pattrs;
+		c->has_pattrs = n->has_pattrs;
+		give(a, n, 1, gv_node(c));
+	}
+}
+
+/* MaxPoolGrad(x, y, g) / AvgPoolGrad(x, y, g), attributes copied */
+static void bp_pool(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	Node *c = op3(a, gop, x, gv_node(n), g[0], &xa);
+	c->pattrs = n->pattrs;
+	c->has_pattrs = n->has_pattrs;
+	give(a, n, 0, gv_node(c));
+}
+
+/* the outputs of a multi-output grad op: TupleGetItem k for operand k */
+static void give_items(Ad *a, Node *n, Node *c, const uint32_t *operand, int count)
+{
+	for (int k = 0; k < count; k++) {
+		if (!wants(a, n, operand[k]))
+			continue;
+		GV x = gv_arg(n, operand[k]);
+		Abs xa = tensor_abs(&x);
+		Node *t = op2(a, OP_TupleGetItem, gv_node(c), c_int(k), &xa);
+		give(a, n, operand[k], gv_node(t));
+	}
+}
+
+static Abs tuple_abs(Ad *a, Node *n, const uint32_t *operand, int count)
+{
+	Abs t = {0};
+	char buf[32];
+	snprintf(buf, sizeof buf, "Tuple[Tensor*%d]", count);
+	t.tstr = intern_cstr(buf);
+	t.shape.kind = SK_TUPLE;
+	t.shape.rank = (uint8_t)count;
+	t.shape.sub = arena_alloc(a->m->arena, (size_t)count * sizeof(Shape));
+	for (int k = 0; k < count; k++) {
+		GV x = gv_arg(n, operand[k]);
+		t.shape.sub[k] = x.a.shape;
+	}
+	return t;
+}
+
+/* BatchNorm(x, scale, bias, mean, var, ...) -> (y, mean, var, reserve1,
+ * reserve2): BatchNormGrad(g0, x, scale, out[3], out[4], out[2],
+ * is_training, eps, format) -> dx, dscale, dbias (§6) */
+static void bp_batchnorm(Ad *a, Node *n, const GV *g, int gop)
+{
+	static const uint32_t ops[] = {0, 1, 2};
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x), sa = tensor_abs((GV[]){gv_arg(n, 1)});
+	Abs ta = tuple_abs(a, n, ops, 3);
+	uint32_t extra = n->nargs > 5 ? n->nargs - 5 : 0;
+	if (extra > 3)
+		extra = 3;
+	GV o3 = elem(a, n, 3, &sa), o4 = elem(a, n, 4, &sa), o2 = elem(a, n, 2, &sa);
+	Node *c = emit(a, gop, 6 + extra, &ta);
+	set(c, 0, g[0].set ? g[0] : gv_val(value_node(n), xa));
+	set(c, 1, x);
+	set(c, 2, gv_arg(n, 1));
+	set(c, 3, o3);
+	set(c, 4, o4);
+	set(c, 5, o2);
+	for (uint32_t k = 0; k < extra; k++)
+		set(c, 6 + k, gv_arg(n, 5 + k));
+	c->pattrs = n->pattrs;
+	c->has_pattrs = n->has_pattrs;
+	give_items(a, n, c, ops, 3);
+}
+
+/* LayerNorm(x, gamma, beta, ...) -> (y, mean, rstd):
+ * LayerNormGrad(x, g0, out[2], out[1], gamma, begin_norm_axis,
+ * begin_params_axis) -> dx, dgamma, dbeta (§6) */
+static void bp_layernorm(Ad *a, Node *n, const GV *g, int gop)
+{
+	static const uint32_t ops[] = {0, 1, 2};
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	Abs ta = tuple_abs(a, n, ops, 3);
+	int64_t bna = -1, bpa = -1;
+	get_int(n, 3, "begin_norm_axis", &bna);
+	get_int(n, 4, "begin_params_axis", &bpa);
+	GV o2 = elem(a, n, 2, &xa), o1 = elem(a, n, 1, &xa);
+	Node *c = emit(a, gop, 7, &ta);
+	set(c, 0, x);
+	set(c, 1, g[0]);
+	set(c, 2, o2);
+	set(c, 3, o1);
+	set(c, 4, gv_arg(n, 1));
+	set(c, 5, c_int(bna));
+	set(c, 6, c_int(bpa));
+	const Value *eps = ir_attr_get(&n->pattrs, "epsilon");
+	if (eps) {
+		lower_attr_put(a->m, &c->pattrs, "epsilon", *eps);
+		c->has_pattrs = 1;
+	}
+	give_items(a, n, c, ops, 3);
+}
+
+/* RmsNorm(x, gamma, eps) -> (y, rstd): RmsNormGrad(g0, x, rstd, gamma) -> dx, dgamma */
+static void bp_rmsnorm(Ad *a, Node *n, const GV *g, int gop)
+{
+	static const uint32_t ops[] = {0, 1};
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	Abs ta = tuple_abs(a, n, ops, 2);
+	GV o1 = elem(a, n, 1, &xa);
+	Node *c = emit(a, gop, 4, &ta);
+	set(c, 0, g[0]);
+	set(c, 1, x);
+	set(c, 2, o1);
+	set(c, 3, gv_arg(n, 1));
+	give_items(a, n, c, ops, 2);
+}
+
+/* dx = g; db = BiasAddGrad(g, format) (§6) */
+static void bp_biasadd(Ad *a, Node *n, const GV *g, int gop)
+{
+	give(a, n, 0, g[0]);
+	if (!wants(a, n, 1))
+		return;
+	GV b = gv_arg(n, 1);
+	Abs ba = tensor_abs(&b);
+	Node *c;
+	if (n->nargs >= 3) {
+		c = op2(a, gop, g[0], gv_arg(n, 2), &ba);
+	} else {
+		c = op1(a, gop, g[0], &ba);
+		const Value *f = ir_attr_get(&n->pattrs, "format");
+		if (f) {
+			lower_attr_put(a->m, &c->pattrs, "format", *f);
+			c->has_pattrs = 1;
+		}
+	}
+	give(a, n, 1, gv_node(c));
+}
+
+static GV in_grad(Ad *a, Node *n, uint32_t k, GV d)
+{
+	GV x = gv_arg(n, k);
+	Abs xa = tensor_abs(&x);
+	return unbroadcast(a, d, &xa);
+}
+
+static void bp_add(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	for (uint32_t k = 0; k < 2; k++)
+		if (wants(a, n, k))
+			give(a, n, k, in_grad(a, n, k, g[0]));
+}
+
+static void bp_addn(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	for (uint32_t k = 0; k < n->nargs; k++)
+		if (wants(a, n, k))
+			give(a, n, k, g[0]);
+}
+
+static void bp_sub(Ad *a, Node *n, const GV *g, int gop)
+{
+	if (wants(a, n, 0))
+		give(a, n, 0, in_grad(a, n, 0, g[0]));
+	if (wants(a, n, 1))
+		give(a, n, 1, in_grad(a, n, 1, gv_node(op1(a, gop, g[0], &g[0].a))));
+}
+
+static void bp_mul(Ad *a, Node *n, const GV *g, int gop)
+{
+	if (wants(a, n, 0))
+		give(a, n, 0, in_grad(a, n, 0, gv_node(op2(a, gop, g[0], gv_arg(n, 1), &g[0].a))));
+	if (wants(a, n, 1))
+		give(a, n, 1, in_grad(a, n, 1, gv_node(op2(a, gop, gv_arg(n, 0), g[0], &g[0].a))));
+}
+
+/* dx = g / y; dy = -(dx * out) */
+static void bp_div(Ad *a, Node *n, const GV *g, int gop)
+{
+	Node *dx = op2(a, gop, g[0], gv_arg(n, 1), &g[0].a);
+	if (wants(a, n, 0))
+		give(a, n, 0, in_grad(a, n, 0, gv_node(dx)));
+	if (wants(a, n, 1)) {
+		Node *t = op2(a, OP_Mul, gv_node(dx), gv_node(n), &g[0].a);
+		give(a, n, 1, in_grad(a, n, 1, gv_node(op1(a, OP_Neg, gv_node(t), &g[0].a))));
+	}
+}
+
+/* MaximumGrad(x, y, g) -> (dx, dy) */
+static void bp_minmax(Ad *a, Node *n, const GV *g, int gop)
+{
+	Abs t = {0};
+	t.tstr = lower_sym("Tuple[Tensor*2]");
+	t.shape.kind = SK_TUPLE;
+	t.shape.rank = 2;
+	t.shape.sub = arena_alloc(a->m->arena, 2 * sizeof(Shape));
+	t.shape.sub[0] = t.shape.sub[1] = g[0].a.shape;
+	Node *c = op3(a, gop, gv_arg(n, 0), gv_arg(n, 1), g[0], &t);
+	for (uint32_t k = 0; k < 2; k++)
+		if (wants(a, n, k)) {
+			Node *e = op2(a, OP_TupleGetItem, gv_node(c), c_int(k), &g[0].a);
+			give(a, n, k, in_grad(a, n, k, gv_node(e)));
+		}
+}
+
+/* dx = g * y * x^(y-1); dy = g * out * log(x) */
+static void bp_pow(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0), y = gv_arg(n, 1);
+	Abs o = g[0].a;
+	if (wants(a, n, 0)) {
+		Node *ym1 = op2(a, OP_Sub, y, c_scalar(a, o.dtype, 1), &y.a);
+		Node *p = op2(a, gop, x, gv_node(ym1), &o);
+		Node *t = op2(a, OP_Mul, gv_node(p), y, &o);
+		give(a, n, 0, in_grad(a, n, 0, gv_node(op2(a, OP_Mul, g[0], gv_node(t), &o))));
+	}
+	if (wants(a, n, 1)) {
+		Node *l = op1(a, OP_Log, x, &x.a);
+		Node *t = op2(a, OP_Mul, gv_node(n), gv_node(l), &o);
+		give(a, n, 1, in_grad(a, n, 1, gv_node(op2(a, OP_Mul, g[0], gv_node(t), &o))));
+	}
+}
+
+/* dx = g; dy = -g * FloorDiv(x, y) */
+static void bp_floormod(Ad *a, Node *n, const GV *g, int gop)
+{
+	if (wants(a, n, 0))
+		give(a, n, 0, in_grad(a, n, 0, g[0]));
+	if (wants(a, n, 1)) {
+		Node *q = op2(a, gop, gv_arg(n, 0), gv_arg(n, 1), &g[0].a);
+		Node *t = op2(a, OP_Mul, g[0], gv_node(q), &g[0].a);
+		give(a, n, 1, in_grad(a, n, 1, gv_node(op1(a, OP_Neg, gv_node(t), &g[0].a))));
+	}
+}
+
+/* d = g * 2(x - y); dx = d, dy = -d */
+static void bp_sqdiff(Ad *a, Node *n, const GV *g, int gop)
+{
+	Abs o = g[0].a;
+	Node *s = op2(a, OP_Sub, gv_arg(n, 0), gv_arg(n, 1), &o);
+	Node *s2 = op2(a, gop, gv_node(s), c_scalar(a, o.dtype, 2), &o);
+	Node *d = op2(a, gop, g[0], gv_node(s2), &o);
+	if (wants(a, n, 0))
+		give(a, n, 0, in_grad(a, n, 0, gv_node(d)));
+	if (wants(a, n, 1))
+		give(a, n, 1, in_grad(a, n, 1, gv_node(op1(a, OP_Neg, gv_node(d), &o))));
+}
+
+/* Select(c, x, y): dx = Select(c, g, 0), dy = Select(c, 0, g) */
+static void bp_select(Ad *a, Node *n, const GV *g, int gop)
+{
+	Abs o = g[0].a;
+	Node *z = NULL;
+	for (uint32_t k = 1; k < 3; k++) {
+		if (!wants(a, n, k))
+			continue;
+		if (!z)
+			z = op1(a, OP_ZerosLike, g[0], &o);
+		Node *s = op3(a, gop, gv_arg(n, 0), k == 1 ? g[0] : gv_node(z), k == 1 ? gv_node(z) : g[0], &o);
+		give(a, n, k, in_grad(a, n, k, gv_node(s)));
+	}
+}
+
+/* unary activations: the grad op's operand order is the rule's name */
+static void bp_g_y(Ad *a, Node *n, const GV *g, int gop)
+{
+	give(a, n, 0, gv_node(op2(a, gop, g[0], gv_node(n), &g[0].a)));
+}
+
+static void bp_y_g(Ad *a, Node *n, const GV *g, int gop)
+{
+	give(a, n, 0, gv_node(op2(a, gop, gv_node(n), g[0], &g[0].a)));
+}
+
+static void bp_g_x(Ad *a, Node *n, const GV *g, int gop)
+{
+	give(a, n, 0, gv_node(op2(a, gop, g[0], gv_arg(n, 0), &g[0].a)));
+}
+
+static void bp_g_x_y(Ad *a, Node *n, const GV *g, int gop)
+{
+	give(a, n, 0, gv_node(op3(a, gop, g[0], gv_arg(n, 0), gv_node(n), &g[0].a)));
+}
+
+static void bp_x_y_g(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	give(a, n, 0, gv_node(op3(a, gop, x, gv_arg(n, 1), g[0], &xa)));
+}
+
+static void bp_neg(Ad *a, Node *n, const GV *g, int gop)
+{
+	give(a, n, 0, gv_node(op1(a, gop, g[0], &g[0].a)));
+}
+
+/* g * Sign(x) */
+static void bp_abs(Ad *a, Node *n, const GV *g, int gop)
+{
+	Node *s = op1(a, gop, gv_arg(n, 0), &g[0].a);
+	give(a, n, 0, gv_node(op2(a, OP_Mul, g[0], gv_node(s), &g[0].a)));
+}
+
+/* g * y */
+static void bp_exp(Ad *a, Node *n, const GV *g, int gop)
+{
+	give(a, n, 0, gv_node(op2(a, gop, g[0], gv_node(n), &g[0].a)));
+}
+
+/* g / x */
+static void bp_log(Ad *a, Node *n, const GV *g, int gop)
+{
+	give(a, n, 0, gv_node(op2(a, gop, g[0], gv_arg(n, 0), &g[0].a)));
+}
+
+/* g * (x * 2) */
+static void bp_square(Ad *a, Node *n, const GV *g, int gop)
+{
+	Node *t = op2(a, gop, gv_arg(n, 0), c_scalar(a, g[0].a.dtype, 2), &g[0].a);
+	give(a, n, 0, gv_node(op2(a, gop, g[0], gv_node(t), &g[0].a)));
+}
+
+/* g * 2/sqrt(pi) * exp(-x^2) */
+static void bp_erf(Ad *a, Node *n, const GV *g, int gop)
+{
+	Abs o = g[0].a;
+	Node *sq = op1(a, OP_Square, gv_arg(n, 0), &o);
+	Node *ng = op1(a, OP_Neg, gv_node(sq), &o);
+	Node *ex = op1(a, gop, gv_node(ng), &o);
+	Node *t = op2(a, OP_Mul, gv_node(ex), c_scalar(a, o.dtype, 2.0 / sqrt(3.14159265358979323846)), &o);
+	give(a, n, 0, gv_node(op2(a, OP_Mul, g[0], gv_node(t), &o)));
+}
+
+/* g * cos(x) */
+static void bp_sin(Ad *a, Node *n, const GV *g, int gop)
+{
+	Node *c = op1(a, gop, gv_arg(n, 0), &g[0].a);
+	give(a, n, 0, gv_node(op2(a, OP_Mul, g[0], gv_node(c), &g[0].a)));
+}
+
+/* -(g * sin(x)) */
+static void bp_cos(Ad *a, Node *n, const GV *g, int gop)
+{
+	Node *s = op1(a, gop, gv_arg(n, 0), &g[0].a);
+	Node *t = op2(a, OP_Mul, g[0], gv_node(s), &g[0].a);
+	give(a, n, 0, gv_node(op1(a, OP_Neg, gv_node(t), &g[0].a)));
+}
+
+/* Dropout -> (y, mask): DropoutGrad(g0, mask); a one-output Dropout (an
+ * older dump's inference form) passes the gradient through */
+static void bp_dropout(Ad *a, Node *n, const GV *g, int gop)
+{
+	if (n->out.shape.kind != SK_TUPLE) {
+		give(a, n, 0, g[0]);
+		return;
+	}
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	give(a, n, 0, gv_node(op2(a, gop, g[0], elem(a, n, 1, &xa), &xa)));
+}
+
+/* Cast back to the input's type; nothing when the types agree */
+static void bp_cast(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	if (xa.dtype == g[0].a.dtype || !xa.dtype) {
+		give(a, n, 0, g[0]);
+		return;
+	}
+	GV t = gv_val(value_word(sym_str(xa.dtype)), train_abs_word("TypeType"));
+	give(a, n, 0, gv_node(op2(a, gop, g[0], t, &xa)));
+}
+
+/* SoftmaxBackward(g, y, dim) / LogSoftmaxGrad(y, g, axis) */
+static void bp_softmax(Ad *a, Node *n, const GV *g, int gop)
+{
+	int64_t ax[MAX_RANK];
+	int k = get_axes(n, 1, "axis", ax);
+	GV axis = k == 1 ? c_int(ax[0]) : c_ints(a, ax, k < 0 ? 0 : k);
+	if (k < 0)
+		axis = c_int(-1);
+	Node *c = gop == OP_LogSoftmaxGrad ? op3(a, gop, gv_node(n), g[0], axis, &g[0].a)
+	                                   : op3(a, gop, g[0], gv_node(n), axis, &g[0].a);
+	give(a, n, 0, gv_node(c));
+}
+
+/* the reduced axes of a reduction as a bit set over x's rank; keep_dims */
+static unsigned reduced_axes(const Node *n, int rank, int *keep)
+{
+	int64_t ax[MAX_RANK];
+	int k = get_axes(n, 1, "axis", ax);
+	*keep = ir_node_flag(n, 2, "keep_dims", NULL);
+	if (k <= 0)
+		return (1u << rank) - 1;
+	unsigned red = 0;
+	for (int i = 0; i < k; i++) {
+		int64_t v = ax[i] < 0 ? ax[i] + rank : ax[i];
+		if (v >= 0 && v < rank)
+			red |= 1u << v;
+	}
+	return red;
+}
+
+/* SumGrad: Reshape(v, kept-dims shape), BroadcastTo(x's shape) */
+static GV sum_grad(Ad *a, GV v, const Abs *xa, unsigned red)
+{
+	int64_t xd[MAX_RANK], kd[MAX_RANK];
+	int r = dims_of(xa, xd);
+	if (r < 0)
+		return v;
+	for (int i = 0; i < r; i++)
+		kd[i] = red >> i & 1 ? 1 : xd[i];
+	Abs ka = tensor_like(a, &v.a, kd, r);
+	v = reshape_to(a, v, &ka);
+	if (shape_equal(&v.a.shape, &xa->shape))
+		return v;
+	Abs o = tensor_like(a, &v.a, xd, r);
+	return gv_node(op2(a, OP_BroadcastTo, v, c_ints(a, xd, r), &o));
+}
+
+/* a reduction's input, its abstract and the reduced axes; 0 when its
+ * shape is not known */
+static int reduce_input(const Node *n, GV *x, Abs *xa, unsigned *red)
+{
+	int keep;
+	*x = gv_arg(n, 0);
+	*xa = tensor_abs(x);
+	if (xa->shape.kind != SK_DIMS)
+		return 0;
+	*red = reduced_axes(n, xa->shape.rank, &keep);
+	return 1;
+}
+
+static void bp_reduce(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x;
+	Abs xa;
+	unsigned red;
+	if (!reduce_input(n, &x, &xa, &red))
+		return;
+	GV d = sum_grad(a, g[0], &xa, red);
+	if (gop == OP_RealDiv) {
+		/* ReduceMean: / (local elements in / out) (§6) */
+		double ratio = 1;
+		for (int i = 0; i < xa.shape.rank; i++)
+			if (red >> i & 1)
+				ratio *= (double)xa.shape.dims[i];
+		d = gv_node(op2(a, gop, d, c_scalar(a, xa.dtype, ratio), &xa));
+	}
+	give(a, n, 0, d);
+}
+
+/* the selection mask of a max/min reduction over red: Equal(x,
+ * broadcast(y)) as x's dtype, divided by the number of selected elements */
+static GV select_mask(Ad *a, GV x, GV y, unsigned red)
+{
+	Abs xa = tensor_abs(&x);
+	GV yb = sum_grad(a, y, &xa, red);
+	Abs ba = xa;
+	ba.dtype = lower_sym("Bool");
+	ba.tstr = lower_sym("Tensor[Bool]");
+	Node *eq = op2(a, OP_Equal, x, yb, &ba);
+	GV t = gv_val(value_word(sym_str(xa.dtype)), train_abs_word("TypeType"));
+	Node *m = op2(a, OP_Cast, gv_node(eq), t, &xa);
+	int64_t ax[MAX_RANK], kd[MAX_RANK];
+	int na = 0;
+	for (int i = 0; i < xa.shape.rank; i++) {
+		kd[i] = red >> i & 1 ? 1 : xa.shape.dims[i];
+		if (red >> i & 1)
+			ax[na++] = i;
+	}
+	Abs ka = tensor_like(a, &xa, kd, xa.shape.rank);
+	Node *cnt = op3(a, OP_ReduceSum, gv_node(m), c_ints(a, ax, na), c_bool(1), &ka);
+	return gv_node(op2(a, OP_RealDiv, gv_node(m), gv_node(cnt), &xa));
+}
+
+static void bp_reduce_sel(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	GV x;
+	Abs xa;
+	unsigned red;
+	if (!reduce_input(n, &x, &xa, &red))
+		return;
+	GV mask = select_mask(a, x, gv_node(n), red);
+	GV gb = sum_grad(a, g[0], &xa, red);
+	give(a, n, 0, gv_node(op2(a, OP_Mul, gb, mask, &xa)));
+}
+
+/* ReduceProd: broadcast(g) * broadcast(y) / x */
+static void bp_reduce_prod(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x;
+	Abs xa;
+	unsigned red;
+	if (!reduce_input(n, &x, &xa, &red))
+		return;
+	GV yb = sum_grad(a, gv_node(n), &xa, red);
+	GV gb = sum_grad(a, g[0], &xa, red);
+	Node *q = op2(a, gop, yb, x, &xa);
+	give(a, n, 0, gv_node(op2(a, OP_Mul, gb, gv_node(q), &xa)));
+}
+
+/* ArgMaxWithValue(x, axis, keep_dims) -> (index, value): the value's
+ * gradient as ReduceMax's; the index has none */
+static void bp_argval(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	Tup *p = tup_of(a, n);
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	if (!p || !p->g[1].set || xa.shape.kind != SK_DIMS)
+		return;
+	int64_t ax = 0;
+	get_int(n, 1, "axis", &ax);
+	if (ax < 0)
+		ax += xa.shape.rank;
+	unsigned red = ax >= 0 && ax < xa.shape.rank ? 1u << ax : 0;
+	GV mask = select_mask(a, x, elem(a, n, 1, &p->g[1].a), red);
+	GV gb = sum_grad(a, p->g[1], &xa, red);
+	give(a, n, 0, gv_node(op2(a, OP_Mul, gb, mask, &xa)));
+	(void)g;
+}
+
+/* Reshape, Flatten, ExpandDims, Squeeze: Reshape(g, local input shape) */
+static void bp_reshape(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	give(a, n, 0, reshape_to(a, g[0], &xa));
+}
+
+static void bp_transpose(Ad *a, Node *n, const GV *g, int gop)
+{
+	int64_t p[MAX_RANK], inv[MAX_RANK];
+	int k = get_axes(n, 1, "perm", p);
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	if (k <= 0) {
+		give(a, n, 0, g[0]);
+		return;
+	}
+	for (int i = 0; i < k; i++)
+		inv[p[i] < 0 ? p[i] + k : p[i]] = i;
+	give(a, n, 0, gv_node(op2(a, gop, g[0], c_ints(a, inv, k), &xa)));
+}
+
+/* Gather(table, idx, axis): (Transpose) UnsortedSegmentSum(g', idx,
+ * table dim) (Transpose back); the indices get none (§6) */
+static void bp_gather(Ad *a, Node *n, const GV *g, int gop)
+{
+	if (!wants(a, n, 0))
+		return;
+	GV t = gv_arg(n, 0), ix = gv_arg(n, 1);
+	Abs ta = tensor_abs(&t);
+	int64_t axis = 0;
+	get_int(n, 2, "axis", &axis);
+	int64_t td[MAX_RANK], gd[MAX_RANK];
+	int rt = dims_of(&ta, td), rg = dims_of(&g[0].a, gd);
+	int ri = ix.a.shape.kind == SK_DIMS ? ix.a.shape.rank : 0;
+	if (rt < 0 || rg < 0)
+		return;
+	if (axis < 0)
+		axis += rt;
+	GV d = g[0];
+	if (axis > 0) {
+		/* bring the index dimensions to the front */
+		int64_t perm[MAX_RANK], pd[MAX_RANK];
+		int k = 0;
+		for (int i = 0; i < ri; i++)
+			perm[k++] = axis + i;
+		for (int i = 0; i < axis; i++)
+			perm[k++] = i;
+		for (int i = (int)axis + ri; i < rg; i++)
+			perm[k++] = i;
+		for (int i = 0; i < rg; i++)
+			pd[i] = gd[perm[i]];
+		Abs pa = tensor_like(a, &g[0].a, pd, rg);
+		d = gv_node(op2(a, OP_Transpose, d, c_ints(a, perm, rg), &pa));
+	}
+	int64_t sd[MAX_RANK];
+	int rs = 0;
+	sd[rs++] = td[axis];
+	for (int i = 0; i < rt; i++)
+		if (i != axis)
+			sd[rs++] = td[i];
+	Abs sa = tensor_like(a, &ta, sd, rs);
+	Node *s = op3(a, gop, d, ix, c_int(td[axis]), &sa);
+	GV r = gv_node(s);
+	if (axis > 0) {
+		int64_t perm[MAX_RANK];
+		int k = 0;
+		for (int i = 1; i <= axis; i++)
+			perm[k++] = i;
+		perm[k++] = 0;
+		for (int i = (int)axis + 1; i < rt; i++)
+			perm[k++] = i;
+		r = gv_node(op2(a, OP_Transpose, r, c_ints(a, perm, rt), &ta));
+	}
+	give(a, n, 0, r);
+}
+
+/* StridedSliceGrad(g, local x shape, begin, end, strides), the masks as
+ * attributes (§2.1) */
+static void bp_stridedslice(Ad *a, Node *n, const GV *g, int gop)
+{
+	static const char *const masks[] = {"begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+	                                    "shrink_axis_mask"};
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	int64_t xd[MAX_RANK];
+	int r = dims_of(&xa, xd);
+	if (r < 0 || n->nargs < 4)
+		return;
+	Node *c = emit(a, gop, 5, &xa);
+	set(c, 0, g[0]);
+	set(c, 1, c_ints(a, xd, r));
+	for (uint32_t k = 1; k < 4; k++)
+		set(c, k + 1, gv_arg(n, k));
+	for (int k = 0; k < 5; k++) {
+		int64_t v = 0;
+		get_int(n, 4 + (uint32_t)k, masks[k], &v);
+		lower_attr_put(a->m, &c->pattrs, masks[k], value_int(v, NT_I64));
+	}
+	c->has_pattrs = 1;
+	give(a, n, 0, gv_node(c));
+}
+
+/* Concat(MakeTuple(x...), axis): Split(g, axis, n) when the inputs are
+ * equally sized on axis, else one Slice per input (§2.1) */
+static void bp_concat(Ad *a, Node *n, const GV *g, int gop)
+{
+	Node *mt = arg_node(n, 0);
+	if (!mt || mt->op != OP_MakeTuple)
+		return;
+	int64_t axis = 0, gd[MAX_RANK];
+	get_int(n, 1, "axis", &axis);
+	int rg = dims_of(&g[0].a, gd);
+	if (rg <= 0)
+		return;
+	if (axis < 0)
+		axis += rg;
+	int equal = 1;
+	for (uint32_t k = 0; k < mt->nargs; k++) {
+		GV x = gv_arg(mt, k);
+		if (x.a.shape.kind != SK_DIMS || x.a.shape.dims[axis] * (int64_t)mt->nargs != gd[axis])
+			equal = 0;
+	}
+	if (equal) {
+		uint32_t cnt = mt->nargs;
+		Abs ta = {0};
+		ta.tstr = lower_sym("Tuple");
+		ta.shape.kind = SK_TUPLE;
+		ta.shape.rank = (uint8_t)cnt;
+		ta.shape.sub = arena_alloc(a->m->arena, cnt * sizeof(Shape));
+		for (uint32_t k = 0; k < cnt; k++)
+			ta.shape.sub[k] = gv_arg(mt, k).a.shape;
+		Node *s = op3(a, gop, g[0], c_int(axis), c_int(cnt), &ta);
+		lower_attr_put(a->m, &s->pattrs, "num_split", value_int(cnt, NT_I64));
+		s->has_pattrs = 1;
+		for (uint32_t k = 0; k < cnt; k++) {
+			GV x = gv_arg(mt, k);
+			Abs xa = tensor_abs(&x);
+			Node *e = op2(a, OP_TupleGetItem, gv_node(s), c_int(k), &xa);
+			give_elem(a, mt, k, gv_node(e));
+		}
+		return;
+	}
+	int64_t off = 0;
+	for (uint32_t k = 0; k < mt->nargs; k++) {
+		GV x = gv_arg(mt, k);
+		Abs xa = tensor_abs(&x);
+		int64_t b[MAX_RANK] = {0}, sz[MAX_RANK];
+		int rx = dims_of(&xa, sz);
+		if (rx != rg)
+			return;
+		b[axis] = off;
+		off += sz[axis];
+		Node *sl = op3(a, OP_Slice, g[0], c_ints(a, b, rx), c_ints(a, sz, rx), &xa);
+		give_elem(a, mt, k, gv_node(sl));
+	}
+}
+
+/* Split(x, axis, n) -> tuple: Concat(MakeTuple(douts, zeros for the
+ * missing ones), axis) */
+static void bp_split(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)g;
+	Tup *p = tup_of(a, n);
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	int64_t axis = 0, cnt = 0;
+	get_int(n, 1, "axis", &axis);
+	if (get_int(n, 2, "output_num", &cnt) < 0)
+		get_int(n, 2, "num_split", &cnt);
+	if (!p || cnt <= 0 || (uint32_t)cnt > p->n)
+		return;
+	Node *mt = emit(a, OP_MakeTuple, (uint32_t)cnt, NULL);
+	Abs ta = {0};
+	ta.tstr = lower_sym("Tuple");
+	ta.shape.kind = SK_TUPLE;
+	ta.shape.rank = (uint8_t)cnt;
+	ta.shape.sub = arena_alloc(a->m->arena, (size_t)cnt * sizeof(Shape));
+	a->e.out.n--; /* placed after the zeros it may need */
+	for (int64_t k = 0; k < cnt; k++) {
+		GV d = p->g[k];
+		if (!d.set) {
+			GV e = elem(a, n, (uint32_t)k, &xa);
+			d = gv_node(op1(a, OP_ZerosLike, e, &e.a));
+		}
+		set(mt, (uint32_t)k, d);
+		ta.shape.sub[k] = d.a.shape;
+	}
+	mt->out = ta;
+	vec_push(&a->e.out, mt);
+	give(a, n, 0, gv_node(op2(a, gop, gv_node(mt), c_int(axis), &xa)));
+}
+
+/* Tile(x, multiples): Reshape g to (m0, x0, m1, x1, ...), sum the m axes */
+static void bp_tile(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	int64_t mul[MAX_RANK], xd[MAX_RANK];
+	int k = get_axes(n, 1, "multiples", mul), r = dims_of(&xa, xd);
+	if (r < 0 || k != r || 2 * r > MAX_RANK) {
+		give(a, n, 0, g[0]);
+		return;
+	}
+	int64_t sd[MAX_RANK], ax[MAX_RANK];
+	for (int i = 0; i < r; i++) {
+		sd[2 * i] = mul[i];
+		sd[2 * i + 1] = xd[i];
+		ax[i] = 2 * i;
+	}
+	Abs sa = tensor_like(a, &xa, sd, 2 * r);
+	GV s = reshape_to(a, g[0], &sa);
+	give(a, n, 0, gv_node(op3(a, gop, s, c_ints(a, ax, r), c_bool(0), &xa)));
+}
+
+/* SoftmaxCrossEntropyWithLogits -> (loss, backprop):
+ * dlogits = backprop * ExpandDims(g[0], -1) (§6); labels get none */
+static void bp_sce(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	if (!g[0].set)
+		return;
+	GV bp = elem(a, n, 1, &xa);
+	int64_t d[MAX_RANK];
+	int r = dims_of(&g[0].a, d);
+	if (r < 0)
+		return;
+	d[r] = 1;
+	Abs ea = tensor_like(a, &g[0].a, d, r + 1);
+	Node *e = op2(a, OP_ExpandDims, g[0], c_int(-1), &ea);
+	give(a, n, 0, gv_node(op2(a, gop, bp, gv_node(e), &xa)));
+}
+
+/* SparseSoftmaxCrossEntropyWithLogits(logits, labels) with is_grad, then
+ * Depend(., out), then Mul(., g) (§6) */
+static void bp_sparse_sce(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	Node *c = op2(a, gop, x, gv_arg(n, 1), &xa);
+	lower_attr_put(a->m, &c->pattrs, "is_grad", value_bool(1));
+	c->has_pattrs = 1;
+	Node *d = op2(a, OP_Depend, gv_node(c), gv_node(n), &xa);
+	give(a, n, 0, gv_node(op2(a, OP_Mul, gv_node(d), g[0], &xa)));
+}
+
+/* _VirtualDiv(divisor): RealDiv(g, divisor) (grad_comm_ops.py) */
+static void bp_virtualdiv(Ad *a, Node *n, const GV *g, int gop)
+{
+	int64_t div = 1;
+	get_int(n, 1, "divisor", &div);
+	if (div == 1) {
+		give(a, n, 0, g[0]);
+		return;
+	}
+	give(a, n, 0, gv_node(op2(a, gop, g[0], c_scalar(a, g[0].a.dtype, (double)div), &g[0].a)));
+}
+
+/* ------------------------------------------------------------ communication */
+
+/* the instance name of a bprop communication op: prefix + the forward's */
+static Sym grad_instance(const Node *n, const char *prefix)
+{
+	return n->instance ? sym_prefixed(prefix, n->instance) : 0;
+}
+
+static void put(Ad *a, Node *c, const char *key, Value v)
+{
+	lower_attr_put(a->m, &c->pattrs, key, v);
+}
+
+static void put_from(Ad *a, Node *c, const Node *n, const char *key, const char *as)
+{
+	const Value *v = ir_attr_get(&n->pattrs, key);
+	if (v)
+		put(a, c, as ? as : key, *v);
+}
+
+/* the group attributes every communication op gets, from the forward op's
+ * (a bprop op has no group_ranks, §2.2); comm_reuse and rank_list when its
+ * fusion is 0 */
+static void comm_group(Ad *a, Node *c, const Node *n, int fusion0)
+{
+	put_from(a, c, n, "group_rank_ids", NULL);
+	if (fusion0) {
+		put(a, c, "comm_reuse", value_bool(1));
+		put_from(a, c, n, "group_rank_ids", "rank_list");
+	}
+	c->has_pattrs = 1;
+	lower_order_attrs(&c->pattrs);
+}
+
+static Node *comm_op(Ad *a, int op, GV x, const Abs *out, const Node *n, const char *prefix)
+{
+	Node *c = op1(a, op, x, out);
+	c->instance = grad_instance(n, prefix);
+	return c;
+}
+
+/* AllReduce(sum) -> AllReduce(sum, same group), instance "grad" + inst;
+ * max/min: then the winners' mask; prod: Mul(g, out) first, RealDiv by x */
+static void bp_allreduce(Ad *a, Node *n, const GV *g, int gop)
+{
+	const Value *opv = ir_attr_get(&n->pattrs, "op");
+	const char *op = opv && opv->text ? sym_str(opv->text) : "sum";
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	GV in = g[0];
+	if (strcmp(op, "prod") == 0)
+		in = gv_node(op2(a, OP_Mul, g[0], gv_node(n), &xa));
+	Node *c = comm_op(a, gop, in, &xa, n, "grad");
+	put(a, c, "op", value_str("sum"));
+	put_from(a, c, n, "group", NULL);
+	put(a, c, "fusion", value_int(0, NT_I64));
+	put(a, c, "index", value_int(0, NT_I64));
+	put(a, c, "no_eliminate", value_bool(1));
+	comm_group(a, c, n, 1);
+	GV d = gv_node(c);
+	if (strcmp(op, "max") == 0 || strcmp(op, "min") == 0) {
+		Abs ba = xa;
+		ba.dtype = lower_sym("Bool");
+		ba.tstr = lower_sym("Tensor[Bool]");
+		Node *eq = op2(a, OP_Equal, x, gv_node(n), &ba);
+		GV t = gv_val(value_word(sym_str(xa.dtype)), train_abs_word("TypeType"));
+		Node *m = op2(a, OP_Cast, gv_node(eq), t, &xa);
+		d = gv_node(op2(a, OP_Mul, d, gv_node(m), &xa));
+	} else if (strcmp(op, "prod") == 0) {
+		d = gv_node(op2(a, OP_RealDiv, d, x, &xa));
+	}
+	give(a, n, 0, d);
+}
+
+static int is_opt_gather(const Node *n)
+{
+	return n->instance && strncmp(sym_str(n->instance), "parallel_optimizer_allgather", 28) == 0;
+}
+
+/* AllGather -> ReduceScatter(sum, same group), instance "grad_" + inst,
+ * fusion = the AllGather's; x 1/rank_size when mean_flag.  The optimizer
+ * parallel AllGather's is gradcomm's (after the mirror, §3.3): its dout
+ * goes to the weight as it is, and the gather is recorded. */
+static void bp_allgather(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	if (is_opt_gather(n)) {
+		Node *p = arg_node(n, 0);
+		while (p && p->kind == NK_CNODE && p->op == OP_Load)
+			p = arg_node(p, 0);
+		uint32_t i = p ? idx(a, p) : UINT32_MAX;
+		if (i != UINT32_MAX && p->kind == NK_PARAM) {
+			a->gather[i] = n;
+			give_node(a, p, g[0]);
+			return;
+		}
+	}
+	Node *c = comm_op(a, gop, g[0], &xa, n, "grad_");
+	int64_t fusion = 0, rs = 1;
+	const Value *f = ir_attr_get(&n->pattrs, "fusion");
+	if (f)
+		value_get_int(f, &fusion);
+	put(a, c, "op", value_str("sum"));
+	put_from(a, c, n, "group", NULL);
+	put_from(a, c, n, "rank_size", NULL);
+	put(a, c, "fusion", value_int(fusion, NT_I64));
+	put(a, c, "no_eliminate", value_bool(1));
+	comm_group(a, c, n, fusion == 0);
+	GV d = gv_node(c);
+	int mean = 0;
+	const Value *mf = ir_attr_get(&n->pattrs, "mean_flag");
+	const Value *rv = ir_attr_get(&n->pattrs, "rank_size");
+	if (rv)
+		value_get_int(rv, &rs);
+	if (mf && value_truthy(mf, &mean) && mean && rs > 1)
+		d = gv_node(op2(a, OP_Mul, d, c_scalar(a, xa.dtype, 1.0 / (double)rs), &xa));
+	give(a, n, 0, d);
+}
+
+/* ReduceScatter -> AllGather(same group), instance "grad" + inst */
+static void bp_reducescatter(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	Node *c = comm_op(a, gop, g[0], &xa, n, "grad");
+	put_from(a, c, n, "group", NULL);
+	put_from(a, c, n, "rank_size", NULL);
+	put(a, c, "fusion", value_int(0, NT_I64));
+	put(a, c, "mean_flag", value_bool(0));
+	put(a, c, "no_eliminate", value_bool(1));
+	comm_group(a, c, n, 1);
+	give(a, n, 0, gv_node(c));
+}
+
+/* AlltoAll(split_count, split_dim, concat_dim) -> the same with the split
+ * and concat axes swapped, instance "grad" + inst */
+static void bp_alltoall(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	Node *c = comm_op(a, gop, g[0], &xa, n, "grad");
+	put_from(a, c, n, "split_count", NULL);
+	put_from(a, c, n, "concat_dim", "split_dim");
+	put_from(a, c, n, "split_dim", "concat_dim");
+	put_from(a, c, n, "group", NULL);
+	put_from(a, c, n, "rank_size", NULL);
+	put(a, c, "no_eliminate", value_bool(1));
+	comm_group(a, c, n, 1);
+	give(a, n, 0, gv_node(c));
+}
+
+/* the forward Send's bprop: Receive(Tensor 0) of the gradient from the
+ * Send's peer (§4.4): same sr_tag, src_rank = dest_rank, group = group_back */
+static void bp_send(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)g;
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	Node *c = op1(a, gop, c_scalar(a, xa.dtype, 0), &xa);
+	put_from(a, c, n, "sr_tag", NULL);
+	put_from(a, c, n, "dest_rank", "src_rank");
+	put_from(a, c, n, "shape", NULL);
+	Value dt = value_word(sym_str(xa.dtype ? xa.dtype : lower_sym("Float32")));
+	put(a, c, "dtype", dt);
+	put_from(a, c, n, "group_back", "group");
+	put_from(a, c, n, "group_back", NULL);
+	put(a, c, "no_eliminate", value_bool(1));
+	c->has_pattrs = 1;
+	lower_order_attrs(&c->pattrs);
+	give(a, n, 0, gv_node(c));
+}
+
+/* the forward Receive's bprop: Send(g) back to its peer (§4.4); the
+ * placeholder operand gets no gradient */
+static void bp_receive(Ad *a, Node *n, const GV *g, int gop)
+{
+	if (!g[0].set)
+		return;
+	Node *c = op1(a, gop, g[0], &g[0].a);
+	put_from(a, c, n, "sr_tag", NULL);
+	put_from(a, c, n, "src_rank", "dest_rank");
+	put_from(a, c, n, "group_back", "group");
+	put_from(a, c, n, "group_back", NULL);
+	put_from(a, c, n, "shape", NULL);
+	put(a, c, "no_eliminate", value_bool(1));
+	c->has_pattrs = 1;
+	lower_order_attrs(&c->pattrs);
+	vec_push(&a->keep, c); /* nothing reads a Send: the step's Depend keeps it */
+}
+
+/* ------------------------------------------------------------ the pass */
+
+static int is_send(const Node *n)
+{
+	return n->kind == NK_CNODE && n->callee_kind == CK_PRIM && n->op == OP_Send;
+}
+
+/* Which nodes need a gradient (a trainable weight or a Receive upstream,
+ * through operators that carry one) and which reach the loss or a Send;
+ * an operator without a bprop where both hold is an error.  0 ok. */
+static int analyse(Ad *a, Node *root)
+{
+	Graph *g = a->g;
+	uint32_t np = g->params.n;
+	for (uint32_t i = 0; i < np; i++)
+		a->needs[i] = (uint8_t)train_is_trainable(g->params.a[i]);
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		Node *n = g->nodes.a[i];
+		uint32_t j = np + i;
+		if (n->kind != NK_CNODE || n->dead)
+			continue;
+		if (n->callee_kind == CK_PRIM && n->op == OP_Receive) {
+			a->needs[j] = 1;
+			continue;
+		}
+		if (rule_kind(n) == RULE_NOGRAD)
+			continue;
+		for (uint32_t k = 0; k < n->nargs && !a->needs[j]; k++)
+			if (n->args[k].kind == V_NODE && needs(a, n->args[k].u.node))
+				a->needs[j] = 1;
+		if (n->callee_kind == CK_PRIM && n->op == OP_TupleGetItem && a->needs[j]) {
+			int64_t e;
+			Node *t = arg_node(n, 0);
+			Tup *p = t && n->nargs >= 2 && value_get_int(&n->args[1], &e) && e >= 0 ? tup_of(a, t)
+			                                                                              : NULL;
+			if (p && (uint32_t)e < p->n && !p->fwd[e])
+				p->fwd[e] = n;
+		}
+	}
+	if (root && idx(a, root) != UINT32_MAX)
+		a->reach[idx(a, root)] = 1;
+	for (uint32_t i = g->nodes.n; i-- > 0;) {
+		Node *n = g->nodes.a[i];
+		if (is_send(n))
+			a->reach[np + i] = 1;
+		if (!a->reach[np + i] || n->kind != NK_CNODE)
+			continue;
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			Node *t = arg_node(n, k);
+			if (t && idx(a, t) != UINT32_MAX)
+				a->reach[idx(a, t)] = 1;
+		}
+	}
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		Node *n = g->nodes.a[i];
+		uint32_t j = np + i;
+		if (n->kind != NK_CNODE || n->dead || !a->needs[j] || !a->reach[j] || rule_kind(n) != RULE_NONE)
+			continue;
+		const char *what = n->callee_kind == CK_PRIM ? sym_str(n->prim) : "a call";
+		diag_error_at(n->loc,
+		              "operator '%s' (%s) has no gradient rule, and it is on a path from a trainable "
+		              "weight to the loss: the training step cannot be built (--forward-only prints the "
+		              "forward graph)",
+		              what, ir_node_name(n));
+		return 1;
+	}
+	return 0;
+}
+
+static void run_rule(Ad *a, Node *n, uint32_t j)
+{
+	int tuple = a->tup[j] && (n->op != OP_TupleGetItem);
+	const GV *g = tuple ? a->tup[j]->g : &a->dout[j];
+	if (!is_send(n) && !g[0].set && !tuple && n->op != OP_Receive)
+		return;
+	if (n->op == OP_Receive && !g[0].set)
+		return;
+	if (tuple) {
+		int any = 0;
+		for (uint32_t k = 0; k < a->tup[j]->n; k++)
+			any |= a->tup[j]->g[k].set;
+		if (!any && !a->dout[j].set)
+			return;
+		if (!any)
+			g = &a->dout[j];
+	}
+	a->cur = n;
+	a->ext_built = 0;
+	a->e.ext = NULL;
+	train_emit_bprop_of(&a->e, n, sym_str(n->prim), 1);
+	a->in_loss = n == a->loss_op;
+	a->rule_start = a->e.out.n;
+	rules[n->op].fn(a, n, g, rules[n->op].gop);
+	intern_types(a);
+	a->in_loss = 0;
+	a->cur = NULL;
+	a->e.ext = NULL;
+}
+
+int pass_autodiff(Module *m, const Options *o)
+{
+	Graph *g = ir_entry(m);
+	if (!train_wanted(m, o)) {
+		if (o->optimizer_given && !o->forward_only && m->sapp && g) {
+			diag_error_at(g->loc,
+			              "the optimizer options need a training step, but the graph is inference "
+			              "(%s; --phase=train forces training)",
+			              m->sapp->phase_why ? m->sapp->phase_why : "phase predict");
+			return 1;
+		}
+		return 0;
+	}
+	if (!g || !g->nodes.n)
+		return 0;
+	Node *ret = g->nodes.a[g->nodes.n - 1];
+	if (ret->kind != NK_RETURN || !ret->nargs)
+		return 0;
+	Node *root = arg_node(ret, 0);
+	if (root && !is_send(root)) {
+		const Abs *l = &root->out;
+		if (!l->is_tensor || l->shape.kind != SK_DIMS || l->shape.rank != 0) {
+			diag_error_at(root->loc.line ? root->loc : ret->loc,
+			              "the training step needs a scalar loss, but the graph returns '%s', which is "
+			              "not a scalar tensor (--forward-only prints the forward graph)",
+			              ir_node_name(root));
+			return 1;
+		}
+	}
+	Ad a;
+	memset(&a, 0, sizeof a);
+	if (train_emit_init(&a.e, m, o) < 0)
+		return 1;
+	a.m = m;
+	a.o = o;
+	a.g = g;
+	a.nn = g->params.n + g->nodes.n;
+	a.node = xcalloc(a.nn, sizeof *a.node);
+	a.dout = xcalloc(a.nn, sizeof *a.dout);
+	a.tup = xcalloc(a.nn, sizeof *a.tup);
+	a.needs = xcalloc(a.nn, 1);
+	a.reach = xcalloc(a.nn, 1);
+	a.gather = xcalloc(a.nn, sizeof *a.gather);
+	a.scratch = xmalloc(SCRATCH * sizeof *a.scratch);
+	keymap_init(&a.types, sizeof(Abs *));
+	ir_clear_marks(m);
+	for (uint32_t i = 0; i < g->params.n; i++) {
+		a.node[i] = g->params.a[i];
+		g->params.a[i]->mark = i + 1;
+	}
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		a.node[g->params.n + i] = g->nodes.a[i];
+		g->nodes.a[i]->mark = g->params.n + i + 1;
+	}
+	int rc = analyse(&a, root);
+	if (!rc) {
+		/* the loss's _VirtualDiv, when it is not a node (§3.6) */
+		if (o->device_num > 1) {
+			a.loss_op = lower_loss_node(g);
+			if (a.loss_op && a.loss_op->lay && a.loss_op->lay->nout)
+				a.vdiv = lower_loss_repeat(&a.e.lc, a.loss_op->lay);
+			for (uint32_t k = 0; a.loss_op && k < a.loss_op->nargs; k++) {
+				Node *t = arg_node(a.loss_op, k);
+				if (t && t->kind == NK_CNODE && t->op == OP_VirtualDiv)
+					a.vdiv = 1;
+			}
+		}
+		TrainInfo *ti = arena_alloc(m->arena, sizeof *ti);
+		m->train = ti;
+		ti->ret = ret->args[0];
+		ti->ret_abs = ret->nin_types ? ret->in_types[0] : (root ? root->out : ret->out);
+		if (root && !is_send(root)) {
+			uint32_t r = idx(&a, root);
+			Abs la = train_abs_value(&root->out);
+			Abs ca = la;
+			ca.has_value = 1;
+			a.dout[r] = gv_val(train_float_tensor(m, root->out.dtype, 1), ca);
+			(void)la;
+		}
+		uint32_t np = g->params.n;
+		for (uint32_t i = g->nodes.n; i-- > 0;) {
+			Node *n = g->nodes.a[i];
+			uint32_t j = np + i;
+			if (n->kind == NK_CNODE && !n->dead && a.needs[j] && a.reach[j] && rule_kind(n) == RULE_BPROP)
+				run_rule(&a, n, j);
+		}
+		/* the weights' gradients, in # Params order */
+		uint32_t nw = 0;
+		for (uint32_t i = 0; i < np; i++)
+			if (a.needs[i] && a.dout[i].set && a.dout[i].v.kind == V_NODE)
+				nw++;
+		ti->weight = arena_alloc(m->arena, (nw + 1) * sizeof(Node *));
+		ti->grad = arena_alloc(m->arena, (nw + 1) * sizeof(Node *));
+		ti->gather = arena_alloc(m->arena, (nw + 1) * sizeof(Node *));
+		for (uint32_t i = 0; i < np; i++)
+			if (a.needs[i] && a.dout[i].set && a.dout[i].v.kind == V_NODE) {
+				ti->weight[ti->nw] = g->params.a[i];
+				ti->grad[ti->nw] = a.dout[i].v.u.node;
+				ti->gather[ti->nw] = a.gather[i];
+				ti->nw++;
+			}
+		ti->nkeep = a.keep.n;
+		ti->keep = a.keep.n ? arena_dup(m->arena, a.keep.a, a.keep.n * sizeof(Node *)) : NULL;
+		/* the monad the forward Loads use */
+		ti->monad = value_word("U");
+		ti->monad_abs = train_abs_monad();
+		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			Node *n = g->nodes.a[i];
+			if (n->kind == NK_CNODE && n->op == OP_Load && n->nargs == 2 && n->args[1].kind != V_NODE) {
+				ti->monad = n->args[1];
+				if (n->nin_types == 2)
+					ti->monad_abs = n->in_types[1];
+				break;
+			}
+		}
+		if (root && !is_send(root) && !ti->nw && !ti->nkeep) {
+			diag_error_at(root->loc.line ? root->loc : ret->loc,
+			              "no trainable weight (a parameter with a default value) reaches the loss the graph "
+			              "returns: there is nothing to train (--forward-only prints the forward graph)");
+			rc = 1;
+		}
+		if (!rc) {
+			train_splice(&a.e); /* forward nodes, the backward, then the Return */
+		}
+	}
+	ir_clear_marks(m);
+	free(a.node);
+	free(a.dout);
+	for (uint32_t i = 0; i < a.nn; i++)
+		free(a.tup[i]);
+	free(a.tup);
+	free(a.scratch);
+	keymap_free(&a.types);
+	free(a.needs);
+	free(a.reach);
+	free(a.gather);
+	vec_free(&a.keep);
+	train_emit_free(&a.e);
+	return rc;
+}

@@ -1,0 +1,193 @@
+/* train.c - helpers shared by the training-step passes (train.h). */
+#include <string.h>
+
+#include "train.h"
+
+int train_wanted(const Module *m, const Options *o)
+{
+	if (o->forward_only || o->phase == PHASE_PREDICT)
+		return 0;
+	if (o->phase == PHASE_TRAIN)
+		return 1;
+	return m->sapp && !m->sapp->predict;
+}
+
+int train_is_trainable(const Node *p)
+{
+	return p->kind == NK_PARAM && p->has_default;
+}
+
+int train_emit_init(TrainEmit *e, Module *m, const Options *o)
+{
+	memset(e, 0, sizeof *e);
+	if (lower_ctx_init(&e->lc, m, o) < 0)
+		return -1;
+	e->m = m;
+	e->g = ir_entry(m);
+	e->tmpl.kind = NK_CNODE;
+	e->tmpl.g = e->g;
+	e->tmpl.stage = -1;
+	keymap_init(&e->dirs, sizeof(Sym));
+	return 0;
+}
+
+void train_emit_free(TrainEmit *e)
+{
+	keymap_free(&e->dirs);
+	lower_ctx_free(&e->lc);
+	vec_free(&e->out);
+}
+
+void train_emit_dir(TrainEmit *e, Sym dir_x)
+{
+	e->tmpl.scope_kind = SCOPE_FULLNAME;
+	e->tmpl.scope = dir_x;
+	e->tmpl.scope_op = 0;
+}
+
+/* the directory of f's full name (up to its last '/'), with prefix and
+ * suffix; cached by (f's scope, prim, grad) so a million bprops intern a
+ * few strings (spec §1.2: Gradients/<forward scope>/Grad_<PrimName>) */
+void train_emit_bprop_of(TrainEmit *e, const Node *f, const char *prim, int grad)
+{
+	int64_t key[3] = {f->scope, (int64_t)(prim ? intern_cstr(prim) : 0), grad};
+	int fresh;
+	Sym *s = keymap_get(&e->dirs, key, 3, &fresh);
+	if (fresh) {
+		const char *fs = f->scope_kind ? sym_str(f->scope) : "Default/x";
+		if (f->scope_kind && f->scope_kind != SCOPE_FULLNAME)
+			fs = "Default/x";
+		const char *slash = strrchr(fs, '/');
+		size_t dl = slash ? (size_t)(slash - fs) : 0;
+		size_t cap = dl + (prim ? strlen(prim) : 0) + 32;
+		char *buf = xmalloc(cap);
+		int k = snprintf(buf, cap, "Gradients/%.*s", (int)dl, fs);
+		if (grad)
+			k += snprintf(buf + k, cap - (size_t)k, "/Grad_%s", prim);
+		snprintf(buf + k, cap - (size_t)k, "/x");
+		*s = intern_cstr(buf);
+		free(buf);
+	}
+	train_emit_dir(e, *s);
+}
+
+Node *train_op(TrainEmit *e, int op, uint32_t nargs, const Abs *out)
+{
+	Node *n = lower_new_op(&e->lc, op, &e->tmpl, nargs);
+	n->g = e->g;
+	n->loc = (Loc){0, 0};
+	if (out) {
+		n->out = *out;
+		n->out.has_value = 0; /* a computed value, even of constants */
+	}
+	n->x = (NodeExt *)e->ext; /* shared and never written (train.h) */
+	vec_push(&e->out, n);
+	return n;
+}
+
+void train_arg(TrainEmit *e, Node *n, uint32_t k, Value v, const Abs *a)
+{
+	(void)e;
+	n->args[k] = v;
+	n->in_types[k] = *a;
+}
+
+void train_arg_node(TrainEmit *e, Node *n, uint32_t k, Node *src)
+{
+	train_arg(e, n, k, value_node(src), &src->out);
+}
+
+/* ------------------------------------------------------------ abstracts */
+
+Abs train_abs_value(const Abs *a)
+{
+	Abs r = *a;
+	if (r.is_ref && r.dtype) {
+		char buf[96];
+		snprintf(buf, sizeof buf, "Tensor[%s]", sym_str(r.dtype));
+		r.tstr = intern_cstr(buf);
+		r.is_ref = 0;
+	}
+	r.x = NULL;
+	r.has_value = 0;
+	return r;
+}
+
+Abs train_abs_word(const char *t)
+{
+	Abs a = {0};
+	a.tstr = lower_sym(t);
+	a.shape.kind = SK_NOSHAPE;
+	return a;
+}
+
+Abs train_abs_bool(void)
+{
+	return train_abs_word("Bool");
+}
+
+Abs train_abs_monad(void)
+{
+	return train_abs_word("UMonad");
+}
+
+Abs train_abs_tensor(Module *m, Sym dtype, const int64_t *d, int rank, int has_value)
+{
+	Abs like = {0};
+	like.dtype = dtype;
+	Abs a = lower_abs_like(m, &like, d, rank);
+	a.has_value = (uint8_t)has_value;
+	return a;
+}
+
+static Value tensor_call(Module *m, Sym dtype, Value shape, Value val)
+{
+	Value e[3];
+	e[0] = shape;
+	e[0].key = lower_sym("shape");
+	e[1] = value_word(sym_str(dtype ? dtype : lower_sym("Float32")));
+	e[1].key = lower_sym("dtype");
+	e[2] = val;
+	e[2].key = lower_sym("value");
+	Value t = value_tuple_of(m->arena, e, 3);
+	t.kind = V_CALL;
+	t.text = lower_sym("Tensor");
+	return t;
+}
+
+Value train_float_tensor(Module *m, Sym dtype, double v)
+{
+	Value shape = {0};
+	shape.kind = V_LIST;
+	char buf[40];
+	snprintf(buf, sizeof buf, "%g", v);
+	Value f = {0};
+	f.kind = V_FLOAT;
+	f.u.f = v;
+	f.text = intern_cstr(buf);
+	return tensor_call(m, dtype, shape, f);
+}
+
+Value train_ints_tensor(Module *m, Sym dtype, int64_t v)
+{
+	int64_t one = 1;
+	Value shape = value_tuple_of(m->arena, (Value[]){value_int(one, NT_BARE)}, 1);
+	shape.kind = V_LIST;
+	Value val = value_tuple_of(m->arena, (Value[]){value_int(v, NT_BARE)}, 1);
+	val.kind = V_LIST;
+	return tensor_call(m, dtype, shape, val);
+}
+
+void train_splice(TrainEmit *e)
+{
+	Graph *g = e->g;
+	Node *ret = g->nodes.a[g->nodes.n - 1];
+	Vec(Node *) out = {0};
+	vec_grow(&out, g->nodes.n + e->out.n);
+	for (uint32_t i = 0; i + 1 < g->nodes.n; i++)
+		out.a[out.n++] = g->nodes.a[i];
+	for (uint32_t i = 0; i < e->out.n; i++)
+		out.a[out.n++] = e->out.a[i];
+	out.a[out.n++] = ret;
+	ir_graph_set_nodes(g, out.a, out.n, out.cap);
+}
