@@ -121,6 +121,17 @@ typedef enum {
 	FAM_EXPANDDIMS,
 	FAM_SQUEEZE,
 	FAM_ARGWITHVALUE,
+	FAM_ATTENTION,  /* FlashAttentionScore, PromptFlashAttention: ir_attention_info() */
+	FAM_ROPE,       /* RotaryPositionEmbedding: element-wise, the rotated last axis whole */
+	FAM_SWIGLU,     /* Swiglu: halves its axis, which stays whole */
+	FAM_PRELU,      /* PReLU: the weight follows the channel dimension */
+	FAM_L2NORM,     /* L2Normalize: element-wise, the normalised axes whole */
+	FAM_CUM,        /* CumSum/CumProd: the accumulated axis whole */
+	FAM_DENSE,      /* Dense(x, w, b): x w^T + b */
+	FAM_SLICE,      /* Slice(x, begin, size): the cut dimensions whole */
+	FAM_TILE,       /* Tile(x, multiples): the repeated dimensions whole */
+	FAM_SORT,       /* TopK, Sort: (values, indices), the sorted axis whole */
+	FAM_LPNORM,     /* LpNorm: a p-norm reduction, the reduced axes whole */
 } OpFamily;
 
 /* Shape rules used by verify and by the lowering to re-infer local shapes. */
@@ -145,6 +156,11 @@ typedef enum {
 	SHAPE_REDUCESCATTER,
 	SHAPE_STRIDEDSLICE,
 	SHAPE_EXPANDDIMS,
+	SHAPE_SWIGLU,    /* input 0 with its axis (operand 1, default -1) halved */
+	SHAPE_ATTENTION, /* a tuple: ir_attention_info() */
+	SHAPE_DENSE,     /* x.shape[:-1] + (w rows) */
+	SHAPE_SLICE,     /* operand 2 = size (-1: to the end) */
+	SHAPE_TILE,      /* operand 1 = multiples */
 } ShapeRule;
 
 enum { OPF_ELIMINATE = 1, OPF_PRIMFUNC = 2, OPF_COMM = 4, OPF_ACTIVATION = 8, OPF_LOOKTHROUGH = 16 };
@@ -278,6 +294,40 @@ int ir_dataset_split(const struct Options *o, const Node *vd, uint32_t k, int ra
 /* a boolean operator setting: literal operand i (newest dumps: MatMul's
  * Bool(0), Bool(1)), else attribute k1 or k2 (transpose_a / transpose_x1) */
 int ir_node_flag(const Node *n, uint32_t i, const char *k1, const char *k2);
+
+/* The attention operators (FAM_ATTENTION): where their operands are, which
+ * dimensions of q/k/v are batch, sequence and heads for the input layout,
+ * and the output shapes.  Operand positions are the argument lists of
+ * mindspore-ai/mindspore mindspore/ops/op_def/yaml/
+ * flash_attention_score_op.yaml, prompt_flash_attention_op.yaml and
+ * incre_flash_attention_op.yaml (its key and value as single tensors); the
+ * layout numbers are ops::FASInputLayoutMode (mindspore/core/include/ops/
+ * op_enum.h: BSH 0, BNSD 1, SBH 2, BSND 3). */
+enum { ATTN_BSH, ATTN_BNSD, ATTN_SBH, ATTN_BSND, ATTN_NLAYOUTS };
+enum { /* operand roles */
+	AR_NONE, AR_Q, AR_K, AR_V, AR_SHIFT, AR_DROP, AR_PADDING, AR_MASK, AR_PREFIX, AR_SEQLEN, AR_SCALE,
+	AR_PAGED, /* IncreFlashAttention's block table and kv padding: not modelled */
+};
+#define ATTN_MAX_OPND 20
+typedef struct AttnInfo {
+	int layout;            /* ATTN_* */
+	int bdim, sdim, ndim;  /* dims of q/k/v holding batch, sequence, heads (or hidden) */
+	int packed;            /* BSH/SBH: heads and head size share one hidden dim */
+	int64_t heads, kv_heads, head_dim, batch, s1, s2;
+	int kv_split;          /* MindSpore's kv_split_: k/v heads split with q's */
+	int mask_compressed;   /* sparse_mode 2, 3, 4: the mask is a fixed (2048, 2048) pattern */
+	int heads_opnd;        /* operand of the head count, -1: attribute only */
+	const char *heads_attr;
+	int kvheads_opnd;      /* operand of the key/value head count (0: as many), -1: none */
+	int scale_opnd, sparse_opnd; /* operands of scale_value and sparse_mode */
+	uint8_t role[ATTN_MAX_OPND]; /* AR_* of each tensor operand */
+	int nout;              /* 4 (FlashAttentionScore) or 1 */
+	int64_t out[4][4];     /* output shapes; out[2] (softmax_out) is not checked */
+	int orank[4];
+} AttnInfo;
+/* 1 filled, 0 shapes unknown, -1 bad operands (why): a layout number out of
+ * range, q/k/v that disagree */
+int ir_attention_info(const Node *n, AttnInfo *ai, char *why, size_t whylen);
 
 /* ------------------------------------------------------------------ graph.c */
 typedef struct Attr {

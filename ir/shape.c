@@ -268,6 +268,185 @@ static const char *str_attr(const Node *n, const char *k)
 	return NULL;
 }
 
+/* ------------------------------------------------------------ attention */
+
+/* operand roles of the tensor inputs, by position in the yaml's list */
+static const uint8_t fas_roles[10] = {AR_Q, AR_K, AR_V, AR_SHIFT, AR_DROP, AR_PADDING, AR_MASK, AR_PREFIX,
+                                      AR_SEQLEN, AR_SEQLEN};
+static const uint8_t pfa_roles[12] = {AR_Q,      AR_K,     AR_V,     AR_MASK,  AR_SEQLEN, AR_SEQLEN,
+                                      AR_SHIFT,  AR_SCALE, AR_SCALE, AR_SCALE, AR_SCALE,  AR_SCALE};
+static const uint8_t ifa_roles[15] = {AR_Q,     AR_K,     AR_V,     AR_MASK,  AR_SEQLEN, AR_SHIFT, AR_SCALE, AR_SCALE,
+                                      AR_SCALE, AR_SCALE, AR_SCALE, AR_SCALE, AR_SCALE,  AR_PAGED, AR_PAGED};
+static const char *const layout_names[ATTN_NLAYOUTS] = {"BSH", "BNSD", "SBH", "BSND"};
+
+/* per operator: its roles, and the operands of head_num, input_layout,
+ * the key/value heads, scale_value and sparse_mode (-1: none) */
+static const struct AttnOp {
+	const uint8_t *roles;
+	uint8_t nroles;
+	int8_t heads, layout, kvheads, scale, sparse;
+	const char *heads_attr;
+} attn_ops[] = {
+	{fas_roles, 10, 10, 16, -1, 12, 17, "head_num"},
+	{pfa_roles, 12, 12, 16, 17, 13, 18, "num_heads"},
+	{ifa_roles, 15, 15, 16, 18, 17, -1, "num_heads"},
+};
+
+/* operand i's shape: its type-line entry, else its producer's (a text
+ * without type lines) */
+static const Shape *attn_shape(const Node *n, uint32_t i)
+{
+	if (i < n->nin_types)
+		return in_shape(n, i);
+	if (i < n->nargs && n->args[i].kind == V_NODE && n->args[i].u.node &&
+	    n->args[i].u.node->out.shape.kind == SK_DIMS)
+		return &n->args[i].u.node->out.shape;
+	return NULL;
+}
+
+/* the layout: an Int64 (FASInputLayoutMode) or a string, operand i or the
+ * attribute input_layout; BSH when absent */
+static int attn_layout(const Node *n, uint32_t i, int *layout, char *why, size_t whylen)
+{
+	const Value *v = operand_or_attr(n, i, "input_layout");
+	int64_t x = ATTN_BSH;
+	*layout = ATTN_BSH;
+	if (!v || value_is_word(v, "None"))
+		return 0;
+	if (v->kind == V_STR || v->kind == V_WORD) {
+		for (int k = 0; k < ATTN_NLAYOUTS; k++)
+			if (strcmp(sym_str(v->text), layout_names[k]) == 0) {
+				*layout = k;
+				return 0;
+			}
+		return WHY("input_layout '%s' is not one of BSH, BNSD, SBH, BSND", sym_str(v->text));
+	}
+	if (!value_get_int(v, &x) || x < 0 || x >= ATTN_NLAYOUTS)
+		return WHY("input_layout %lld is out of range (0 BSH, 1 BNSD, 2 SBH, 3 BSND; TND and the "
+		           "inference-only layouts are not modelled)",
+		           (long long)x);
+	*layout = (int)x;
+	return 0;
+}
+
+/* Positions of batch, sequence and heads per layout: mindspore-ai/mindspore
+ * mindspore/ccsrc/frontend/parallel/auto_parallel/rec_core/rec_generate_strategy.cc
+ * FillFlashLayoutIndexes (BSH/BSND 0,1,2; BNSD 0,2,1; SBH 1,0,2). */
+int ir_attention_info(const Node *n, AttnInfo *ai, char *why, size_t whylen)
+{
+	memset(ai, 0, sizeof *ai);
+	int fas = n->op == OP_FlashAttentionScore;
+	const struct AttnOp *ao = &attn_ops[fas ? 0 : n->op == OP_PromptFlashAttention ? 1 : 2];
+	const uint8_t *roles = ao->roles;
+	uint32_t nroles = ao->nroles;
+	uint32_t layout_opnd = (uint32_t)ao->layout;
+	ai->heads_opnd = ao->heads;
+	ai->heads_attr = ao->heads_attr;
+	ai->kvheads_opnd = ao->kvheads;
+	ai->scale_opnd = ao->scale;
+	ai->sparse_opnd = ao->sparse;
+	if (n->nargs <= (uint32_t)ai->heads_opnd)
+		ai->heads_opnd = -1;
+	for (uint32_t i = 0; i < n->nargs && i < nroles && i < ATTN_MAX_OPND; i++)
+		ai->role[i] = roles[i];
+	if (attn_layout(n, layout_opnd, &ai->layout, why, whylen) < 0)
+		return -1;
+	static const int8_t pos[ATTN_NLAYOUTS][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {0, 1, 2}};
+	ai->bdim = pos[ai->layout][0];
+	ai->sdim = pos[ai->layout][1];
+	ai->ndim = pos[ai->layout][2];
+	ai->packed = ai->layout == ATTN_BSH || ai->layout == ATTN_SBH;
+	const Shape *q = attn_shape(n, 0), *k = attn_shape(n, 1), *v = attn_shape(n, 2);
+	if (!q || !k || !v)
+		return 0;
+	int rank = ai->packed ? 3 : 4;
+	if (q->rank != rank || k->rank != rank || v->rank != rank)
+		return WHY("the %s layout takes rank-%d query, key and value (ranks %d, %d, %d)",
+		           layout_names[ai->layout], rank, q->rank, k->rank, v->rank);
+	for (int i = 0; i < rank; i++)
+		if (q->dims[i] < 0 || k->dims[i] < 0 || v->dims[i] < 0)
+			return 0;
+	int64_t heads = 0;
+	const Value *hv = operand_or_attr(n, ai->heads_opnd >= 0 ? (uint32_t)ai->heads_opnd : UINT32_MAX,
+	                                  ai->heads_attr);
+	if (hv && !value_get_int(hv, &heads))
+		heads = 0;
+	if (!ai->packed && heads == 0)
+		heads = q->dims[ai->ndim];
+	if (heads <= 0)
+		return WHY("%s needs a positive %s", op_table[n->op].name, ai->heads_attr);
+	ai->heads = heads;
+	ai->batch = q->dims[ai->bdim];
+	ai->s1 = q->dims[ai->sdim];
+	ai->s2 = k->dims[ai->sdim];
+	if (k->dims[ai->bdim] != ai->batch || v->dims[ai->bdim] != ai->batch)
+		return WHY("query, key and value disagree on the batch (%lld, %lld, %lld)", (long long)ai->batch,
+		           (long long)k->dims[ai->bdim], (long long)v->dims[ai->bdim]);
+	if (!shape_equal(k, v))
+		return WHY("key and value have different shapes");
+	if (ai->packed) {
+		if (q->dims[2] % heads)
+			return WHY("the query hidden size %lld is not a multiple of %s %lld", (long long)q->dims[2],
+			           ai->heads_attr, (long long)heads);
+		ai->head_dim = q->dims[2] / heads;
+		if (ai->head_dim == 0 || k->dims[2] % ai->head_dim)
+			return WHY("the key hidden size %lld is not a multiple of the head size %lld",
+			           (long long)k->dims[2], (long long)ai->head_dim);
+		ai->kv_heads = k->dims[2] / ai->head_dim;
+	} else {
+		if (q->dims[ai->ndim] != heads)
+			return WHY("the query has %lld heads, but %s is %lld", (long long)q->dims[ai->ndim],
+			           ai->heads_attr, (long long)heads);
+		ai->head_dim = q->dims[3];
+		if (k->dims[3] != ai->head_dim)
+			return WHY("query and key head sizes differ (%lld, %lld)", (long long)ai->head_dim,
+			           (long long)k->dims[3]);
+		ai->kv_heads = k->dims[ai->ndim];
+	}
+	if (ai->kv_heads <= 0 || heads % ai->kv_heads)
+		return WHY("%lld query heads cannot be grouped over %lld key/value heads", (long long)heads,
+		           (long long)ai->kv_heads);
+	/* flash_attention_score_info.cc GetAttrs: q's head dim != k's * head_num */
+	ai->kv_split = ai->kv_heads != 1;
+	int64_t sparse = 0;
+	const Value *sm = ai->sparse_opnd >= 0 ? operand_or_attr(n, (uint32_t)ai->sparse_opnd, "sparse_mode") : NULL;
+	if (sm)
+		value_get_int(sm, &sparse);
+	ai->mask_compressed = sparse >= 2 && sparse <= 4;
+	for (uint32_t i = 3; i < n->nargs && i < nroles; i++) {
+		const Shape *m = attn_shape(n, i);
+		if (!m || ai->role[i] != AR_MASK)
+			continue;
+		int ok = m->rank == 2 ? ai->mask_compressed || (m->dims[0] == ai->s1 && m->dims[1] == ai->s2)
+		         : m->rank == 4 ? (m->dims[0] == 1 || m->dims[0] == ai->batch) &&
+		                              (m->dims[1] == 1 || m->dims[1] == heads) && m->dims[2] == ai->s1 &&
+		                              m->dims[3] == ai->s2
+		                        : 0;
+		if (!ok)
+			return WHY("the attention mask must be (S1, S2) or (B or 1, N1 or 1, S1, S2) = (%lld, %lld, "
+			           "%lld, %lld)",
+			           (long long)ai->batch, (long long)heads, (long long)ai->s1, (long long)ai->s2);
+	}
+	/* outputs: softmax_max and softmax_sum (B, N1, S1, 8) in Float32,
+	 * softmax_out, attention_out shaped like the query */
+	if (fas) {
+		ai->nout = 4;
+		for (int o = 0; o < 2; o++) {
+			int64_t d[4] = {ai->batch, heads, ai->s1, 8};
+			memcpy(ai->out[o], d, sizeof d);
+			ai->orank[o] = 4;
+		}
+		ai->orank[2] = -1;
+		memcpy(ai->out[3], q->dims, (size_t)rank * sizeof(int64_t));
+		ai->orank[3] = rank;
+	} else {
+		ai->nout = 1;
+		memcpy(ai->out[0], q->dims, (size_t)rank * sizeof(int64_t));
+		ai->orank[0] = rank;
+	}
+	return 1;
+}
+
 int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t whylen)
 {
 	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
@@ -290,6 +469,81 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			return set_out(x->dims, x->rank, out, orank);
 		*orank = 0;
 		return 1;
+	}
+	case SHAPE_DENSE: {
+		/* Dense(x, w, b): x (..., K) times w (N, K) transposed */
+		const Shape *w = in_shape(n, 1);
+		if (!x || !w)
+			return 0;
+		if (x->rank < 1 || w->rank != 2)
+			return WHY("Dense takes an input of rank >= 1 and a 2-D weight");
+		if (x->dims[x->rank - 1] >= 0 && w->dims[1] >= 0 && x->dims[x->rank - 1] != w->dims[1])
+			return WHY("Dense reduces %lld input features against a weight of %lld", (long long)x->dims[x->rank - 1],
+			           (long long)w->dims[1]);
+		copy_dims(d, x->dims, x->rank);
+		d[x->rank - 1] = w->dims[0];
+		return set_out(d, x->rank, out, orank);
+	}
+	case SHAPE_SLICE: {
+		/* Slice(x, begin, size): size -1 runs to the end */
+		int64_t b[MAX_RANK], sz[MAX_RANK];
+		if (!x)
+			return 0;
+		int nb = value_int_list(operand_or_attr(n, 1, "begin"), b, MAX_RANK),
+		    ns = value_int_list(operand_or_attr(n, 2, "size"), sz, MAX_RANK);
+		if (nb < 0 || ns < 0)
+			return 0;
+		if (nb != x->rank || ns != x->rank)
+			return WHY("Slice of a rank-%d input takes %d begins and sizes (%d, %d)", x->rank, x->rank, nb, ns);
+		for (int i = 0; i < x->rank; i++) {
+			int64_t e = sz[i] == -1 ? x->dims[i] - b[i] : sz[i];
+			if (x->dims[i] >= 0 && (b[i] < 0 || e < 0 || b[i] > x->dims[i] || e > x->dims[i] - b[i]))
+				return WHY("Slice [%lld, +%lld) leaves dimension %d of size %lld", (long long)b[i],
+				           (long long)sz[i], i, (long long)x->dims[i]);
+			d[i] = e;
+		}
+		return set_out(d, x->rank, out, orank);
+	}
+	case SHAPE_TILE: {
+		/* Tile(x, multiples): x padded with leading 1s to the multiples' length */
+		int64_t m[MAX_RANK];
+		if (!x)
+			return 0;
+		int k = value_int_list(operand_or_attr(n, 1, "multiples"), m, MAX_RANK);
+		if (k < 0)
+			return 0;
+		if (k < x->rank)
+			return WHY("Tile has %d multiples for a rank-%d input", k, x->rank);
+		for (int i = 0; i < k; i++) {
+			int64_t xi = i < k - x->rank ? 1 : x->dims[i - (k - x->rank)];
+			if (m[i] < 1)
+				return WHY("Tile multiple %lld is not positive", (long long)m[i]);
+			if (xi < 0)
+				d[i] = -1;
+			else if (!mul_ok(xi, m[i], &d[i]))
+				return WHY("Tile size overflows");
+		}
+		return set_out(d, k, out, orank);
+	}
+	case SHAPE_SWIGLU: {
+		/* Swiglu(x, dim): the halves of x along dim, swish(a) * b */
+		if (!x)
+			return 0;
+		int64_t ax = -1;
+		const Value *a = operand_or_attr(n, 1, "dim");
+		if (a)
+			value_get_int(a, &ax);
+		if (ax < 0)
+			ax += x->rank;
+		if (ax < 0 || ax >= x->rank)
+			return WHY("Swiglu dim out of range for rank %d", x->rank);
+		copy_dims(d, x->dims, x->rank);
+		if (d[ax] >= 0 && d[ax] % 2)
+			return WHY("Swiglu splits dimension %lld of odd size %lld in halves", (long long)ax,
+			           (long long)d[ax]);
+		if (d[ax] > 0)
+			d[ax] /= 2;
+		return set_out(d, x->rank, out, orank);
 	}
 	case SHAPE_CONCAT: {
 		/* operand 0 is the tuple of the pieces: equal but for the axis,

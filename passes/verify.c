@@ -386,6 +386,43 @@ static int check_shape(const Node *n)
 	return 0;
 }
 
+/* The attention operators: a layout the operator knows, q/k/v/mask shapes
+ * that fit it, and the declared outputs it gives (ir_attention_info). */
+static int check_attention(const Node *n)
+{
+	char lu[160], why[256] = "", a[160], b[160];
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || op_table[n->op].family != FAM_ATTENTION)
+		return 0;
+	AttnInfo ai;
+	int rc = ir_attention_info(n, &ai, why, sizeof why);
+	if (rc < 0) {
+		diag_error_at(n->loc, "%s: %s", label(n, lu, sizeof lu), why);
+		return 1;
+	}
+	if (rc == 0 || !n->has_type_line)
+		return 0;
+	const Shape *o = &n->out.shape;
+	for (int k = 0; k < ai.nout; k++) {
+		const Shape *e = ai.nout == 1 ? o : o->kind == SK_TUPLE && o->rank == ai.nout ? &o->sub[k] : NULL;
+		if (!e) {
+			diag_error_at(type_loc(n), "%s: declares %s outputs, but %s gives a tuple of %d",
+			              label(n, lu, sizeof lu), o->kind == SK_TUPLE ? "other" : "no tuple of",
+			              op_table[n->op].name, ai.nout);
+			return 1;
+		}
+		if (ai.orank[k] < 0 || e->kind != SK_DIMS)
+			continue;
+		if (e->rank != ai.orank[k] || memcmp(e->dims, ai.out[k], (size_t)e->rank * sizeof(int64_t)) != 0) {
+			fmt_dims(a, sizeof a, e->dims, e->rank);
+			fmt_dims(b, sizeof b, ai.out[k], ai.orank[k]);
+			diag_error_at(type_loc(n), "%s: declared output %d shape %s, but its inputs give %s",
+			              label(n, lu, sizeof lu), k + 1, a, b);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* (name, number) pairs of a graph's parameters are unique: hash set */
 static void check_params(const Graph *g)
 {
@@ -565,7 +602,7 @@ int pass_verify(Module *m, const Options *o)
 			/* one root cause, one error: a wrong operand shape also makes
 			 * the output look wrong, a wrong output its users' operands */
 			if (check_operands(n) || check_edges(n, bad_out) || check_return(n, bad_out) ||
-			    check_tuple_ops(n) || check_shape(n))
+			    check_tuple_ops(n) || check_shape(n) || check_attention(n))
 				bad_out[n->id] = 1;
 		}
 	}

@@ -109,6 +109,7 @@ int64_t lower_loss_repeat(const LowerCtx *c, const NodeLayout *l);
 
 /* ---- rules.c ---- */
 int lower_has_rule(const Node *n);
+int lower_attention_split(const Node *n, int64_t *h, int64_t *kvh); /* heads split of an attention op */
 int lower_infer_node(LowerCtx *c, Node *n); /* 1 done, 0 no rule, -1 reported */
 uint32_t lower_local_mean_dims(const Node *n); /* a data-parallel loss's local mean: odev dims */
 

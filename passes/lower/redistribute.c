@@ -758,9 +758,45 @@ static void set_dims(Module *m, Abs *a, const int64_t *d, int r)
 	a->shape = shape_shared(m, d, r);
 }
 
+/* An attention operator whose heads are split h ways runs heads/h of them
+ * on each rank: its head count (operand or attribute, and
+ * PromptFlashAttention's key/value head count) becomes the local one, as
+ * MindSpore's FlashAttentionScoreInfo rewrites head_num. */
+static void local_int(Module *m, Node *n, int opnd, const char *key, int64_t div)
+{
+	int64_t v;
+	if (opnd >= 0 && (uint32_t)opnd < n->nargs && n->args[opnd].kind == V_INT && n->args[opnd].u.i > 0)
+		n->args[opnd] = value_int(n->args[opnd].u.i / div, (NumType)n->args[opnd].numtype);
+	const Value *a = ir_attr_get(&n->pattrs, key);
+	if (!a || !value_get_int(a, &v) || v <= 0)
+		return;
+	Attr *na = arena_alloc(m->arena, n->pattrs.n * sizeof *na);
+	for (uint32_t i = 0; i < n->pattrs.n; i++) {
+		na[i] = n->pattrs.a[i];
+		if (strcmp(sym_str(na[i].key), key) == 0)
+			na[i].val = value_int(v / div, (NumType)a->numtype);
+	}
+	n->pattrs.a = na;
+}
+
+static void local_heads(Module *m, Node *n)
+{
+	int64_t h, kvh;
+	if (!lower_attention_split(n, &h, &kvh) || h == 1)
+		return;
+	AttnInfo ai;
+	char why[8];
+	ir_attention_info(n, &ai, why, sizeof why); /* the operand positions */
+	local_int(m, n, ai.heads_opnd, ai.heads_attr, h);
+	if (ai.kvheads_opnd >= 0)
+		local_int(m, n, ai.kvheads_opnd, "num_key_value_heads", kvh);
+}
+
 static void localize_node(LowerCtx *c, Node *n)
 {
 	Module *m = c->m;
+	if (n->kind == NK_CNODE && n->callee_kind == CK_PRIM && op_table[n->op].family == FAM_ATTENTION)
+		local_heads(m, n); /* before the operand shapes turn local */
 	for (uint32_t i = 0; i < n->nargs && i < n->nin_types; i++) {
 		if (n->args[i].kind != V_NODE)
 			continue;
@@ -857,6 +893,19 @@ static void localize_node(LowerCtx *c, Node *n)
 		for (uint32_t i = 0; i < e.n && (int)i < l->in[0].rank; i++)
 			if (l->in[0].map[i] >= 0 && l->in[0].dev[l->in[0].ndev - 1 - l->in[0].map[i]] > 1 &&
 			    e.u.elems[i].kind == V_INT)
+				e.u.elems[i].u.i = sl[i];
+		n->args[2] = e;
+	}
+	/* Slice over a split dimension takes that dimension whole (r_slice):
+	 * its size becomes the local size */
+	if (l && (l->flags & LAY_OP) && ir_node_is_op(n, OP_Slice) && n->nargs >= 3 && n->args[2].kind == V_TUPLE &&
+	    l->in[0].ndev) {
+		int64_t sl[LAYOUT_MAX_DIM];
+		tlay_slice(&l->in[0], sl);
+		Value e = value_clone(m->arena, &n->args[2]);
+		for (uint32_t i = 0; i < e.n && (int)i < l->in[0].rank; i++)
+			if (l->in[0].map[i] >= 0 && l->in[0].dev[l->in[0].ndev - 1 - l->in[0].map[i]] > 1 &&
+			    e.u.elems[i].kind == V_INT && e.u.elems[i].u.i != -1)
 				e.u.elems[i].u.i = sl[i];
 		n->args[2] = e;
 	}

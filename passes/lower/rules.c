@@ -37,6 +37,8 @@ typedef struct Rule {
 
 #define FAIL(...) (snprintf(r->why, sizeof r->why, __VA_ARGS__), -1)
 
+static void fmt_strategy(char *buf, size_t len, const int64_t *s, int n);
+
 static void ident(Rule *r, int k, int base)
 {
 	for (int i = 0; i < r->rk[k]; i++)
@@ -208,22 +210,29 @@ static int r_identity(Rule *r, const Node *n)
 	return 0;
 }
 
-static int r_softmax(Rule *r, const Node *n)
+/* an operator that maps its input through but works along `axis`
+ * (operand 1 or attribute, dflt when absent), which must stay whole */
+static int whole_axes(Rule *r, const Node *n, int64_t dflt, const char *what)
 {
 	if (r_identity(r, n) < 0)
 		return -1;
 	int64_t ax[LAYOUT_MAX_DIM];
 	int k = value_int_list(lit(n, 1, "axis"), ax, LAYOUT_MAX_DIM);
 	if (k <= 0) {
-		ax[0] = -1;
+		ax[0] = dflt;
 		k = 1;
 	}
 	for (int i = 0; i < k; i++) {
 		int a = norm_axis(ax[i], r->rk[0]);
 		if (a >= 0 && a < r->rk[0] && r->s[0][a] != 1)
-			return FAIL("the softmax axis %d must not be split (strategy %lld)", a, (long long)r->s[0][a]);
+			return FAIL("%s %d must not be split (strategy %lld)", what, a, (long long)r->s[0][a]);
 	}
 	return 0;
+}
+
+static int r_softmax(Rule *r, const Node *n)
+{
+	return whole_axes(r, n, -1, "the softmax axis");
 }
 
 static int r_biasadd(Rule *r, const Node *n)
@@ -667,6 +676,305 @@ static int r_onehot(Rule *r, const Node *n)
 	return 0;
 }
 
+/* The attention operators (flash_attention_score_info.cc and
+ * prompt_flash_attention_info.cc in mindspore-ai/mindspore, mindspore/ccsrc/
+ * frontend/parallel/ops_info/): the query's strategy names the batch,
+ * sequence (S1) and head splits at the layout's positions; every other
+ * input must be split as MindSpore's expected strategies derive from them
+ * (the same derivation as PrepareFlashAttentionScore, passes/sapp/
+ * propagate.c): key and value never along their sequence, so no rank needs
+ * another's keys and no forward communication is needed.  Device matrix
+ * [batch, S1, heads]. */
+static int attn_expect(const AttnInfo *ai, int role, int r, const int64_t *shp, int64_t b, int64_t q, int64_t h,
+                       int64_t *want, int8_t *map)
+{
+	int64_t kvh = ai->kv_split ? h : 1;
+	for (int i = 0; i < r; i++)
+		want[i] = 1, map[i] = -1;
+	/* device matrix indices: batch 2, S1 1, heads 0 */
+	switch (role) {
+	case AR_Q:
+		want[ai->bdim] = b, want[ai->sdim] = q, want[ai->ndim] = h;
+		map[ai->bdim] = 2, map[ai->sdim] = 1, map[ai->ndim] = 0;
+		break;
+	case AR_K:
+	case AR_V:
+		want[ai->bdim] = b, want[ai->ndim] = kvh;
+		map[ai->bdim] = 2, map[ai->ndim] = ai->kv_split ? 0 : -1;
+		break;
+	case AR_MASK:
+		if (r == 2) {
+			want[0] = ai->mask_compressed ? 1 : q;
+			map[0] = ai->mask_compressed ? -1 : 1;
+		} else if (r == 4) {
+			want[0] = shp[0] > 1 ? b : 1, map[0] = shp[0] > 1 ? 2 : -1;
+			want[1] = shp[1] > 1 ? h : 1, map[1] = shp[1] > 1 ? 0 : -1;
+			want[2] = ai->mask_compressed ? 1 : q, map[2] = ai->mask_compressed ? -1 : 1;
+		}
+		break;
+	case AR_SHIFT:
+	case AR_DROP:
+		if (r != 4)
+			break;
+		want[0] = shp[0] > 1 ? b : 1, map[0] = shp[0] > 1 ? 2 : -1;
+		want[1] = h, map[1] = 0;
+		want[2] = shp[2] > 1 ? q : 1, map[2] = shp[2] > 1 ? 1 : -1;
+		break;
+	case AR_PREFIX:
+		if (r == 1)
+			want[0] = b, map[0] = 2;
+		break;
+	default:
+		break;
+	}
+	for (int i = 0; i < r; i++)
+		if (want[i] == 1)
+			map[i] = -1;
+	return 0;
+}
+
+static int r_attention(Rule *r, const Node *n)
+{
+	AttnInfo ai;
+	char why[200];
+	if (ir_attention_info(n, &ai, why, sizeof why) != 1)
+		return FAIL("%s", why[0] ? why : "the query, key and value shapes are unknown");
+	int kq = -1;
+	for (int k = 0; k < r->nt; k++)
+		if (r->opnd[k] < ATTN_MAX_OPND && ai.role[r->opnd[k]] == AR_Q)
+			kq = k;
+	if (kq < 0)
+		return FAIL("no query operand");
+	const int64_t *sq = r->s[kq];
+	int64_t b = sq[ai.bdim], q = sq[ai.sdim], h = sq[ai.ndim];
+	if (!ai.packed && sq[3] != 1)
+		return FAIL("the head size must not be split (strategy %lld)", (long long)sq[3]);
+	if (ai.heads % h)
+		return FAIL("%lld heads cannot be split %lld ways", (long long)ai.heads, (long long)h);
+	if (ai.kv_split && ai.kv_heads % h)
+		return FAIL("%lld key/value heads cannot be split %lld ways", (long long)ai.kv_heads, (long long)h);
+	if (q > 1 && ai.mask_compressed)
+		return FAIL("splitting the sequence under a compressed mask (sparse_mode 2-4) needs per-rank "
+		            "pre/next tokens, which are not modelled");
+	r->ndev = 3;
+	r->dev[0] = b, r->dev[1] = q, r->dev[2] = h;
+	for (int k = 0; k < r->nt; k++) {
+		int role = r->opnd[k] < ATTN_MAX_OPND ? ai.role[r->opnd[k]] : AR_NONE;
+		int64_t want[LAYOUT_MAX_DIM];
+		attn_expect(&ai, role, r->rk[k], r->shp[k], b, q, h, want, r->imap[k]);
+		for (int i = 0; i < r->rk[k]; i++)
+			if (r->s[k][i] != want[i]) {
+				char a[40], e[40];
+				fmt_strategy(a, sizeof a, r->s[k], r->rk[k]);
+				fmt_strategy(e, sizeof e, want, r->rk[k]);
+				return FAIL("operand %d is split %s, but a query split (batch %lld, sequence %lld, "
+				            "heads %lld) needs %s",
+				            r->opnd[k] + 1, a, (long long)b, (long long)q, (long long)h, e);
+			}
+	}
+	for (int o = 0; o < r->nout; o++) {
+		for (int i = 0; i < r->ork[o]; i++)
+			r->omap[o][i] = -1;
+		if (ai.nout == 4 && o < 2 && r->ork[o] == 4) {
+			/* softmax_max, softmax_sum (B, N1, S1, 8) */
+			r->omap[o][0] = b > 1 ? 2 : -1, r->omap[o][1] = h > 1 ? 0 : -1;
+			r->omap[o][2] = q > 1 ? 1 : -1;
+		} else if ((ai.nout == 1 || o == 3) && r->ork[o] == r->rk[kq]) {
+			memcpy(r->omap[o], r->imap[kq], (size_t)r->rk[kq]);
+		}
+	}
+	return 0;
+}
+
+/* The head split of a lowered attention operator: each rank runs
+ * heads/h heads (MindSpore rewrites head_num the same way).  1 and the
+ * counts when n has a layout, else 0. */
+int lower_attention_split(const Node *n, int64_t *h, int64_t *kvh)
+{
+	AttnInfo ai;
+	char why[8];
+	const NodeLayout *l = n->lay;
+	if (!l || !(l->flags & LAY_OP) || !l->nin || !l->in[0].ndev || ir_attention_info(n, &ai, why, sizeof why) != 1)
+		return 0;
+	const TLay *t = &l->in[0];
+	int m = t->map[ai.ndim];
+	*h = m < 0 ? 1 : t->dev[t->ndev - 1 - m];
+	*kvh = ai.kv_split ? *h : 1;
+	return 1;
+}
+
+/* RotaryPositionEmbedding(x, cos, sin, mode): element-wise over x and the
+ * broadcast cos/sin, but a rotation pairs elements along the last axis,
+ * which must stay whole. */
+static int r_rope(Rule *r, const Node *n)
+{
+	for (int k = 0; k < r->nt; k++)
+		if (r->rk[k] && r->s[k][r->rk[k] - 1] != 1)
+			return FAIL("the rotated last axis of operand %d must not be split", r->opnd[k] + 1);
+	return r_elemwise(r, n);
+}
+
+/* Swiglu(x, dim): the two halves of dim meet in one product, so dim stays
+ * whole; the other dims map straight through. */
+static int r_swiglu(Rule *r, const Node *n)
+{
+	int64_t ax = -1;
+	const Value *a = lit(n, 1, "dim");
+	if (a)
+		value_get_int(a, &ax);
+	int x = norm_axis(ax, r->rk[0]);
+	if (r->nt != 1 || x < 0 || x >= r->rk[0])
+		return FAIL("expects one input and a dim in range");
+	if (r->s[0][x] != 1)
+		return FAIL("the halved dim %d must not be split (strategy %lld)", x, (long long)r->s[0][x]);
+	return r_identity(r, n);
+}
+
+/* PReLU(x, w): MindSpore's PReLUInfo (prelu_info.cc): the weight is per
+ * channel (dimension 1) and is split like it, or is one shared slope. */
+static int r_prelu(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt != 2 || r->rk[1] != 1 || r->rk[0] < 2)
+		return FAIL("expects an input of rank >= 2 and a 1-D weight");
+	if (r->shp[1][0] == 1 ? r->s[1][0] != 1 : r->s[1][0] != r->s[0][1])
+		return FAIL("the weight must be split like the channel dimension (%lld ways, not %lld)",
+		            (long long)(r->shp[1][0] == 1 ? 1 : r->s[0][1]), (long long)r->s[1][0]);
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	r->imap[1][0] = r->shp[1][0] == 1 ? -1 : (int8_t)(r->rk[0] - 2);
+	out_ident(r, 0, r->rk[0]);
+	return 0;
+}
+
+/* L2Normalize (axis attribute, default 0) and CumSum/CumProd (axis operand
+ * 1): the axes they work along stay whole, the others map through. */
+static int r_whole_axis(Rule *r, const Node *n)
+{
+	return whole_axes(r, n, n->op == OP_L2Normalize ? 0 : -1, "axis");
+}
+
+/* Dense(x, w, b) = x w^T + b: the rows of x and of w split freely; the
+ * shared feature axis may not be split, since each rank would add the bias
+ * to its partial sum and the sum over ranks would count it that many
+ * times.  Device matrix [x's leading splits..., w rows]. */
+static int r_dense(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt < 2 || r->rk[0] < 1 || r->rk[1] != 2 || (r->nt == 3 && r->rk[2] != 1))
+		return FAIL("expects an input, a 2-D weight and an optional 1-D bias");
+	int rx = r->rk[0];
+	if (r->s[0][rx - 1] != 1 || r->s[1][1] != 1)
+		return FAIL("the reduced feature axis must not be split (the bias would be added on every rank)");
+	if (r->nt == 3 && r->s[2][0] != r->s[1][0])
+		return FAIL("the bias must be split like the weight's rows (%lld ways, not %lld)", (long long)r->s[1][0],
+		            (long long)r->s[2][0]);
+	r->ndev = rx;
+	for (int i = 0; i < rx - 1; i++)
+		r->dev[i] = r->s[0][i];
+	r->dev[rx - 1] = r->s[1][0];
+	for (int i = 0; i < rx - 1; i++)
+		r->imap[0][i] = (int8_t)(rx - 1 - i);
+	r->imap[0][rx - 1] = -1;
+	r->imap[1][0] = 0, r->imap[1][1] = -1;
+	if (r->nt == 3)
+		r->imap[2][0] = 0;
+	out_ident(r, 0, rx);
+	return 0;
+}
+
+/* Slice(x, begin, size) (MindSpore's SliceInfo): a dimension that is cut
+ * stays whole; the others map through and keep their local size. */
+static int r_slice(Rule *r, const Node *n)
+{
+	int64_t b[LAYOUT_MAX_DIM], sz[LAYOUT_MAX_DIM];
+	if (r->nt != 1)
+		return FAIL("expects one tensor input");
+	int rk = r->rk[0];
+	if (value_int_list(lit(n, 1, "begin"), b, LAYOUT_MAX_DIM) != rk ||
+	    value_int_list(lit(n, 2, "size"), sz, LAYOUT_MAX_DIM) != rk)
+		return FAIL("needs literal begin and size of the input's rank");
+	for (int i = 0; i < rk; i++)
+		if (r->s[0][i] != 1 && (b[i] != 0 || (sz[i] != -1 && sz[i] != r->shp[0][i])))
+			return FAIL("dimension %d is cut by the slice and must not be split (strategy %lld)", i,
+			            (long long)r->s[0][i]);
+	return r_identity(r, n);
+}
+
+/* Tile(x, multiples): a repeated dimension stays whole (a rank would repeat
+ * its own block); the new leading dimensions are not split. */
+static int r_tile(Rule *r, const Node *n)
+{
+	int64_t m[LAYOUT_MAX_DIM];
+	if (r->nt != 1)
+		return FAIL("expects one tensor input");
+	int rk = r->rk[0], k = value_int_list(lit(n, 1, "multiples"), m, LAYOUT_MAX_DIM);
+	if (k < rk || r->ork[0] != k)
+		return FAIL("needs literal multiples, at least one per input dimension");
+	for (int i = 0; i < rk; i++)
+		if (r->s[0][i] != 1 && m[k - rk + i] != 1)
+			return FAIL("dimension %d is repeated %lld times and must not be split", i, (long long)m[k - rk + i]);
+	dev_from(r, 0);
+	ident(r, 0, rk);
+	for (int i = 0; i < k; i++)
+		r->omap[0][i] = i < k - rk ? -1 : r->imap[0][i - (k - rk)];
+	return 0;
+}
+
+/* TopK (the last axis) and Sort (axis, default -1): (values, indices), both
+ * laid out like the input; the sorted axis stays whole. */
+static int r_sort(Rule *r, const Node *n)
+{
+	int64_t ax = -1;
+	if (n->op == OP_Sort) {
+		const Value *a = lit(n, 1, "axis");
+		if (a)
+			value_get_int(a, &ax);
+	}
+	if (r->nt != 1)
+		return FAIL("expects one tensor input");
+	int x = norm_axis(ax, r->rk[0]);
+	if (x < 0 || x >= r->rk[0])
+		return FAIL("axis out of range");
+	if (r->s[0][x] != 1)
+		return FAIL("the sorted axis %d must not be split (strategy %lld)", x, (long long)r->s[0][x]);
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	for (int o = 0; o < r->nout; o++)
+		if (r->ork[o] == r->rk[0])
+			out_ident(r, o, r->rk[0]);
+	return 0;
+}
+
+/* LpNorm: a reduction whose partial results do not add up (the norm of
+ * the norms is not a sum), so the reduced axes stay whole; the others map
+ * through, kept or dropped as keep_dims says. */
+static int r_lpnorm(Rule *r, const Node *n)
+{
+	unsigned red;
+	int keep;
+	if (r->nt != 1)
+		return FAIL("expects one tensor input");
+	if (reduce_axes(n, r->rk[0], &red, &keep) < 0)
+		return FAIL("reduction axis out of range");
+	dev_from(r, 0);
+	ident(r, 0, r->rk[0]);
+	int j = 0;
+	for (int i = 0; i < r->rk[0]; i++) {
+		if (red >> i & 1) {
+			if (r->s[0][i] != 1)
+				return FAIL("the reduced axis %d must not be split (strategy %lld)", i, (long long)r->s[0][i]);
+			if (keep)
+				r->omap[0][j++] = -1;
+		} else {
+			r->omap[0][j++] = r->imap[0][i];
+		}
+	}
+	if (j != r->ork[0])
+		return FAIL("the declared output rank does not match the reduction");
+	return 0;
+}
+
 /* ------------------------------------------------------------ driver */
 
 static int has_rule(const Node *n)
@@ -699,6 +1007,17 @@ static int has_rule(const Node *n)
 	case FAM_EXPANDDIMS:
 	case FAM_SQUEEZE:
 	case FAM_ARGWITHVALUE:
+	case FAM_ATTENTION:
+	case FAM_ROPE:
+	case FAM_SWIGLU:
+	case FAM_PRELU:
+	case FAM_L2NORM:
+	case FAM_CUM:
+	case FAM_DENSE:
+	case FAM_SLICE:
+	case FAM_TILE:
+	case FAM_SORT:
+	case FAM_LPNORM:
 		return 1;
 	default:
 		return 0;
@@ -775,6 +1094,27 @@ static int run_rule(Rule *r, const Node *n, int *rowsplit)
 		return r_onehot(r, n);
 	case FAM_ARGWITHVALUE:
 		return r_argwithvalue(r, n);
+	case FAM_ATTENTION:
+		return r_attention(r, n);
+	case FAM_ROPE:
+		return r_rope(r, n);
+	case FAM_SWIGLU:
+		return r_swiglu(r, n);
+	case FAM_PRELU:
+		return r_prelu(r, n);
+	case FAM_L2NORM:
+	case FAM_CUM:
+		return r_whole_axis(r, n);
+	case FAM_DENSE:
+		return r_dense(r, n);
+	case FAM_SLICE:
+		return r_slice(r, n);
+	case FAM_TILE:
+		return r_tile(r, n);
+	case FAM_SORT:
+		return r_sort(r, n);
+	case FAM_LPNORM:
+		return r_lpnorm(r, n);
 	default:
 		return FAIL("no layout rule for this operator");
 	}

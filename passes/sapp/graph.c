@@ -53,6 +53,19 @@ static const uint8_t family_rectype[] = {
 	[FAM_COMM] = REC_UnknownType,       [FAM_P2P] = REC_UnknownType,
 	[FAM_VIRTUAL] = REC_Virtual,        [FAM_EXPANDDIMS] = REC_ExpandDims,
 	[FAM_SQUEEZE] = REC_Squeeze,        [FAM_ARGWITHVALUE] = REC_ArgWithValue,
+	/* issue 19: MindSpore's DictOpType (rec_parse_graph.h) has
+	 * FlashAttentionScore, PReLU, L2Normalize (element-wise) and CumSum;
+	 * it names neither the fused rotary embedding nor Swiglu, which sappc
+	 * treats as the element-wise operators they are (their axis whole) */
+	[FAM_ATTENTION] = REC_FlashAttentionScore, [FAM_ROPE] = REC_ElmWiseOp,
+	[FAM_SWIGLU] = REC_ElmWiseOp,       [FAM_PRELU] = REC_PReLU,
+	[FAM_L2NORM] = REC_ElmWiseOp,       [FAM_CUM] = REC_Cum,
+	/* Tile is in the element-wise list; LpNorm's OperatorInfo is a
+	 * BatchParallelInfo (kRecBatchParallel); Dense, Slice, TopK and Sort
+	 * are in neither table: kRecUnknownType, kept and never cut */
+	[FAM_TILE] = REC_ElmWiseOp,         [FAM_LPNORM] = REC_BatchParallel,
+	[FAM_DENSE] = REC_UnknownType,      [FAM_SLICE] = REC_UnknownType,
+	[FAM_SORT] = REC_UnknownType,
 };
 
 int sapp_rectype_of(const Node *n)
@@ -70,6 +83,11 @@ int sapp_rectype_of(const Node *n)
 	case OP_Tile:
 	case OP_Assign:
 		return REC_ElmWiseOp;
+	case OP_PromptFlashAttention:
+	case OP_IncreFlashAttention:
+		/* not in DictOpType and their OperatorInfo is neither a
+		 * StandAloneInfo nor a BatchParallelInfo: kRecUnknownType */
+		return REC_UnknownType;
 	default:
 		break;
 	}

@@ -440,6 +440,75 @@ static void batch_matmul(SappOp *X, const Stra *s)
 		sapp_set_input(X, k, NULL, 0, 1);
 }
 
+/* PrepareFlashAttentionScore (mindspore-ai/mindspore, mindspore/ccsrc/
+ * frontend/parallel/auto_parallel/rec_core/rec_generate_strategy.cc): read
+ * the batch, sequence and head split counts off the basic strategy at the
+ * layout's positions (FillFlashLayoutIndexes).  The query takes all three;
+ * key and value share (batch, heads) -- heads only when their heads are
+ * split with the query's (kv_split), never their sequence; the attention
+ * mask takes the sequence split unless it is the compressed pattern of
+ * sparse modes 2-4, batch and heads where it has them; real_shift and the
+ * dropout mask follow (batch, heads, S1); prefix the batch; the padding
+ * mask and the sequence lengths stay whole. */
+static void flash_attention(SappOp *X, const Stra *s)
+{
+	AttnInfo ai;
+	char why[8];
+	for (uint32_t i = 0; i < X->nin; i++)
+		sapp_set_input(X, i, NULL, 0, 1);
+	if (ir_attention_info(X->n, &ai, why, sizeof why) != 1)
+		return;
+	int64_t b = ai.bdim < s->n ? s->v[ai.bdim] : 1, q = ai.sdim < s->n ? s->v[ai.sdim] : 1,
+	        h = ai.ndim < s->n ? s->v[ai.ndim] : 1;
+	int64_t kvh = ai.kv_split ? h : 1;
+	for (uint32_t i = 0; i < X->nin; i++) {
+		int64_t *v = sin_of(X, i);
+		const int64_t *dm = X->dims[i];
+		int r = X->rank[i];
+		uint32_t opnd = X->arg[i];
+		switch (opnd < ATTN_MAX_OPND ? ai.role[opnd] : AR_NONE) {
+		case AR_Q:
+			v[ai.bdim] = b, v[ai.sdim] = q, v[ai.ndim] = h;
+			break;
+		case AR_K:
+		case AR_V:
+			v[ai.bdim] = b, v[ai.ndim] = kvh;
+			break;
+		case AR_MASK:
+			if (r == 2) {
+				v[0] = ai.mask_compressed ? 1 : q;
+			} else if (r == 4) {
+				v[0] = dm[0] > 1 ? b : 1, v[1] = dm[1] > 1 ? h : 1;
+				v[2] = ai.mask_compressed ? 1 : q;
+			}
+			break;
+		case AR_SHIFT:
+		case AR_DROP:
+			if (r == 4) {
+				v[0] = dm[0] > 1 ? b : 1, v[1] = h, v[2] = dm[2] > 1 ? q : 1;
+			}
+			break;
+		case AR_PREFIX:
+			if (r == 1)
+				v[0] = b;
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+/* the element-wise operators that keep some axes whole (Softmax-like,
+ * §4.6): s with 1 on those axes, then CheckDivisible */
+static void keep_axes_whole(SappOp *X, const Stra *s, int mask)
+{
+	Stra t = *s;
+	for (int d = 0; d < t.n && d < 31; d++)
+		if (mask & (1 << d))
+			t.v[d] = 1;
+	check_divisible(X, &t);
+}
+
 /* GenerateStrategiesFromStrategy: every input of X from the basic strategy s */
 static void adapt(Prop *P, SappOp *X, const Stra *s)
 {
@@ -504,6 +573,35 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 		data_parallel(S, X);
 	} else if (f == FAM_BATCHMATMUL) {
 		batch_matmul(X, s);
+	} else if (f == FAM_ATTENTION) {
+		flash_attention(X, s);
+	} else if (f == FAM_TILE && X->nin) {
+		/* the repeated dimensions stay whole (each rank would repeat its
+		 * own block); s may be shaped like the input or the output */
+		int64_t m[MAX_RANK];
+		int k = sapp_attr_ints(S, X->n, 1, SA_multiples, m, MAX_RANK), r = X->rank[0];
+		int shift = s->n > r && k >= r ? s->n - r : 0;
+		for (int d = 0; d < r; d++)
+			t.v[d] = d + shift < s->n ? s->v[d + shift] : 1;
+		t.n = r;
+		for (int d = 0; d < r && k >= r; d++)
+			if (m[k - r + d] != 1)
+				t.v[d] = 1;
+		check_divisible(X, &t);
+	} else if (f == FAM_LPNORM) {
+		/* kRecBatchParallel: set up front (§4.1 step 3); here only as a
+		 * default, data parallel */
+		data_parallel(S, X);
+	} else if (f == FAM_L2NORM || f == FAM_CUM || f == FAM_SWIGLU || f == FAM_ROPE) {
+		/* L2Normalize: 1 on `axis` (§4.6); CumSum: 1 on the accumulated
+		 * axis; Swiglu and the rotary embedding: 1 on the halved / rotated
+		 * axis, which every rank needs whole */
+		int r = X->nin ? X->rank[0] : 0;
+		if (f == FAM_ROPE)
+			mask = r ? 1 << (r - 1) : 0;
+		else
+			axes_of(S, X, 1, f == FAM_SWIGLU ? SA_dim : SA_axis, r, 0, f == FAM_L2NORM ? 0 : -1, &mask);
+		keep_axes_whole(X, s, mask);
 	} else {
 		check_divisible(X, s);
 	}
@@ -967,6 +1065,11 @@ static void copy_main(Sapp *S, uint32_t x)
 		for (uint32_t i = 1; i < X->nin; i++)
 			if (X->rank[i] == 1)
 				sin_of(X, i)[0] = sin_of(X, 0)[1];
+	/* PReLU's slopes likewise (PReLUInfo, mindspore/ccsrc/frontend/parallel/
+	 * ops_info/prelu_info.cc, wants them split like the channel), unless it
+	 * has one slope shared by every channel */
+	if (X->type == REC_PReLU && X->nin == 2 && X->rank[0] >= 2 && X->rank[1] == 1)
+		sin_of(X, 1)[0] = X->dims[1][0] == 1 ? 1 : sin_of(X, 0)[1];
 	/* the softmax loss reduces over its class axis and takes no split there
 	 * (the batch-parallel rule would cut it once the batch is exhausted) */
 	if (X->type == REC_SoftmaxCrossEntropyWithLogits)
@@ -1415,6 +1518,20 @@ void sapp_dataset_given(const Sapp *S, SappOp *X)
 
 int sapp_default_batch(const Sapp *S, SappOp *X)
 {
+	AttnInfo ai;
+	char why[8];
+	if (X->n && X->fam == FAM_ATTENTION && ir_attention_info(X->n, &ai, why, sizeof why) == 1) {
+		/* the batch of the attention, wherever its layout keeps it (SBH:
+		 * dimension 1); the other operands follow as MindSpore derives them */
+		Stra s = {X->nin ? X->rank[0] : 0, {0}};
+		for (int d = 0; d < s.n; d++)
+			s.v[d] = 1;
+		if (ai.batch % S->stage_devices == 0)
+			s.v[ai.bdim] = S->stage_devices;
+		flash_attention(X, &s);
+		X->has_s = 1;
+		return 0;
+	}
 	int maxr = 0;
 	for (uint32_t i = 0; i < X->nin; i++)
 		if (X->rank[i] > maxr)

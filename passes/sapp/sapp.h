@@ -81,7 +81,7 @@ static inline void sapp_prefetch_bytes(const void *p, size_t n)
 #define SAPP_ATTRS(X)                                                                              \
 	X(perm) X(axis) X(batch_dims) X(begin) X(end) X(strides) X(begin_mask) X(end_mask)          \
 	X(new_axis_mask) X(begin_norm_axis) X(keep_dims) X(start_dim) X(end_dim) X(transpose_a)    \
-	X(transpose_b) X(transpose_x1) X(transpose_x2) X(in_strategy) X(out_strategy)
+	X(transpose_b) X(transpose_x1) X(transpose_x2) X(in_strategy) X(out_strategy) X(dim) X(multiples)
 
 enum {
 #define X(a) SA_##a,

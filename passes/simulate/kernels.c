@@ -1,6 +1,8 @@
 /* kernels.c - the operators with arithmetic structure: MatMul/BatchMatMul,
  * Conv2D, MaxPool/AvgPool, reductions, ArgMax/MinWithValue, Softmax and
- * LogSoftmax, LayerNorm, RmsNorm, BatchNorm and the two softmax losses.
+ * LogSoftmax, LayerNorm, RmsNorm, BatchNorm, the two softmax losses, and
+ * the LLM/vision operators (attention, rotary embedding, Swiglu, PReLU,
+ * L2Normalize, CumSum/CumProd).
  *
  * All of them accumulate in double and round once to float32 on store, so
  * that a sum split across ranks (k-split MatMul + AllReduce, a split
@@ -9,6 +11,7 @@
  * element (a, j, b) is at (a * n + j) * inner + b.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -440,21 +443,27 @@ void sim_softmax_rows(const float *x, float *y, int64_t outer, int64_t n, int64_
 		}
 }
 
-SimValue *k_softmax(Ctx *c)
+/* the one axis (operand 1 or attribute, dflt when absent) an operator
+ * works along; 0 ok */
+static int one_axis(Ctx *c, const SimTensor *x, int64_t dflt, const char *what, int *a)
 {
-	SimTensor *x = sim_arg_tensor(c, 0);
-	int64_t ax[MAX_RANK], outer, inner;
-	int a;
-	if (!x)
-		return NULL;
+	int64_t ax[MAX_RANK];
 	int k = sim_ints(c, 1, "axis", ax, MAX_RANK);
 	if (k <= 0) {
-		ax[0] = -1;
+		ax[0] = dflt;
 		k = 1;
 	}
 	if (k != 1)
-		return FAILV("softmax over %d axes is not simulated", k);
-	if (sim_axis(c, ax[0], x->ndim, &a) < 0)
+		return sim_fail(c, "%s over %d axes is not simulated", what, k);
+	return sim_axis(c, ax[0], x->ndim, a);
+}
+
+SimValue *k_softmax(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t outer, inner;
+	int a;
+	if (!x || one_axis(c, x, -1, "softmax", &a) < 0)
 		return NULL;
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
 	if (!o)
@@ -683,5 +692,437 @@ SimValue *k_sparseloss(Ctx *c)
 	if (!o)
 		return NULL;
 	o->data[0] = (float)(B ? total / (double)B : 0);
+	return sim_val_tensor(c->r, o);
+}
+
+/* ---------------------------------------------- LLM and vision operators */
+/* an optional tensor operand: NULL when absent or None (no failure) */
+static SimTensor *opt_tensor(Ctx *c, uint32_t i)
+{
+	if (i >= c->n->nargs || value_is_word(&c->n->args[i], "None"))
+		return NULL;
+	return sim_arg_tensor(c, i);
+}
+
+/* element (b, head n, position s, d) of a q/k/v tensor in layout ai */
+static int64_t attn_at(const AttnInfo *ai, const SimTensor *t, int64_t b, int64_t n, int64_t s, int64_t d, int64_t hd)
+{
+	const int64_t *sh = t->shape;
+	switch (ai->layout) {
+	case ATTN_BSH:
+		return (b * sh[1] + s) * sh[2] + n * hd + d;
+	case ATTN_SBH:
+		return (s * sh[1] + b) * sh[2] + n * hd + d;
+	case ATTN_BNSD:
+		return ((b * sh[1] + n) * sh[2] + s) * sh[3] + d;
+	default: /* BSND */
+		return ((b * sh[1] + s) * sh[2] + n) * sh[3] + d;
+	}
+}
+
+/* FlashAttentionScore / PromptFlashAttention on the rank's block:
+ * y = softmax(mask(scale * (real_shift + q k^T))) v per head, the query
+ * heads grouped over the key/value heads (GQA/MQA).  A nonzero mask entry
+ * drops its score (MindSpore's attn_mask: 1 = discard).  softmax_max and
+ * softmax_sum are each row's max and sum of exponentials, repeated over
+ * their last 8 entries; softmax_out is left zero (the kernel does not
+ * return it).  Dropout (keep_prob < 1) and the sparse modes that build
+ * their own mask (2 and up) are not simulated. */
+SimValue *k_attention(Ctx *c)
+{
+	Node *n = c->n;
+	AttnInfo ai;
+	char why[256] = "";
+	if (ir_attention_info(n, &ai, why, sizeof why) != 1)
+		return FAILV("attention operands: %s", why[0] ? why : "shapes unknown");
+	int fas = n->op == OP_FlashAttentionScore;
+	SimTensor *q = sim_arg_tensor(c, 0), *k = q ? sim_arg_tensor(c, 1) : NULL, *v = k ? sim_arg_tensor(c, 2) : NULL;
+	if (!v)
+		return NULL;
+	SimTensor *mask = NULL, *shift = NULL;
+	for (uint32_t i = 3; i < n->nargs && i < ATTN_MAX_OPND; i++) {
+		if (ai.role[i] == AR_NONE || value_is_word(&n->args[i], "None"))
+			continue;
+		if (ai.role[i] == AR_MASK)
+			mask = opt_tensor(c, i);
+		else if (ai.role[i] == AR_SHIFT)
+			shift = opt_tensor(c, i);
+		else
+			return FAILV("operand %u of %s (dropout, padding, prefix, sequence lengths, quantisation) is "
+			             "not simulated",
+			             i + 1, op_table[n->op].name);
+		if (c->r->failed)
+			return NULL;
+	}
+	int64_t sparse = 0;
+	if (ai.sparse_opnd >= 0)
+		sim_ints(c, (uint32_t)ai.sparse_opnd, "sparse_mode", &sparse, 1);
+	if (sparse > 1)
+		return FAILV("sparse_mode %lld is not simulated", (long long)sparse);
+	if (fas && sim_float(c, 11, "keep_prob", 1.0) != 1.0)
+		return FAILV("dropout (keep_prob < 1) is not simulated");
+	double scale = sim_float(c, (uint32_t)ai.scale_opnd, "scale_value", 1.0);
+	int64_t B = ai.batch, N = ai.heads, S1 = ai.s1, S2 = ai.s2, D = ai.head_dim, G = ai.heads / ai.kv_heads;
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, q->ndim, q->shape);
+	int64_t st[4] = {B, N, S1, 8}, one = 1;
+	SimTensor *mx = fas ? sim_tensor_new(c->r, SD_F32, 4, st) : NULL, *sm = fas ? sim_tensor_new(c->r, SD_F32, 4, st) : NULL;
+	if (!o || (fas && (!mx || !sm)))
+		return NULL;
+	double *sc = xcalloc((size_t)(S2 ? S2 : 1), sizeof *sc);
+	for (int64_t b = 0; b < B; b++)
+		for (int64_t h = 0; h < N; h++)
+			for (int64_t i = 0; i < S1; i++) {
+				double m = -INFINITY, sum = 0;
+				for (int64_t j = 0; j < S2; j++) {
+					double dot = 0;
+					for (int64_t d = 0; d < D; d++)
+						dot += (double)q->data[attn_at(&ai, q, b, h, i, d, D)] *
+						       k->data[attn_at(&ai, k, b, h / G, j, d, D)];
+					if (shift)
+						dot += shift->data[((shift->shape[0] > 1 ? b : 0) * shift->shape[1] + h) *
+						                       shift->shape[2] * shift->shape[3] +
+						                   (shift->shape[2] > 1 ? i : 0) * shift->shape[3] + j];
+					dot *= scale;
+					if (mask) {
+						int64_t mi = mask->ndim == 2 ? i * S2 + j
+						                             : (((mask->shape[0] > 1 ? b : 0) * mask->shape[1] +
+						                                 (mask->shape[1] > 1 ? h : 0)) *
+						                                    S1 +
+						                                i) * S2 +
+						                                   j;
+						if (mask->data[mi] != 0)
+							dot = -INFINITY;
+					}
+					sc[j] = dot;
+					if (dot > m)
+						m = dot;
+				}
+				for (int64_t j = 0; j < S2; j++)
+					sum += sc[j] = m == -INFINITY ? 0 : exp(sc[j] - m);
+				for (int64_t d = 0; d < D; d++) {
+					double acc = 0;
+					for (int64_t j = 0; j < S2; j++)
+						acc += sc[j] * v->data[attn_at(&ai, v, b, h / G, j, d, D)];
+					o->data[attn_at(&ai, q, b, h, i, d, D)] = (float)(sum > 0 ? acc / sum : 0);
+				}
+				if (fas)
+					for (int e = 0; e < 8; e++) {
+						mx->data[((b * N + h) * S1 + i) * 8 + e] = (float)(m == -INFINITY ? 0 : m);
+						sm->data[((b * N + h) * S1 + i) * 8 + e] = (float)sum;
+					}
+			}
+	free(sc);
+	if (!fas)
+		return sim_val_tensor(c->r, o);
+	const Shape *os = &n->out.shape;
+	SimTensor *so;
+	if (n->has_type_line && os->kind == SK_TUPLE && os->rank == 4 && os->sub[2].kind == SK_DIMS)
+		so = sim_tensor_new(c->r, sim_out_dtype(n, SD_F32), os->sub[2].rank, os->sub[2].dims);
+	else
+		so = sim_tensor_new(c->r, SD_F32, 1, &one);
+	if (!so)
+		return NULL;
+	SimValue *t = sim_val_tuple(c->r, 4);
+	t->elems[0] = sim_val_tensor(c->r, mx);
+	t->elems[1] = sim_val_tensor(c->r, sm);
+	t->elems[2] = sim_val_tensor(c->r, so);
+	t->elems[3] = sim_val_tensor(c->r, o);
+	return t;
+}
+
+/* RotaryPositionEmbedding(x, cos, sin, mode): out = x cos + rot(x) sin with
+ * cos/sin broadcast to x.  mode 0 rotates halves (rot(x) = (-x2, x1)),
+ * mode 1 interleaved pairs (rot(x)_2i = -x_2i+1, rot(x)_2i+1 = x_2i). */
+SimValue *k_rope(Ctx *c)
+{
+	SimTensor *in[3];
+	for (uint32_t i = 0; i < 3; i++)
+		if (!(in[i] = sim_arg_tensor(c, i)))
+			return NULL;
+	int64_t mode = 0;
+	sim_ints(c, 3, "mode", &mode, 1);
+	SimTensor *x = in[0];
+	int nd;
+	int64_t shape[MAX_RANK], st[3][MAX_RANK];
+	if (sim_broadcast(c, 3, in, &nd, shape, st) < 0)
+		return NULL;
+	if (nd != x->ndim || !sim_same_shape(x, nd, shape) || nd < 1)
+		return FAILV("cos and sin must broadcast to the input's shape");
+	int64_t D = x->shape[nd - 1];
+	if (D % 2 || (mode != 0 && mode != 1))
+		return FAILV("rotation needs an even last axis and mode 0 or 1 (D %lld, mode %lld)", (long long)D,
+		             (long long)mode);
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, nd, shape);
+	if (!o)
+		return NULL;
+	int64_t idx[MAX_RANK] = {0}, off[3] = {0};
+	for (int64_t e = 0; e < o->numel; e++) {
+		int64_t i = idx[nd - 1], p;
+		double sign;
+		if (mode == 0)
+			p = i < D / 2 ? e + D / 2 : e - D / 2, sign = i < D / 2 ? -1 : 1;
+		else
+			p = i % 2 == 0 ? e + 1 : e - 1, sign = i % 2 == 0 ? -1 : 1;
+		o->data[e] = (float)((double)x->data[e] * in[1]->data[off[1]] + sign * x->data[p] * in[2]->data[off[2]]);
+		for (int d = nd - 1; d >= 0; d--) {
+			for (int k = 1; k < 3; k++)
+				off[k] += st[k][d];
+			if (++idx[d] < shape[d])
+				break;
+			for (int k = 1; k < 3; k++)
+				off[k] -= st[k][d] * shape[d];
+			idx[d] = 0;
+		}
+	}
+	return sim_val_tensor(c->r, o);
+}
+
+/* Swiglu(x, dim): a, b = the halves of x along dim; a * sigmoid(a) * b */
+SimValue *k_swiglu(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t ax = -1, outer, inner;
+	int a;
+	if (!x)
+		return NULL;
+	sim_ints(c, 1, "dim", &ax, 1);
+	if (sim_axis(c, ax, x->ndim, &a) < 0)
+		return NULL;
+	int64_t sh[MAX_RANK];
+	memcpy(sh, x->shape, sizeof sh);
+	if (sh[a] % 2)
+		return FAILV("Swiglu of an odd dimension");
+	sh[a] /= 2;
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, sh);
+	if (!o)
+		return NULL;
+	sim_around(x, a, &outer, &inner);
+	int64_t h = sh[a];
+	for (int64_t i = 0; i < outer; i++)
+		for (int64_t j = 0; j < h; j++)
+			for (int64_t l = 0; l < inner; l++) {
+				double u = x->data[(i * 2 * h + j) * inner + l], w = x->data[(i * 2 * h + h + j) * inner + l];
+				o->data[(i * h + j) * inner + l] = (float)(u / (1 + exp(-u)) * w);
+			}
+	return sim_val_tensor(c->r, o);
+}
+
+/* PReLU(x, w): x where positive, else w[channel] x (channel = dim 1) */
+SimValue *k_prelu(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *w = x ? sim_arg_tensor(c, 1) : NULL;
+	int64_t outer, inner;
+	if (!w)
+		return NULL;
+	if (x->ndim < 2 || w->ndim != 1 || (w->shape[0] != 1 && w->shape[0] != x->shape[1]))
+		return FAILV("PReLU weight must have one slope or one per channel");
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
+	if (!o)
+		return NULL;
+	sim_around(x, 1, &outer, &inner);
+	for (int64_t e = 0; e < x->numel; e++) {
+		int64_t ch = e / inner % x->shape[1];
+		double s = w->data[w->shape[0] == 1 ? 0 : ch], y = x->data[e];
+		o->data[e] = (float)(y > 0 ? y : s * y);
+	}
+	return sim_val_tensor(c->r, o);
+}
+
+/* L2Normalize(x) over attribute axis (default 0): x / sqrt(max(sum x^2, epsilon)) */
+SimValue *k_l2normalize(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t outer, inner;
+	int a;
+	if (!x || one_axis(c, x, 0, "L2Normalize", &a) < 0)
+		return NULL;
+	double eps = sim_float(c, 2, "epsilon", 1e-4);
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, x->shape);
+	if (!o)
+		return NULL;
+	sim_around(x, a, &outer, &inner);
+	int64_t len = x->shape[a];
+	for (int64_t i = 0; i < outer; i++)
+		for (int64_t l = 0; l < inner; l++) {
+			double ss = 0;
+			for (int64_t j = 0; j < len; j++) {
+				double y = x->data[(i * len + j) * inner + l];
+				ss += y * y;
+			}
+			double dn = sqrt(ss > eps ? ss : eps);
+			for (int64_t j = 0; j < len; j++)
+				o->data[(i * len + j) * inner + l] = (float)(x->data[(i * len + j) * inner + l] / dn);
+		}
+	return sim_val_tensor(c->r, o);
+}
+
+/* CumSum/CumProd(x, axis, exclusive, reverse) */
+SimValue *k_cum(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t ax = 0, outer, inner;
+	int a;
+	if (!x)
+		return NULL;
+	if (sim_ints(c, 1, "axis", &ax, 1) < 0)
+		ax = 0;
+	if (sim_axis(c, ax, x->ndim, &a) < 0)
+		return NULL;
+	int excl = sim_flag(c, 2, "exclusive", NULL, 0), rev = sim_flag(c, 3, "reverse", NULL, 0);
+	int prod = c->n->op == OP_CumProd;
+	SimTensor *o = sim_tensor_new(c->r, sim_out_dtype(c->n, x->dtype), x->ndim, x->shape);
+	if (!o)
+		return NULL;
+	sim_around(x, a, &outer, &inner);
+	int64_t len = x->ndim ? x->shape[a] : 1;
+	for (int64_t i = 0; i < outer; i++)
+		for (int64_t l = 0; l < inner; l++) {
+			double acc = prod ? 1 : 0;
+			for (int64_t t = 0; t < len; t++) {
+				int64_t j = rev ? len - 1 - t : t, e = (i * len + j) * inner + l;
+				double y = x->data[e];
+				if (!excl)
+					acc = prod ? acc * y : acc + y;
+				o->data[e] = (float)acc;
+				if (excl)
+					acc = prod ? acc * y : acc + y;
+			}
+		}
+	return sim_val_tensor(c->r, o);
+}
+
+/* Dense(x, w, b): x (..., K) times w (N, K) transposed, plus b (N) */
+SimValue *k_dense(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *w = x ? sim_arg_tensor(c, 1) : NULL, *b = w ? opt_tensor(c, 2) : NULL;
+	if (!w || c->r->failed)
+		return NULL;
+	int64_t K = x->ndim ? x->shape[x->ndim - 1] : 1, N = w->ndim == 2 ? w->shape[0] : 0;
+	if (w->ndim != 2 || w->shape[1] != K || (b && (b->ndim != 1 || b->shape[0] != N)))
+		return FAILV("Dense operands do not fit: x (..., %lld), w (N, K), b (N)", (long long)K);
+	int64_t sh[MAX_RANK];
+	memcpy(sh, x->shape, sizeof sh);
+	sh[x->ndim - 1] = N;
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, sh);
+	if (!o)
+		return NULL;
+	for (int64_t i = 0; i < x->numel / (K ? K : 1); i++)
+		for (int64_t j = 0; j < N; j++) {
+			double acc = b ? b->data[j] : 0;
+			for (int64_t p = 0; p < K; p++)
+				acc += (double)x->data[i * K + p] * w->data[j * K + p];
+			o->data[i * N + j] = (float)acc;
+		}
+	return sim_val_tensor(c->r, o);
+}
+
+/* TopK(x, k, sorted) along the last axis and Sort(x, axis, descending):
+ * (values, indices); equal values keep their order (a stable sort) */
+SimValue *k_sort(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t ax = -1, k = 0, outer, inner;
+	int a;
+	if (!x)
+		return NULL;
+	int topk = c->n->op == OP_TopK, desc = 1;
+	if (topk) {
+		if (sim_ints(c, 1, "k", &k, 1) < 0)
+			return FAILV("TopK needs k");
+	} else {
+		sim_ints(c, 1, "axis", &ax, 1);
+		desc = sim_flag(c, 2, "descending", NULL, 0);
+	}
+	if (sim_axis(c, ax, x->ndim, &a) < 0)
+		return NULL;
+	int64_t len = x->ndim ? x->shape[a] : 1;
+	if (!topk)
+		k = len;
+	if (k < 0 || k > len)
+		return FAILV("k %lld is out of range for %lld elements", (long long)k, (long long)len);
+	int64_t sh[MAX_RANK];
+	memcpy(sh, x->shape, sizeof sh);
+	if (x->ndim)
+		sh[a] = k;
+	SimTensor *v = sim_tensor_new(c->r, x->dtype, x->ndim, sh), *ix = v ? sim_tensor_new(c->r, SD_INT, x->ndim, sh) : NULL;
+	if (!ix)
+		return NULL;
+	sim_around(x, a, &outer, &inner);
+	int64_t *ord = xmalloc((size_t)(len ? len : 1) * sizeof *ord);
+	for (int64_t i = 0; i < outer; i++)
+		for (int64_t l = 0; l < inner; l++) {
+			const float *row = x->data + i * len * inner + l;
+			for (int64_t j = 0; j < len; j++)
+				ord[j] = j;
+			/* insertion sort: stable, and rows are short in tests */
+			for (int64_t j = 1; j < len; j++) {
+				int64_t t = ord[j], p = j;
+				while (p > 0 && (desc ? row[ord[p - 1] * inner] < row[t * inner]
+				                      : row[ord[p - 1] * inner] > row[t * inner])) {
+					ord[p] = ord[p - 1];
+					p--;
+				}
+				ord[p] = t;
+			}
+			for (int64_t j = 0; j < k; j++) {
+				v->data[(i * k + j) * inner + l] = row[ord[j] * inner];
+				ix->data[(i * k + j) * inner + l] = (float)ord[j];
+			}
+		}
+	free(ord);
+	SimValue *t = sim_val_tuple(c->r, 2);
+	t->elems[0] = sim_val_tensor(c->r, v);
+	t->elems[1] = sim_val_tensor(c->r, ix);
+	return t;
+}
+
+/* LpNorm(x): (sum |x|^p)^(1/p) over axis, at least epsilon */
+SimValue *k_lpnorm(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t ax[MAX_RANK];
+	if (!x)
+		return NULL;
+	int k = sim_ints(c, 99, "axis", ax, MAX_RANK);
+	int keep = sim_flag(c, 99, "keep_dims", NULL, 0);
+	double p = sim_float(c, 99, "p", 2), eps = sim_float(c, 99, "epsilon", 1e-12);
+	unsigned red = 0;
+	for (int i = 0; i < k; i++) {
+		int a;
+		if (sim_axis(c, ax[i], x->ndim, &a) < 0)
+			return NULL;
+		red |= 1u << a;
+	}
+	if (k <= 0)
+		red = (1u << x->ndim) - 1;
+	int64_t sh[MAX_RANK], full[MAX_RANK];
+	int nd = 0;
+	for (int i = 0; i < x->ndim; i++) {
+		full[i] = red >> i & 1 ? 1 : x->shape[i];
+		if (!(red >> i & 1) || keep)
+			sh[nd++] = full[i];
+	}
+	SimTensor *o = sim_tensor_new(c->r, SD_F32, nd, sh);
+	if (!o)
+		return NULL;
+	double *acc = xcalloc((size_t)(o->numel ? o->numel : 1), sizeof *acc);
+	int64_t idx[MAX_RANK] = {0}, st[MAX_RANK];
+	sim_strides(x->ndim, full, st);
+	for (int64_t e = 0; e < x->numel; e++) {
+		int64_t off = 0;
+		for (int i = 0; i < x->ndim; i++)
+			off += (red >> i & 1 ? 0 : idx[i]) * st[i];
+		acc[off] += pow(fabs((double)x->data[e]), p);
+		for (int i = x->ndim - 1; i >= 0; i--) {
+			if (++idx[i] < x->shape[i])
+				break;
+			idx[i] = 0;
+		}
+	}
+	for (int64_t i = 0; i < o->numel; i++) {
+		double r = pow(acc[i], 1 / p);
+		o->data[i] = (float)(r > eps ? r : eps);
+	}
+	free(acc);
 	return sim_val_tensor(c->r, o);
 }

@@ -149,6 +149,15 @@ SimValue *k_rmsnorm(Ctx *c);
 SimValue *k_batchnorm(Ctx *c);
 SimValue *k_loss(Ctx *c);
 SimValue *k_sparseloss(Ctx *c);
+SimValue *k_attention(Ctx *c);
+SimValue *k_rope(Ctx *c);
+SimValue *k_swiglu(Ctx *c);
+SimValue *k_prelu(Ctx *c);
+SimValue *k_l2normalize(Ctx *c);
+SimValue *k_cum(Ctx *c);
+SimValue *k_dense(Ctx *c);
+SimValue *k_sort(Ctx *c);
+SimValue *k_lpnorm(Ctx *c);
 
 /* ----------------------------------------------------------- backward.c */
 /* The kernel of an operator known by name: the backward operators of the

@@ -1269,6 +1269,124 @@ static void bp_split(Ad *a, Node *n, const GV *g, int gop)
 }
 
 /* Tile(x, multiples): Reshape g to (m0, x0, m1, x1, ...), sum the m axes */
+/* ------------------------------------------------ issue 19's operators */
+
+static GV none_gv(void)
+{
+	return gv_val(value_word("None"), train_abs_word("None"));
+}
+
+/* forward operand k, None past the end (the older 8-input form) */
+static GV arg_or_none(const Node *n, uint32_t k)
+{
+	return k < n->nargs ? gv_arg(n, k) : none_gv();
+}
+
+/* FlashAttentionScore -> (softmax_max, softmax_sum, softmax_out,
+ * attention_out): FlashAttentionScoreGrad(q, k, v, dout, real_shift,
+ * drop_mask, padding_mask, attn_mask, softmax_max, softmax_sum,
+ * softmax_out, attention_out, prefix, actual_seq_qlen, actual_seq_kvlen,
+ * head_num, keep_prob, scale_value, pre_tokens, next_tokens,
+ * inner_precise, input_layout, sparse_mode) -> dq, dk, dv (and dpse, not
+ * taken: real_shift carries no weight here).  On a rank it runs on the
+ * rank's block with the local head count, as the forward does. */
+static void bp_flash_attention(Ad *a, Node *n, const GV *g, int gop)
+{
+	static const uint32_t ops[] = {0, 1, 2};
+	GV q = gv_arg(n, 0);
+	Abs qa = tensor_abs(&q);
+	if (!g[3].set)
+		return;
+	Abs ta = tuple_abs(a, n, ops, 3);
+	GV o[4];
+	for (uint32_t e = 0; e < 4; e++)
+		o[e] = elem(a, n, e, &qa);
+	Node *c = emit(a, gop, 23, &ta);
+	for (uint32_t k = 0; k < 3; k++)
+		set(c, k, gv_arg(n, k));
+	set(c, 3, g[3]);
+	for (uint32_t k = 3; k < 7; k++) /* real_shift, drop_mask, padding_mask, attn_mask */
+		set(c, k + 1, arg_or_none(n, k));
+	for (uint32_t e = 0; e < 4; e++)
+		set(c, 8 + e, o[e]);
+	for (uint32_t k = 7; k < 18; k++) /* prefix, sequence lengths, the settings */
+		set(c, k + 5, arg_or_none(n, k));
+	c->pattrs = n->pattrs;
+	c->has_pattrs = n->has_pattrs;
+	give_items(a, n, c, ops, 3);
+}
+
+/* RotaryPositionEmbeddingGrad(dy, cos, sin, x, mode) -> dx, dcos, dsin */
+static void bp_rope(Ad *a, Node *n, const GV *g, int gop)
+{
+	static const uint32_t ops[] = {0, 1, 2};
+	Abs ta = tuple_abs(a, n, ops, 3);
+	Node *c = emit(a, gop, 5, &ta);
+	set(c, 0, g[0]);
+	set(c, 1, gv_arg(n, 1));
+	set(c, 2, gv_arg(n, 2));
+	set(c, 3, gv_arg(n, 0));
+	set(c, 4, n->nargs > 3 ? gv_arg(n, 3) : c_int(0));
+	give_items(a, n, c, ops, 3);
+}
+
+/* SwigluGrad(dy, x, dim) -> dx */
+static void bp_swiglu(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	int64_t dim = -1;
+	get_int(n, 1, "dim", &dim);
+	give(a, n, 0, gv_node(op3(a, gop, g[0], x, c_int(dim), &xa)));
+}
+
+/* PReLUGrad(dy, x, weight) -> dx, dweight */
+static void bp_prelu(Ad *a, Node *n, const GV *g, int gop)
+{
+	static const uint32_t ops[] = {0, 1};
+	Abs ta = tuple_abs(a, n, ops, 2);
+	Node *c = op3(a, gop, g[0], gv_arg(n, 0), gv_arg(n, 1), &ta);
+	give_items(a, n, c, ops, 2);
+}
+
+/* L2NormalizeGrad(x, y, dy) with the forward's axis and epsilon -> dx */
+static void bp_l2normalize(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	Node *c = op3(a, gop, x, gv_node(n), g[0], &xa);
+	c->pattrs = n->pattrs;
+	c->has_pattrs = n->has_pattrs;
+	give(a, n, 0, gv_node(c));
+}
+
+/* SliceGrad(dy, x, begin, size) -> dx (the rank's own begin and size) */
+static void bp_slice(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	Node *c = emit(a, gop, 4, &xa);
+	set(c, 0, g[0]);
+	set(c, 1, x);
+	set(c, 2, gv_arg(n, 1));
+	set(c, 3, gv_arg(n, 2));
+	give(a, n, 0, gv_node(c));
+}
+
+/* CumSum(dy, axis, exclusive, !reverse): the sums run the other way */
+static void bp_cumsum(Ad *a, Node *n, const GV *g, int gop)
+{
+	int64_t axis = 0;
+	get_int(n, 1, "axis", &axis);
+	int excl = ir_node_flag(n, 2, "exclusive", NULL), rev = ir_node_flag(n, 3, "reverse", NULL);
+	Node *c = emit(a, gop, 4, &g[0].a);
+	set(c, 0, g[0]);
+	set(c, 1, c_int(axis));
+	set(c, 2, c_bool(excl));
+	set(c, 3, c_bool(!rev));
+	give(a, n, 0, gv_node(c));
+}
+
 static void bp_tile(Ad *a, Node *n, const GV *g, int gop)
 {
 	GV x = gv_arg(n, 0);

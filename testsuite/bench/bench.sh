@@ -11,7 +11,9 @@
 # --time-passes report of the last run.
 # Configurations: BENCH_CONFIGS="layers:devices[:generator flags, comma-separated] ..."
 # (default below; the 6144-device runs use an FFN and vocabulary divisible by 3,
-# so that the factor 3 of 6144 = 2^11 * 3 has dimensions to cut).
+# so that the factor 3 of 6144 = 2^11 * 3 has dimensions to cut).  The MindFormers
+# form of the layer (FlashAttentionScore, rotary embedding, Swiglu) is a generator
+# flag: BENCH_CONFIGS="512:1024:-a,fa-bsh 512:1024:-a,fa-bnsd".
 set -u
 build=${1:-.}
 sappc=$build/sappc

@@ -4,7 +4,7 @@
  * notes/FORMAT.md).  Standalone C11, libc only.  Used by tests and benchmarks.
  *
  *   gen-transformer [-L layers] [-b batch] [-s seq] [-H hidden] [-n heads]
- *                   [-f ffn] [-v vocab] [--seed S] [-o FILE]
+ *                   [-f ffn] [-v vocab] [-a bmm|fa-bsh|fa-bnsd] [--seed S] [-o FILE]
  *
  * Defaults: L=2 b=8 s=512 H=1024 n=16 f=4*H v=32000 seed=0, output on stdout.
  * The feed-forward width defaults to 4*H (not the LLaMA 2816-style rounding)
@@ -23,6 +23,18 @@
  *     Load, MatMul (w2) ; Add (residual)
  *   Load, RmsNorm (norm_out) ; Load, MatMul (lm_head) -> (T,v)
  *   SparseSoftmaxCrossEntropyWithLogits(logits, labels) -> () ; Return
+ *
+ * -a fa-bsh / fa-bnsd write the MindFormers form of the layer instead: the
+ * fused FlashAttentionScore (input layout BSH or BNSD) with a causal-style
+ * Bool mask input (b, 1, s, s), RotaryPositionEmbedding on q and k (cos/sin
+ * inputs (1, s, 1, d) for BSH, (1, 1, s, d) for BNSD) and a SwiGLU
+ * feed-forward (one (2F, H) gate+up weight, Swiglu, w2):
+ *     Load, RmsNorm ; 3 x { Load, MatMul }
+ *     BSH:  q, k: Reshape (b,s,n,d), RoPE, Reshape (b,s,H) ; v: Reshape (b,s,H)
+ *     BNSD: q, k: Reshape, Transpose (0,2,1,3), RoPE ; v: Reshape, Transpose
+ *     FlashAttentionScore ; TupleGetItem 3 ; [BNSD: Transpose] ; Reshape (T,H)
+ *     Load, MatMul (wo) ; Add ; Load, RmsNorm ; Load, MatMul (w_gate_hidden)
+ *     Swiglu ; Load, MatMul (w2) ; Add
  *
  * --seed only changes cosmetic things (the CNode_<id> debug-name numbers and
  * the subgraph instance pointer); the structure, shapes and operator order
@@ -116,7 +128,7 @@ static void oi(int64_t v)
 /* Shapes, node table                                                  */
 /* ------------------------------------------------------------------ */
 
-enum dtype { DT_F32, DT_I32 };
+enum dtype { DT_F32, DT_I32, DT_BOOL };
 
 typedef struct {
     int rank;
@@ -155,7 +167,7 @@ static void oshape(const Shape *s)
 
 static const char *dt_tensor(int dt)
 {
-    return dt == DT_I32 ? "Tensor[Int32]" : "Tensor[Float32]";
+    return dt == DT_I32 ? "Tensor[Int32]" : dt == DT_BOOL ? "Tensor[Bool]" : "Tensor[Float32]";
 }
 
 /* ------------------------------------------------------------------ */
@@ -165,6 +177,8 @@ static const char *dt_tensor(int dt)
 static int64_t L = 2, B = 8, S = 512, H = 1024, NH = 16, F = -1, V = 32000;
 static uint64_t g_seed = 0;
 static int64_t T, D; /* T = B*S tokens, D = H/NH head dim */
+enum { ATT_BMM, ATT_FA_BSH, ATT_FA_BNSD };
+static int g_att = ATT_BMM; /* -a */
 
 enum { WQ, WK, WV, WO, W1, W2, W3, ATTN_NORM, FFN_NORM, NWEIGHTS_PER_LAYER };
 
@@ -180,10 +194,16 @@ static const char *const layer_wname[NWEIGHTS_PER_LAYER] = {
 #define P_TOKENS 1
 #define P_LABELS 2
 #define P_EMB 3
-static int64_t p_layer(int64_t l, int w) { return 4 + l * NWEIGHTS_PER_LAYER + w; }
-static int64_t p_norm_out(void) { return 4 + L * NWEIGHTS_PER_LAYER; }
-static int64_t p_lm_head(void) { return 5 + L * NWEIGHTS_PER_LAYER; }
-static int64_t n_params(void) { return 5 + L * NWEIGHTS_PER_LAYER; }
+/* the flash-attention form has no w3 (its w1 is the fused gate+up weight) */
+static int64_t NW = NWEIGHTS_PER_LAYER;
+static int64_t p_layer(int64_t l, int w) { return 4 + l * NW + (g_att != ATT_BMM && w > W3 ? w - 1 : w); }
+static int64_t p_norm_out(void) { return 4 + L * NW; }
+static int64_t p_lm_head(void) { return 5 + L * NW; }
+/* ... and adds the mask input and the rotary tables (inputs) */
+static int64_t p_mask(void) { return 6 + L * NW; }
+static int64_t p_cos(void) { return 7 + L * NW; }
+static int64_t p_sin(void) { return 8 + L * NW; }
+static int64_t n_params(void) { return (g_att == ATT_BMM ? 5 : 8) + L * NW; }
 
 typedef struct {
     char name[96];
@@ -216,18 +236,32 @@ static ParamInfo param_info(int64_t idx)
     } else if (idx == p_lm_head()) {
         strcpy(p.name, "lm_head.weight");
         p.sh = S2(V, H);
+    } else if (g_att != ATT_BMM && idx == p_mask()) {
+        strcpy(p.name, "attn_mask");
+        p.dt = DT_BOOL;
+        p.weight = 0;
+        p.sh = S4(B, 1, S, S);
+    } else if (g_att != ATT_BMM && (idx == p_cos() || idx == p_sin())) {
+        strcpy(p.name, idx == p_cos() ? "freqs_cos" : "freqs_sin");
+        p.weight = 0; /* computed by MindFormers' FreqsMgr, not trained */
+        p.sh = g_att == ATT_FA_BSH ? S4(1, S, 1, D) : S4(1, 1, S, D);
     } else {
-        int64_t l = (idx - 4) / NWEIGHTS_PER_LAYER;
-        int w = (int)((idx - 4) % NWEIGHTS_PER_LAYER);
+        int64_t l = (idx - 4) / NW;
+        int w = (int)((idx - 4) % NW);
+        if (g_att != ATT_BMM && w >= W3)
+            w++;
         char *q = p.name;
         memcpy(q, "model.layers.", 13);
         q += 13;
         q += fmt_i64(q, l);
         *q++ = '.';
         strcpy(q, layer_wname[w]);
+        if (g_att != ATT_BMM && w == W1)
+            strcpy(q, "feed_forward.w_gate_hidden.weight");
         switch (w) {
         case WQ: case WK: case WV: case WO: p.sh = S2(H, H); break;
-        case W1: case W3: p.sh = S2(F, H); break;
+        case W1: p.sh = S2(g_att == ATT_BMM ? F : 2 * F, H); break;
+        case W3: p.sh = S2(F, H); break;
         case W2: p.sh = S2(H, F); break;
         default: p.sh = S1(H); break;
         }
@@ -262,6 +296,7 @@ static void oparam_type(const ParamInfo *p)
 enum op {
     OP_LOAD, OP_GATHER, OP_RESHAPE, OP_RMSNORM, OP_MATMUL, OP_TRANSPOSE,
     OP_BATCHMATMUL, OP_MUL, OP_SOFTMAX, OP_ADD, OP_SILU, OP_SSCE, OP_RETURN,
+    OP_FA, OP_ROPE, OP_SWIGLU, OP_TGI,
     NOPS
 };
 
@@ -269,12 +304,14 @@ static const char *const op_name[NOPS] = {
     "Load", "Gather", "Reshape", "RmsNorm", "MatMul", "Transpose",
     "BatchMatMul", "Mul", "Softmax", "Add", "SiLU",
     "SparseSoftmaxCrossEntropyWithLogits", "Return",
+    "FlashAttentionScore", "RotaryPositionEmbedding", "Swiglu", "TupleGetItem",
 };
 
 static const char *const op_instance[NOPS] = {
     NULL, "gather", "reshape", "norm", "matmul", "transpose",
     "batch_matmul", "mul", "softmax", "add", "silu",
     "sparse_softmax_cross_entropy", NULL,
+    "flash_attention_score", "rotary_position_embedding", "swiglu", NULL,
 };
 
 static int64_t g_opcount[NOPS];  /* per-op-name "-opN" counters   */
@@ -483,8 +520,44 @@ static const char A_UNARY[] = "output_names: [output], input_names: [x]";
 static const char A_SOFTMAX[] = "output_names: [output], input_names: [x], axis: (-1)";
 static const char A_RMSNORM[] = "output_names: [y], input_names: [x, gamma, epsilon]";
 static const char A_GATHER[] = "output_names: [output], input_names: [params, indices, axis]";
+static const char A_FA[] =
+    "output_names: [softmax_max, softmax_sum, softmax_out, attention_out], input_names: [query, key, "
+    "value, real_shift, drop_mask, padding_mask, attn_mask, prefix, actual_seq_qlen, actual_seq_kvlen, "
+    "head_num, keep_prob, scale_value, pre_tokens, next_tokens, inner_precise, input_layout, sparse_mode]";
+static const char A_ROPE[] = "output_names: [output], input_names: [x, cos, sin, mode]";
+static const char A_SWIGLU[] = "output_names: [output], input_names: [x, dim]";
 static const char A_SSCE[] =
     "output_names: [output], input_names: [features, labels], is_grad: Bool(0)";
+
+/* The same for FlashAttentionScore's tuple: softmax_max, softmax_sum
+ * (b, n, s1, 8) Float32, softmax_out (1) and attention_out (q's shape). */
+static void node_end_fa(size_t k, Shape q, const char *scope)
+{
+    Shape st = S4(B, NH, S, 8), one = S1(1);
+    oc(')');
+    os(" {instance name: ");
+    os(op_instance[OP_FA]);
+    os("} primitive_attrs: {");
+    os(A_FA);
+    os("}\n      : (");
+    on(g_tbuf, g_tlen);
+    os(") -> (<Tuple[Tensor[Float32]*4], TupleShape(");
+    oshape(&st);
+    os(", ");
+    oshape(&st);
+    os(", ");
+    oshape(&one);
+    os(", ");
+    oshape(&q);
+    os(")>)\n      # Fullname with scope: (");
+    os(scope);
+    os("/FlashAttentionScore-op");
+    oi(g_opcount[OP_FA]++);
+    os(")\n");
+    node_store(k, DT_F32, q); /* only TupleGetItem 3 reads it */
+    g_cnodes++;
+    g_prims++;
+}
 
 /* ------------------------------------------------------------------ */
 /* Building blocks                                                     */
@@ -569,22 +642,36 @@ enum { OPS_PER_LAYER = 34, LITS_PER_LAYER = 9 + 2 + 8 + 1 }; /* UMonads, eps, tu
 /* prologue: Load, Gather, Reshape ; epilogue: Load, RmsNorm, Load, MatMul, SSCE */
 enum { OPS_PRO = 3, LITS_PRO = 1 + 1 + 1, OPS_EPI = 5, LITS_EPI = 2 + 1 };
 
+/* the scopes of one decoder layer's cells (fa: the fused form's names) */
+typedef struct {
+    char base[160], attn[224], q[256], k[256], v[256], o[256], rope[288];
+    char anorm[224], fnorm[224], ffn[224], w1[256], w2[256], w3[256];
+} LayerScopes;
+
+static void layer_scopes(LayerScopes *c, int64_t l, int fa)
+{
+    snprintf(c->base, sizeof c->base, SCOPE_MODEL "/layers-CellList/%" PRId64 "-LLamaDecodeLayer", l);
+    snprintf(c->attn, sizeof c->attn, "%s/attention-LLamaAttention", c->base);
+    snprintf(c->q, sizeof c->q, "%s/wq-Linear", c->attn);
+    snprintf(c->k, sizeof c->k, "%s/wk-Linear", c->attn);
+    snprintf(c->v, sizeof c->v, "%s/wv-Linear", c->attn);
+    snprintf(c->o, sizeof c->o, "%s/wo-Linear", c->attn);
+    snprintf(c->rope, sizeof c->rope, "%s/apply_rotary_emb-RotaryEmbedding", c->attn);
+    snprintf(c->anorm, sizeof c->anorm, "%s/attention_norm-LlamaRMSNorm", c->base);
+    snprintf(c->fnorm, sizeof c->fnorm, "%s/ffn_norm-LlamaRMSNorm", c->base);
+    snprintf(c->ffn, sizeof c->ffn, "%s/feed_forward-LlamaFeedForward", c->base);
+    snprintf(c->w1, sizeof c->w1, fa ? "%s/w_gate_hidden-Linear" : "%s/w1-Linear", c->ffn);
+    snprintf(c->w2, sizeof c->w2, "%s/w2-Linear", c->ffn);
+    snprintf(c->w3, sizeof c->w3, "%s/w3-Linear", c->ffn);
+}
+
 static size_t emit_layer(int64_t l, size_t x, const char *scale_lit)
 {
-    char base[160], sc_attn[224], sc_q[256], sc_k[256], sc_v[256], sc_o[256];
-    char sc_anorm[224], sc_fnorm[224], sc_ffn[224], sc_w1[256], sc_w2[256], sc_w3[256];
-    snprintf(base, sizeof base, SCOPE_MODEL "/layers-CellList/%" PRId64 "-LLamaDecodeLayer", l);
-    snprintf(sc_attn, sizeof sc_attn, "%s/attention-LLamaAttention", base);
-    snprintf(sc_q, sizeof sc_q, "%s/wq-Linear", sc_attn);
-    snprintf(sc_k, sizeof sc_k, "%s/wk-Linear", sc_attn);
-    snprintf(sc_v, sizeof sc_v, "%s/wv-Linear", sc_attn);
-    snprintf(sc_o, sizeof sc_o, "%s/wo-Linear", sc_attn);
-    snprintf(sc_anorm, sizeof sc_anorm, "%s/attention_norm-LlamaRMSNorm", base);
-    snprintf(sc_fnorm, sizeof sc_fnorm, "%s/ffn_norm-LlamaRMSNorm", base);
-    snprintf(sc_ffn, sizeof sc_ffn, "%s/feed_forward-LlamaFeedForward", base);
-    snprintf(sc_w1, sizeof sc_w1, "%s/w1-Linear", sc_ffn);
-    snprintf(sc_w2, sizeof sc_w2, "%s/w2-Linear", sc_ffn);
-    snprintf(sc_w3, sizeof sc_w3, "%s/w3-Linear", sc_ffn);
+    LayerScopes c;
+    layer_scopes(&c, l, 0);
+    const char *base = c.base, *sc_attn = c.attn, *sc_q = c.q, *sc_k = c.k, *sc_v = c.v, *sc_o = c.o;
+    const char *sc_anorm = c.anorm, *sc_fnorm = c.fnorm, *sc_ffn = c.ffn, *sc_w1 = c.w1, *sc_w2 = c.w2,
+               *sc_w3 = c.w3;
 
     /* attention */
     size_t h = emit_rmsnorm(x, p_layer(l, ATTN_NORM), sc_anorm);
@@ -632,6 +719,108 @@ static size_t emit_layer(int64_t l, size_t x, const char *scale_lit)
     return emit_binary("output", OP_ADD, x1, f, base);
 }
 
+/* RotaryPositionEmbedding(x, cos, sin, I64(0)), cos and sin graph inputs */
+static size_t emit_rope(const char *dbg, size_t x, const char *scope)
+{
+    size_t k = node_begin(dbg, OP_ROPE);
+    arg_node(x);
+    arg_param(p_cos());
+    arg_param(p_sin());
+    arg_lit("I64(0)", "<Int64, NoShape>");
+    node_end(k, OP_ROPE, A_ROPE, DT_F32, g_nodes[x].sh, scope);
+    return k;
+}
+
+enum { OPS_FA_BSH = 29, OPS_FA_BNSD = 31, LITS_FA_BSH = 34, LITS_FA_BNSD = 36 };
+
+/* One decoder layer in MindFormers' fused form (see the head comment). */
+static size_t emit_layer_fa(int64_t l, size_t x, const char *scale_lit)
+{
+    LayerScopes c;
+    layer_scopes(&c, l, 1);
+    const char *base = c.base, *sc_attn = c.attn, *sc_q = c.q, *sc_k = c.k, *sc_v = c.v, *sc_o = c.o;
+    const char *sc_anorm = c.anorm, *sc_fnorm = c.fnorm, *sc_ffn = c.ffn, *sc_w1 = c.w1, *sc_w2 = c.w2,
+               *sc_rope = c.rope;
+    int bnsd = g_att == ATT_FA_BNSD;
+
+    size_t h = emit_rmsnorm(x, p_layer(l, ATTN_NORM), sc_anorm);
+    size_t q = emit_linear("query", h, p_layer(l, WQ), sc_attn, sc_q);
+    size_t k = emit_linear("key", h, p_layer(l, WK), sc_attn, sc_k);
+    size_t v = emit_linear("value", h, p_layer(l, WV), sc_attn, sc_v);
+    const Shape heads = S4(B, S, NH, D), bsh = S3(B, S, H);
+    q = emit_reshape("query", q, heads, sc_attn);
+    k = emit_reshape("key", k, heads, sc_attn);
+    v = emit_reshape("value", v, bnsd ? heads : bsh, sc_attn);
+    if (bnsd) {
+        q = emit_transpose0213("query", q, sc_attn);
+        k = emit_transpose0213("key", k, sc_attn);
+        v = emit_transpose0213("value", v, sc_attn);
+    }
+    q = emit_rope("query", q, sc_rope);
+    k = emit_rope("key", k, sc_rope);
+    if (!bnsd) {
+        q = emit_reshape("query", q, bsh, sc_attn);
+        k = emit_reshape("key", k, bsh, sc_attn);
+    }
+
+    char lit[160];
+    size_t fa = node_begin("attn", OP_FA);
+    arg_node(q);
+    arg_node(k);
+    arg_node(v);
+    for (int i = 0; i < 3; i++)
+        arg_lit("None", "<None, NoShape>"); /* real_shift, drop_mask, padding_mask */
+    arg_param(p_mask());
+    for (int i = 0; i < 3; i++)
+        arg_lit("None", "<None, NoShape>"); /* prefix, actual_seq_qlen, actual_seq_kvlen */
+    snprintf(lit, sizeof lit, "I64(%" PRId64 ")", NH);
+    arg_lit(lit, "<Int64, NoShape>");
+    arg_lit("F32(1)", "<Float32, NoShape>");
+    snprintf(lit, sizeof lit, "F32(%s)", scale_lit);
+    arg_lit(lit, "<Float32, NoShape>");
+    arg_lit("I64(2147483647)", "<Int64, NoShape>");
+    arg_lit("I64(2147483647)", "<Int64, NoShape>");
+    arg_lit("I64(0)", "<Int64, NoShape>");
+    arg_lit(bnsd ? "I64(1)" : "I64(0)", "<Int64, NoShape>"); /* FASInputLayoutMode */
+    arg_lit("I64(0)", "<Int64, NoShape>");
+    Shape qs = g_nodes[q].sh;
+    node_end_fa(fa, qs, sc_attn);
+
+    size_t ctx = node_begin("context", OP_TGI);
+    arg_sep();
+    oc('%');
+    oi((int64_t)fa);
+    {
+        Shape st = S4(B, NH, S, 8), one = S1(1);
+        char b[24];
+        tadds("<Tuple[Tensor[Float32]*4], TupleShape(");
+        Shape *sh[4] = {&st, &st, &one, &qs};
+        for (int i = 0; i < 4; i++) {
+            if (i)
+                tadds(", ");
+            tshape(sh[i]);
+        }
+        tadds(")>");
+        (void)b;
+    }
+    arg_lit("I64(3)", "<Int64, NoShape>");
+    node_end(ctx, OP_TGI, NULL, DT_F32, qs, sc_attn);
+    if (bnsd)
+        ctx = emit_transpose0213("context", ctx, sc_attn);
+    ctx = emit_reshape("context", ctx, S2(T, H), sc_attn);
+    size_t o = emit_linear("output", ctx, p_layer(l, WO), sc_attn, sc_o);
+    size_t x1 = emit_binary("x", OP_ADD, x, o, base);
+
+    h = emit_rmsnorm(x1, p_layer(l, FFN_NORM), sc_fnorm);
+    size_t g = emit_linear("gate_hidden", h, p_layer(l, W1), sc_ffn, sc_w1);
+    size_t a = node_begin("hidden", OP_SWIGLU);
+    arg_node(g);
+    arg_lit("I64(-1)", "<Int64, NoShape>");
+    node_end(a, OP_SWIGLU, A_SWIGLU, DT_F32, S2(T, F), sc_ffn);
+    size_t f = emit_linear("output", a, p_layer(l, W2), sc_ffn, sc_w2);
+    return emit_binary("output", OP_ADD, x1, f, base);
+}
+
 /* %.6g, like C++ default stream formatting */
 static void fmt_float(char *buf, size_t n, double v) { snprintf(buf, n, "%g", v); }
 
@@ -655,23 +844,27 @@ static uint64_t splitmix64(uint64_t *s)
 static void generate(void)
 {
     int64_t P = n_params();
-    int64_t ncnodes = OPS_PRO + L * OPS_PER_LAYER + OPS_EPI + 1;
-    int64_t nlits = LITS_PRO + L * LITS_PER_LAYER + LITS_EPI;
+    int64_t opl = g_att == ATT_BMM ? OPS_PER_LAYER : g_att == ATT_FA_BSH ? OPS_FA_BSH : OPS_FA_BNSD;
+    int64_t lpl = g_att == ATT_BMM ? LITS_PER_LAYER : g_att == ATT_FA_BSH ? LITS_FA_BSH : LITS_FA_BNSD;
+    int64_t ncnodes = OPS_PRO + L * opl + OPS_EPI + 1;
+    int64_t nlits = LITS_PRO + L * lpl + LITS_EPI;
     int64_t nnodes = ncnodes + P + (ncnodes - 1) + nlits;
     uint64_t st = g_seed;
     uint64_t r1 = splitmix64(&st), r2 = splitmix64(&st);
-    char scale_lit[128], buf[64];
+    char scale_lit[128], buf[64], buf_scale[64];
 
     g_cname = 100 + (r1 % 900000);
     snprintf(g_eps_lit, sizeof g_eps_lit, "F32(1e-06)");
-    fmt_float(buf, sizeof buf, 1.0 / my_sqrt((double)D));
-    snprintf(scale_lit, sizeof scale_lit, "Tensor(shape=[], dtype=Float32, value=%s)", buf);
+    fmt_float(buf_scale, sizeof buf_scale, 1.0 / my_sqrt((double)D));
+    snprintf(scale_lit, sizeof scale_lit, "Tensor(shape=[], dtype=Float32, value=%s)", buf_scale);
 
     /* header */
     os("# generated by gen-transformer: L=");
     oi(L); os(" b="); oi(B); os(" s="); oi(S); os(" H="); oi(H);
     os(" n="); oi(NH); os(" f="); oi(F); os(" v="); oi(V);
     os(" seed="); oi((int64_t)(g_seed & INT64_MAX));
+    if (g_att != ATT_BMM)
+        os(g_att == ATT_FA_BSH ? " attention=fa-bsh" : " attention=fa-bnsd");
     os("\n# IR entry: @main\n# Total subgraphs: 1\n\n# Total params: ");
     oi(P);
     os("\n# Params:\n");
@@ -707,7 +900,7 @@ static void generate(void)
     x = emit_reshape("x", x, S2(T, H), SCOPE_MODEL);
 
     for (int64_t l = 0; l < L; l++)
-        x = emit_layer(l, x, scale_lit);
+        x = g_att == ATT_BMM ? emit_layer(l, x, scale_lit) : emit_layer_fa(l, x, buf_scale);
 
     /* head + loss */
     x = emit_rmsnorm(x, p_norm_out(), SCOPE_MODEL "/norm_out-LlamaRMSNorm");
@@ -741,7 +934,7 @@ static void generate(void)
 static void usage(FILE *f)
 {
     fputs("usage: gen-transformer [-L layers] [-b batch] [-s seq] [-H hidden] [-n heads]\n"
-          "                       [-f ffn] [-v vocab] [--seed S] [-o FILE]\n"
+          "                       [-f ffn] [-v vocab] [-a KIND] [--seed S] [-o FILE]\n"
           "Write an L-layer LLaMA-style transformer training graph in sappc IR text.\n"
           "  -L, --layers N   decoder layers (default 2)\n"
           "  -b, --batch N    batch size (default 8)\n"
@@ -750,6 +943,8 @@ static void usage(FILE *f)
           "  -n, --heads N    attention heads, must divide hidden (default 16)\n"
           "  -f, --ffn N      feed-forward width (default 4*hidden)\n"
           "  -v, --vocab N    vocabulary size (default 32000)\n"
+          "  -a, --attention KIND  bmm (BatchMatMul + Softmax, default), fa-bsh or fa-bnsd\n"
+          "                   (FlashAttentionScore in that layout, rotary embedding, SwiGLU)\n"
           "      --seed S     cosmetic seed for debug names (default 0)\n"
           "  -o, --output F   output file (default stdout)\n"
           "  -h, --help       show this help\n",
@@ -777,6 +972,7 @@ int main(int argc, char **argv)
         {"heads", required_argument, NULL, 'n'},  {"ffn", required_argument, NULL, 'f'},
         {"vocab", required_argument, NULL, 'v'},  {"seed", required_argument, NULL, 'S'},
         {"output", required_argument, NULL, 'o'}, {"help", no_argument, NULL, 'h'},
+        {"attention", required_argument, NULL, 'a'},
         {NULL, 0, NULL, 0},
     };
     const char *outpath = NULL;
@@ -784,7 +980,7 @@ int main(int argc, char **argv)
     int c;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":L:b:s:H:n:f:v:o:h", lopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":L:b:s:H:n:f:v:o:a:h", lopts, NULL)) != -1) {
         switch (c) {
         case 'L': L = parse_num("-L", optarg, 0, 10000000); break;
         case 'b': B = parse_num("-b", optarg, 1, DMAX); break;
@@ -795,6 +991,18 @@ int main(int argc, char **argv)
         case 'v': V = parse_num("-v", optarg, 1, DMAX); break;
         case 'S': g_seed = (uint64_t)parse_num("--seed", optarg, 0, INT64_MAX); break;
         case 'o': outpath = optarg; break;
+        case 'a':
+            if (strcmp(optarg, "bmm") == 0)
+                g_att = ATT_BMM;
+            else if (strcmp(optarg, "fa-bsh") == 0)
+                g_att = ATT_FA_BSH;
+            else if (strcmp(optarg, "fa-bnsd") == 0)
+                g_att = ATT_FA_BNSD;
+            else {
+                fprintf(stderr, "gen-transformer: invalid value '%s' for -a (bmm, fa-bsh, fa-bnsd)\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         case ':':
         default: {
@@ -829,6 +1037,8 @@ int main(int argc, char **argv)
     }
     T = B * S;
     D = H / NH;
+    if (g_att != ATT_BMM)
+        NW = NWEIGHTS_PER_LAYER - 1;
 
     if (outpath && strcmp(outpath, "-") != 0) {
         g_out = fopen(outpath, "wb");

@@ -40,7 +40,7 @@ static int64_t pick(int64_t dim, int64_t *budget)
 
 #define MAXT 8
 typedef struct {
-	int nt, rk[MAXT];
+	int nt, rk[MAXT], op[MAXT]; /* op: operand index */
 	const int64_t *shp[MAXT];
 	int64_t s[MAXT][MAX_RANK];
 } St;
@@ -235,6 +235,100 @@ static int gen(const Node *n, St *t, int64_t N)
 	case FAM_STRIDEDSLICE:
 	case FAM_SPLIT:
 		return 0; /* all ones: always valid */
+	case FAM_ATTENTION: {
+		/* batch, sequence and heads from the query; every other operand
+		 * as MindSpore's FlashAttentionScoreInfo derives it */
+		AttnInfo ai;
+		char why[200];
+		if (ir_attention_info(n, &ai, why, sizeof why) != 1)
+			return -1;
+		int64_t hb = pick(ai.batch, &b), hq = ai.mask_compressed ? 1 : pick(ai.s1, &b);
+		int64_t hh = pick(ai.kv_split ? ai.kv_heads : ai.heads, &b);
+		if (ai.heads % hh)
+			hh = 1;
+		for (int k = 0; k < t->nt; k++) {
+			int role = t->op[k] < ATTN_MAX_OPND ? ai.role[t->op[k]] : AR_NONE, r = t->rk[k];
+			int64_t *v = t->s[k];
+			const int64_t *d = t->shp[k];
+			if (role == AR_Q)
+				v[ai.bdim] = hb, v[ai.sdim] = hq, v[ai.ndim] = hh;
+			else if (role == AR_K || role == AR_V)
+				v[ai.bdim] = hb, v[ai.ndim] = ai.kv_split ? hh : 1;
+			else if (role == AR_MASK && r == 2)
+				v[0] = hq;
+			else if (role == AR_MASK && r == 4)
+				v[0] = d[0] > 1 ? hb : 1, v[1] = d[1] > 1 ? hh : 1, v[2] = hq;
+			else if ((role == AR_SHIFT || role == AR_DROP) && r == 4)
+				v[0] = d[0] > 1 ? hb : 1, v[1] = hh, v[2] = d[2] > 1 ? hq : 1;
+			else if (role == AR_PREFIX && r == 1)
+				v[0] = hb;
+		}
+		return 0;
+	}
+	case FAM_ROPE:
+	case FAM_SWIGLU:
+	case FAM_L2NORM:
+	case FAM_CUM: {
+		/* element-wise (cos/sin broadcast) with one axis whole */
+		int R = t->rk[0];
+		int a = n->op == OP_Swiglu ? axis_of(n, 1, "dim", R, -1)
+		        : n->op == OP_L2Normalize ? axis_of(n, 99, "axis", R, 0)
+		        : op_table[n->op].family == FAM_CUM ? axis_of(n, 1, "axis", R, 0)
+		                                             : R - 1;
+		for (int i = 0; i < R; i++)
+			t->s[0][i] = i == a ? 1 : pick(t->shp[0][i], &b);
+		for (int k = 1; k < t->nt; k++)
+			for (int j = 0; j < t->rk[k]; j++) {
+				int i = j + (R - t->rk[k]);
+				t->s[k][j] = i < 0 || t->shp[k][j] == 1 ? 1 : t->s[0][i];
+			}
+		return 0;
+	}
+	case FAM_DENSE:
+		if (t->nt < 2 || t->rk[1] != 2)
+			return -1;
+		for (int i = 0; i < t->rk[0] - 1; i++)
+			t->s[0][i] = pick(t->shp[0][i], &b);
+		t->s[1][0] = pick(t->shp[1][0], &b);
+		if (t->nt == 3)
+			t->s[2][0] = t->s[1][0];
+		return 0;
+	case FAM_SLICE:
+	case FAM_TILE:
+	case FAM_SORT:
+	case FAM_LPNORM: {
+		/* dimensions the operator keeps whole: cut by the slice, repeated,
+		 * sorted, reduced */
+		int64_t v1[MAX_RANK], v2[MAX_RANK];
+		int R = t->rk[0], fam = op_table[n->op].family;
+		const Value *a1 = n->nargs > 1 && n->args[1].kind != V_NODE ? &n->args[1] : NULL;
+		const Value *a2 = n->nargs > 2 && n->args[2].kind != V_NODE ? &n->args[2] : NULL;
+		int k1 = value_int_list(a1, v1, MAX_RANK), k2 = value_int_list(a2, v2, MAX_RANK);
+		if (fam == FAM_LPNORM)
+			k1 = value_int_list(ir_attr_get(&n->pattrs, "axis"), v1, MAX_RANK);
+		int sa = n->op == OP_TopK ? R - 1 : axis_of(n, 1, "axis", R, -1);
+		for (int i = 0; i < R; i++) {
+			int whole = 0;
+			if (fam == FAM_SLICE)
+				whole = k1 != R || k2 != R || v1[i] != 0 || (v2[i] != -1 && v2[i] != t->shp[0][i]);
+			else if (fam == FAM_TILE)
+				whole = k1 < R || v1[k1 - R + i] != 1;
+			else if (fam == FAM_SORT)
+				whole = i == sa;
+			else
+				for (int j = 0; j < k1; j++)
+					whole |= (v1[j] < 0 ? v1[j] + R : v1[j]) == i;
+			t->s[0][i] = whole ? 1 : pick(t->shp[0][i], &b);
+		}
+		return 0;
+	}
+	case FAM_PRELU:
+		if (t->nt != 2 || t->rk[0] < 2 || t->rk[1] != 1)
+			return -1;
+		for (int i = 0; i < t->rk[0]; i++)
+			t->s[0][i] = pick(t->shp[0][i], &b);
+		t->s[1][0] = t->shp[1][0] == 1 ? 1 : t->s[0][1];
+		return 0;
 	case FAM_REDUCE:
 	case FAM_TRANSPOSE:
 	case FAM_UNARY:
@@ -295,6 +389,7 @@ int main(int argc, char **argv)
 			if (src->args[k].kind != V_NODE && (src != n || src->args[k].kind != V_CALL))
 				continue;
 			t.rk[t.nt] = a->shape.rank;
+			t.op[t.nt] = (int)k;
 			t.shp[t.nt++] = a->shape.dims;
 		}
 		/* the generated strategy replaces any given one (suffix or attribute) */

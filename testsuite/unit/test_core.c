@@ -356,6 +356,130 @@ static void test_infer(void **state)
 	ir_module_free(m);
 }
 
+/* FlashAttentionScore / PromptFlashAttention (ir_attention_info): each
+ * layout's batch/sequence/heads positions, grouped key/value heads, the
+ * output shapes, and the operands it refuses. */
+static const char *attn_text(const char *q, const char *k, const char *mask, const char *layout, const char *heads)
+{
+	static char buf[2048];
+	snprintf(buf, sizeof buf,
+	         "%%para1_q: <Tensor[Float32], %s>\n%%para2_k: <Tensor[Float32], %s>\n"
+	         "%%para3_m: <Tensor[Bool], %s>\n"
+	         "  %%0(a) = FlashAttentionScore(%%para1_q, %%para2_k, %%para2_k, None, None, None, %%para3_m, None, "
+	         "None, None, I64(%s), F32(1), F32(1), I64(65536), I64(65536), I64(0), %s, I64(0))\n"
+	         "  Return(%%0)\n",
+	         q, k, mask, heads, layout);
+	return buf;
+}
+
+static int attn_of(const char *text, AttnInfo *ai, char *why)
+{
+	Module *m = parse(text, 0);
+	assert_non_null(m);
+	int rc = ir_attention_info(ir_entry(m)->nodes.a[0], ai, why, 200);
+	ir_module_free(m);
+	return rc;
+}
+
+static void test_attention_shapes(void **state)
+{
+	(void)state;
+	AttnInfo ai;
+	char why[200];
+	/* BSH: (B, S, N*D); 8 heads of 16, key/value with 2 heads (GQA) */
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(2, 32, 32)", "(2, 1, 64, 32)", "I64(0)", "8"), &ai, why), 1);
+	assert_int_equal(ai.layout, ATTN_BSH);
+	assert_int_equal(ai.bdim * 100 + ai.sdim * 10 + ai.ndim, 12);
+	assert_int_equal(ai.head_dim, 16);
+	assert_int_equal(ai.kv_heads, 2);
+	assert_int_equal(ai.s1, 64);
+	assert_int_equal(ai.s2, 32);
+	assert_true(ai.kv_split);
+	assert_int_equal(ai.nout, 4);
+	assert_int_equal(ai.out[0][0] * 1000 + ai.out[0][1] * 100 + ai.out[0][2], 2000 + 800 + 64);
+	assert_int_equal(ai.out[0][3], 8);
+	assert_int_equal(ai.out[3][2], 128);
+	assert_int_equal(ai.role[6], AR_MASK);
+	/* BNSD: (B, N, S, D), one key/value head (MQA): no kv split */
+	assert_int_equal(attn_of(attn_text("(2, 8, 64, 16)", "(2, 1, 64, 16)", "(64, 64)", "I64(1)", "8"), &ai, why), 1);
+	assert_int_equal(ai.bdim * 100 + ai.sdim * 10 + ai.ndim, 21);
+	assert_int_equal(ai.kv_heads, 1);
+	assert_false(ai.kv_split);
+	/* SBH (S, B, H) and BSND (B, S, N, D), the layout also as a string */
+	assert_int_equal(attn_of(attn_text("(64, 2, 128)", "(64, 2, 128)", "(64, 64)", "\"SBH\"", "8"), &ai, why), 1);
+	assert_int_equal(ai.bdim * 100 + ai.sdim * 10 + ai.ndim, 102);
+	assert_int_equal(ai.batch, 2);
+	assert_int_equal(attn_of(attn_text("(2, 64, 8, 16)", "(2, 64, 8, 16)", "(64, 64)", "I64(3)", "8"), &ai, why), 1);
+	assert_int_equal(ai.layout, ATTN_BSND);
+	assert_int_equal(ai.bdim * 100 + ai.sdim * 10 + ai.ndim, 12);
+	/* refused: a layout number out of range, heads that do not divide H,
+	 * a batch mismatch, a mask of the wrong shape */
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(2, 64, 128)", "(64, 64)", "I64(5)", "8"), &ai, why), -1);
+	assert_non_null(strstr(why, "input_layout 5 is out of range"));
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(2, 64, 128)", "(64, 64)", "I64(0)", "3"), &ai, why), -1);
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(4, 64, 128)", "(64, 64)", "I64(0)", "8"), &ai, why), -1);
+	assert_int_equal(attn_of(attn_text("(2, 64, 128)", "(2, 64, 128)", "(2, 2, 64, 64)", "I64(0)", "8"), &ai, why),
+	                 -1);
+	/* IncreFlashAttention: one query position against the cache; its head
+	 * count is operand 15, its layout operand 16 */
+	assert_int_equal(attn_of("%para1_q: <Tensor[Float32], (2, 1, 64)>\n%para2_k: <Tensor[Float32], (2, 16, 64)>\n"
+	                         "  %0(a) = IncreFlashAttention(%para1_q, %para2_k, %para2_k, None, None, None, None, "
+	                         "None, None, None, None, None, None, None, None, I64(8), I64(0), F32(1), I64(8))\n"
+	                         "  Return(%0)\n",
+	                         &ai, why),
+	                 1);
+	assert_int_equal(ai.s1 * 100 + ai.s2, 116);
+	assert_int_equal(ai.nout, 1);
+	assert_int_equal(ai.heads_opnd * 100 + ai.kvheads_opnd, 1518);
+	assert_int_equal(ai.role[13], AR_PAGED);
+	/* Swiglu halves its dim */
+	Module *m = parse("%para1_x: <Tensor[Float32], (6, 8)>\n"
+	                  "  %0(a) = Swiglu(%para1_x, I64(-1))\n"
+	                  "      : (<Tensor[Float32], (6, 8)>, <Int64, NoShape>) -> (<Tensor[Float32], (6, 4)>)\n"
+	                  "  %1(b) = Swiglu(%para1_x, I64(0))\n"
+	                  "      : (<Tensor[Float32], (6, 8)>, <Int64, NoShape>) -> (<Tensor[Float32], (3, 8)>)\n"
+	                  "  Return(%1)\n"
+	                  "      : (<Tensor[Float32], (3, 8)>)\n",
+	                  0);
+	int64_t d[MAX_RANK];
+	int r;
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[0], d, &r, why, sizeof why), 1);
+	assert_int_equal(r * 100 + d[0] * 10 + d[1], 264);
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[1], d, &r, why, sizeof why), 1);
+	assert_int_equal(r * 100 + d[0] * 10 + d[1], 238);
+	assert_int_equal(pass_verify(m, NULL), 0);
+	ir_module_free(m);
+	/* Dense, Slice (size -1 to the end), Tile (a new leading dimension) */
+	m = parse("%para1_x: <Tensor[Float32], (4, 6, 8)>\n"
+	          "%para2_w: <Tensor[Float32], (5, 8)>\n"
+	          "  %0(a) = Dense(%para1_x, %para2_w, None)\n"
+	          "      : (<Tensor[Float32], (4, 6, 8)>, <Tensor[Float32], (5, 8)>, <None, NoShape>) -> (<Tensor[Float32], (4, 6, 5)>)\n"
+	          "  %1(b) = Slice(%para1_x, (I64(1), I64(0), I64(2)), (I64(2), I64(-1), I64(4)))\n"
+	          "      : (<Tensor[Float32], (4, 6, 8)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>) -> (<Tensor[Float32], (2, 6, 4)>)\n"
+	          "  %2(c) = Tile(%para2_w, (I64(3), I64(2), I64(1)))\n"
+	          "      : (<Tensor[Float32], (5, 8)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>) -> (<Tensor[Float32], (3, 10, 8)>)\n"
+	          "  %3(d) = Slice(%para1_x, (I64(3), I64(0), I64(0)), (I64(2), I64(6), I64(8)))\n"
+	          "      : (<Tensor[Float32], (4, 6, 8)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>, <Tuple[Int64*3], TupleShape(NoShape, NoShape, NoShape)>) -> (<Tensor[Float32], (2, 6, 8)>)\n"
+	          "  %4(e) = Dense(%para2_w, %para2_w, None)\n"
+	          "      : (<Tensor[Float32], (5, 8)>, <Tensor[Float32], (5, 8)>, <None, NoShape>) -> (<Tensor[Float32], (5, 5)>)\n"
+	          "  %5(f) = Dense(%para1_x, %para1_x, None)\n"
+	          "      : (<Tensor[Float32], (4, 6, 8)>, <Tensor[Float32], (4, 6, 8)>, <None, NoShape>) -> (<Tensor[Float32], (4, 6, 4)>)\n"
+	          "  Return(%2)\n"
+	          "      : (<Tensor[Float32], (3, 10, 8)>)\n",
+	          0);
+	static const int64_t want[3][4] = {{3, 4, 6, 5}, {3, 2, 6, 4}, {3, 3, 10, 8}};
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[i], d, &r, why, sizeof why), 1);
+		assert_int_equal(r, want[i][0]);
+		for (int k = 0; k < r; k++)
+			assert_int_equal(d[k], want[i][k + 1]);
+	}
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[3], d, &r, why, sizeof why), -1); /* past the end */
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[4], d, &r, why, sizeof why), 1);
+	assert_int_equal(ir_infer_shape(ir_entry(m)->nodes.a[5], d, &r, why, sizeof why), -1); /* a 3-D weight */
+	ir_module_free(m);
+}
+
 static void test_values(void **state)
 {
 	(void)state;
@@ -511,7 +635,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_std_hash), cmocka_unit_test(test_intern),
 		cmocka_unit_test(test_ops),      cmocka_unit_test(test_parse_minimal),
-		cmocka_unit_test(test_infer),    cmocka_unit_test(test_values),
+		cmocka_unit_test(test_infer),    cmocka_unit_test(test_attention_shapes), cmocka_unit_test(test_values),
 		cmocka_unit_test(test_fragment), cmocka_unit_test(test_keymap),
 		cmocka_unit_test(test_fmt_int),  cmocka_unit_test(test_defer),
 		cmocka_unit_test(test_output_set), cmocka_unit_test(test_clone),

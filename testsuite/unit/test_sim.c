@@ -365,6 +365,97 @@ static void test_shape_ops(void **state)
 	ir_module_free(m);
 }
 
+/* The LLM/vision operators of issue 19, by hand. */
+static void test_llm_ops(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_q: <Tensor[Float32], (1, 2, 1)>\n"
+			  "%para2_k: <Tensor[Float32], (1, 2, 1)>\n"
+			  "%para3_v: <Tensor[Float32], (1, 2, 1)>\n"
+			  "%para4_mask: <Tensor[Float32], (2, 2)>\n"
+			  "%para5_x: <Tensor[Float32], (1, 4)>\n"
+			  "%para6_cos: <Tensor[Float32], (1, 4)>\n"
+			  "%para7_sin: <Tensor[Float32], (1, 4)>\n"
+			  "%para8_y: <Tensor[Float32], (2, 2)>\n"
+			  "%para9_w: <Tensor[Float32], (2)>\n"
+			  "  %0(a) = FlashAttentionScore(%para1_q, %para2_k, %para3_v, None, None, None, None, None) "
+			  "primitive_attrs: {head_num: I64(1), input_layout: \"BSH\", scale_value: F32(1), keep_prob: F32(1)}\n"
+			  "      : (<Tensor[Float32], (1, 2, 1)>, <Tensor[Float32], (1, 2, 1)>, <Tensor[Float32], (1, 2, 1)>, "
+			  "<None, NoShape>, <None, NoShape>, <None, NoShape>, <None, NoShape>, <None, NoShape>) -> "
+			  "(<Tuple[Tensor[Float32]*4], TupleShape((1, 1, 2, 8), (1, 1, 2, 8), (1), (1, 2, 1))>)\n"
+			  "  %1(a) = TupleGetItem(%0, I64(3))\n"
+			  "  %2(b) = FlashAttentionScore(%para1_q, %para2_k, %para3_v, None, None, None, %para4_mask, None) "
+			  "primitive_attrs: {head_num: I64(1), input_layout: \"BSH\", scale_value: F32(1), keep_prob: F32(1)}\n"
+			  "  %3(b) = TupleGetItem(%2, I64(3))\n"
+			  "  %4(b) = TupleGetItem(%2, I64(1))\n"
+			  "  %5(c) = RotaryPositionEmbedding(%para5_x, %para6_cos, %para7_sin, I64(0))\n"
+			  "  %6(c) = RotaryPositionEmbedding(%para5_x, %para6_cos, %para7_sin, I64(1))\n"
+			  "  %7(d) = Swiglu(%para5_x, I64(-1))\n"
+			  "  %8(e) = PReLU(%para8_y, %para9_w)\n"
+			  "  %9(f) = L2Normalize(%para8_y) primitive_attrs: {axis: (I64(-1)), epsilon: F32(0.0001)}\n"
+			  "  %10(g) = CumSum(%para8_y, I64(1)) primitive_attrs: {exclusive: Bool(0), reverse: Bool(0)}\n"
+			  "  %11(g) = CumSum(%para8_y, I64(1)) primitive_attrs: {exclusive: Bool(1), reverse: Bool(0)}\n"
+			  "  %12(g) = CumSum(%para8_y, I64(1)) primitive_attrs: {exclusive: Bool(0), reverse: Bool(1)}\n"
+			  "  Return(%12)\n");
+	static const float q[] = {1, 2}, k[] = {1, 0}, v[] = {10, 20}, mk[] = {0, 1, 0, 0}, x[] = {1, 2, 3, 4};
+	static const float cs[] = {1, 1, 1, 1}, sn[] = {1, 2, 3, 4}, y[] = {-1, 2, -3, 4}, w[] = {0.5f, 0.25f};
+	In in[] = {IN("q", q), IN("k", k), IN("v", v), IN("mask", mk), IN("x", x), IN("cos", cs), IN("sin", sn),
+		   IN("y", y), IN("w", w)};
+	SimRun *r = run(m, in, 9);
+	/* softmax([1, 0]) . (10, 20) and softmax([2, 0]) . (10, 20) */
+	EXPECT(r, m, 1, S(1, 2, 1), S(12.6894142, 11.1920292));
+	/* the mask drops key 1 for query 0: row sums 1 and 1 + e^-2 */
+	EXPECT(r, m, 3, S(1, 2, 1), S(10, 11.1920292));
+	EXPECT(r, m, 4, S(1, 1, 2, 8), S(1, 1, 1, 1, 1, 1, 1, 1, 1.13533528, 1.13533528, 1.13533528, 1.13533528,
+					 1.13533528, 1.13533528, 1.13533528, 1.13533528));
+	/* rotate halves (-x3, -x4, x1, x2) and pairs (-x2, x1, -x4, x3) */
+	EXPECT(r, m, 5, S(1, 4), S(-2, -6, 6, 12));
+	EXPECT(r, m, 6, S(1, 4), S(-1, 4, -9, 16));
+	/* silu(1) * 3, silu(2) * 4 */
+	EXPECT(r, m, 7, S(1, 2), S(2.19317573, 7.04637698));
+	EXPECT(r, m, 8, S(2, 2), S(-0.5, 2, -1.5, 4));
+	EXPECT(r, m, 9, S(2, 2), S(-0.447213595, 0.894427191, -0.6, 0.8));
+	EXPECT(r, m, 10, S(2, 2), S(-1, 1, -3, 1));
+	EXPECT(r, m, 11, S(2, 2), S(0, -1, 0, -3));
+	EXPECT(r, m, 12, S(2, 2), S(1, 2, 1, 4));
+	sim_free(r);
+	ir_module_free(m);
+}
+
+/* Dense, Slice, Tile, TopK, Sort and LpNorm, by hand. */
+static void test_llm_ops2(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_x: <Tensor[Float32], (2, 3)>\n"
+			  "%para2_w: <Tensor[Float32], (2, 3)>\n"
+			  "%para3_b: <Tensor[Float32], (2)>\n"
+			  "  %0(a) = Dense(%para1_x, %para2_w, %para3_b)\n"
+			  "  %1(b) = Slice(%para1_x, (I64(0), I64(1)), (I64(2), I64(-1)))\n"
+			  "  %2(c) = Tile(%para3_b, (I64(2), I64(2)))\n"
+			  "  %3(d) = TopK(%para1_x, I64(2), Bool(1))\n"
+			  "  %4(d) = TupleGetItem(%3, I64(0))\n"
+			  "  %5(d) = TupleGetItem(%3, I64(1))\n"
+			  "  %6(e) = Sort(%para1_x) primitive_attrs: {axis: I64(0), descending: Bool(0)}\n"
+			  "  %7(e) = TupleGetItem(%6, I64(0))\n"
+			  "  %8(f) = LpNorm(%para1_x) primitive_attrs: {axis: (I64(1)), p: I64(1), keep_dims: Bool(1), epsilon: F32(0)}\n"
+			  "  %9(f) = LpNorm(%para1_x) primitive_attrs: {axis: (I64(0), I64(1)), p: I64(2), keep_dims: Bool(0), epsilon: F32(0)}\n"
+			  "  Return(%9)\n");
+	static const float x[] = {3, -1, 2, 0, 4, -4}, w[] = {1, 0, 0, 1, 1, 1}, b[] = {10, 20};
+	In in[] = {IN("x", x), IN("w", w), IN("b", b)};
+	SimRun *r = run(m, in, 3);
+	/* rows (3, -1, 2), (0, 4, -4) against (1, 0, 0) and (1, 1, 1), plus (10, 20) */
+	EXPECT(r, m, 0, S(2, 2), S(13, 24, 10, 20));
+	EXPECT(r, m, 1, S(2, 2), S(-1, 2, 4, -4));
+	EXPECT(r, m, 2, S(2, 4), S(10, 20, 10, 20, 10, 20, 10, 20));
+	EXPECT(r, m, 4, S(2, 2), S(3, 2, 4, 0));
+	EXPECT(r, m, 5, S(2, 2), S(0, 2, 1, 0));
+	EXPECT(r, m, 7, S(2, 3), S(0, -1, -4, 3, 4, 2));
+	EXPECT(r, m, 8, S(2, 1), S(6, 8));
+	EXPECT0(r, m, 9, S(6.78232998)); /* sqrt(9 + 1 + 4 + 0 + 16 + 16) */
+	sim_free(r);
+	ir_module_free(m);
+}
+
 static void test_conv_pool(void **state)
 {
 	(void)state;
@@ -1372,6 +1463,8 @@ int main(void)
 		cmocka_unit_test(test_reduce_softmax),
 		cmocka_unit_test(test_norms),
 		cmocka_unit_test(test_shape_ops),
+		cmocka_unit_test(test_llm_ops),
+		cmocka_unit_test(test_llm_ops2),
 		cmocka_unit_test(test_conv_pool),
 		cmocka_unit_test(test_losses_virtual),
 		cmocka_unit_test(test_backward_kernels),
