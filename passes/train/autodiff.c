@@ -618,6 +618,24 @@ static void bp_batchnorm(Ad *a, Node *n, const GV *g, int gop)
 	give_items(a, n, c, ops, 3);
 }
 
+/* the statistics outputs of a normalisation (LayerNorm's mean and rstd,
+ * RmsNorm's rstd) when the forward's type line declares only y: x's shape
+ * with the normalised axes, from `from` on, kept as 1 (MindSpore's
+ * LayerNorm/RmsNorm infer: ops/infer/ops_func_impl/layer_norm*.cc, rms_norm.cc) */
+static Abs stats_abs(Ad *a, const Abs *x, int64_t from)
+{
+	int64_t d[MAX_RANK];
+	int r = dims_of(x, d);
+	if (r < 0)
+		return *x;
+	if (from < 0)
+		from += r;
+	for (int i = 0; i < r; i++)
+		if (i >= from)
+			d[i] = 1;
+	return tensor_like(a, x, d, r);
+}
+
 /* LayerNorm(x, gamma, beta, ...) -> (y, mean, rstd):
  * LayerNormGrad(x, g0, out[2], out[1], gamma, begin_norm_axis,
  * begin_params_axis) -> dx, dgamma, dbeta (§6) */
@@ -630,7 +648,8 @@ static void bp_layernorm(Ad *a, Node *n, const GV *g, int gop)
 	int64_t bna = -1, bpa = -1;
 	get_int(n, 3, "begin_norm_axis", &bna);
 	get_int(n, 4, "begin_params_axis", &bpa);
-	GV o2 = elem(a, n, 2, &xa), o1 = elem(a, n, 1, &xa);
+	Abs st = stats_abs(a, &xa, bna);
+	GV o2 = elem(a, n, 2, &st), o1 = elem(a, n, 1, &st);
 	Node *c = emit(a, gop, 7, &ta);
 	set(c, 0, x);
 	set(c, 1, g[0]);
@@ -654,7 +673,12 @@ static void bp_rmsnorm(Ad *a, Node *n, const GV *g, int gop)
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
 	Abs ta = tuple_abs(a, n, ops, 2);
-	GV o1 = elem(a, n, 1, &xa);
+	GV gm = gv_arg(n, 1);
+	Abs ga = tensor_abs(&gm);
+	int64_t gd[MAX_RANK];
+	int gr = dims_of(&ga, gd);
+	Abs st = stats_abs(a, &xa, gr > 0 ? -gr : 0);
+	GV o1 = elem(a, n, 1, gr > 0 ? &st : &xa);
 	Node *c = emit(a, gop, 4, &ta);
 	set(c, 0, g[0]);
 	set(c, 1, x);
