@@ -777,25 +777,6 @@ static SimValue *tile(Ctx *c)
  * Ascend (the row-split embedding's replacement graph relies on masking
  * instead of on this, but a wrong offset must show up as a wrong value, not
  * as a crash). */
-/* Slice(x, begin, size): the block [begin, begin + size) (size -1: to the end) */
-static SimValue *slice(Ctx *c)
-{
-	SimTensor *x = sim_arg_tensor(c, 0);
-	int64_t b[MAX_RANK], sz[MAX_RANK];
-	if (!x)
-		return NULL;
-	if (sim_ints(c, 1, "begin", b, MAX_RANK) != x->ndim || sim_ints(c, 2, "size", sz, MAX_RANK) != x->ndim)
-		return FAILV("Slice needs a begin and a size per dimension");
-	for (int i = 0; i < x->ndim; i++) {
-		if (sz[i] == -1)
-			sz[i] = x->shape[i] - b[i];
-		if (b[i] < 0 || sz[i] < 0 || b[i] + sz[i] > x->shape[i])
-			return FAILV("Slice [%lld, +%lld) leaves dimension %d", (long long)b[i], (long long)sz[i], i);
-	}
-	SimTensor *o = sim_extract(c->r, x, b, sz);
-	return o ? sim_val_tensor(c->r, o) : NULL;
-}
-
 static SimValue *gather(Ctx *c)
 {
 	SimTensor *p = sim_arg_tensor(c, 0), *ix = p ? sim_arg_tensor(c, 1) : NULL;
@@ -1250,8 +1231,6 @@ static SimValue *dispatch(Ctx *c)
 		return k_cum(c);
 	case FAM_DENSE:
 		return k_dense(c);
-	case FAM_SLICE:
-		return slice(c);
 	case FAM_TILE:
 		return tile(c);
 	case FAM_SORT:
