@@ -240,10 +240,16 @@ static size_t box_scope_len(const Node *n, const char *full)
 	return len;
 }
 
-/* the prefix of s made of its first `depth` '/'-separated segments, within len */
+/* the prefix of s made of its first `depth` '/'-separated segments, within
+ * len; a backward scope counts from below its "Gradients/" (its cell sits
+ * one level deeper than the forward cell it differentiates), so one depth
+ * cuts both into the same cells; without that, at the depth of the layers
+ * the whole backward is one box every forward box feeds */
 static size_t prefix_at(const char *s, size_t len, int depth)
 {
 	size_t i = 0;
+	if (len > 10 && memcmp(s, "Gradients/", 10) == 0)
+		depth++;
 	for (int d = 0; d < depth; d++) {
 		const char *slash = memchr(s + i, '/', len - i);
 		if (!slash)
@@ -368,6 +374,60 @@ static void merged_label(Group *d, const Group *last)
 	d->key = intern_cstr(lab);
 }
 
+/* The optimizer's operators all share one scope (Default/optimizer-<Name>,
+ * training-step.md §3); one box for them all would receive an edge from
+ * every backward box, edges as long as the picture, which dot takes minutes
+ * to lay out.  Its updates come one parameter after another, each closed
+ * by an UpdateState (the monad chain): each update is a directory of its
+ * own, "<scope>/<parameter>" (the Ref it writes, its dots as slashes), so
+ * boxes of updates sit beside the backward boxes that feed them.  From node i of graph gr, an
+ * optimizer operator, to the end of its update; returns the last index. */
+typedef Vec(Sym) SymVec;
+static uint32_t opt_segment(const Graph *gr, uint32_t i, Sym *dir, const char *focus, size_t flen, SymVec *dirs,
+			    SymMap *seen)
+{
+	uint32_t end = i;
+	const char *param = NULL;
+	for (; end < gr->nodes.n; end++) {
+		const Node *n = gr->nodes.a[end];
+		if (n->kind != NK_CNODE || ir_node_phase(n) != IR_PHASE_OPT)
+			break;
+		if (!param && n->callee_kind == CK_PRIM && n->op != OP_Load && n->op != OP_UpdateState && n->nargs &&
+		    n->args[0].kind == V_NODE && n->args[0].u.node->kind == NK_PARAM)
+			param = sym_str(n->args[0].u.node->name);
+		if (n->callee_kind == CK_PRIM && n->op == OP_UpdateState)
+			break;
+	}
+	if (end == gr->nodes.n)
+		end--;
+	char key[1024];
+	for (uint32_t j = i; j <= end; j++) {
+		const Node *n = gr->nodes.a[j];
+		if (n->kind != NK_CNODE || hidden(n))
+			continue;
+		const char *s = ir_node_fullname(n);
+		if (focus && strncmp(s, focus, flen) == 0)
+			continue;
+		size_t len = scope_len(n);
+		int kl = snprintf(key, sizeof key, "%.*s", (int)len, s);
+		if (param && kl > 0 && (size_t)kl < sizeof key) {
+			/* "model.layers.5.wq.weight" -> ".../model/layers/5/wq/weight":
+			 * a parameter's dotted name nests as scopes do, so the depth
+			 * that cuts the forward into layers cuts the updates alike */
+			snprintf(key + kl, sizeof key - (size_t)kl, "/%s", param);
+			for (char *c = key + kl; *c; c++)
+				if (*c == '.')
+					*c = '/';
+		}
+		int fresh;
+		dir[n->id] = intern_cstr(key);
+		symmap_slot(seen, dir[n->id], &fresh);
+		if (fresh)
+			vec_push(dirs, dir[n->id]);
+	}
+	return end;
+}
+
 /* Assign every visible node a group (mark = group index + 1) or 0 when
  * shown alone.  A node's group is its scope directory cut at one depth:
  * the deepest whose number of distinct prefixes fits max_nodes.  Each
@@ -382,7 +442,7 @@ static int collapse(const Module *m, const Options *o, Group **out)
 	Vec(Group) groups = {0};
 	/* the directory of every node that may be collapsed, by node id */
 	Sym *dir = xcalloc(m->next_id + 1, sizeof *dir);
-	Vec(Sym) dirs = {0};
+	SymVec dirs = {0};
 	SymMap seen = {0};
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++)
 		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
@@ -393,6 +453,10 @@ static int collapse(const Module *m, const Options *o, Group **out)
 			if (focus && strncmp(s, focus, flen) == 0)
 				continue; /* drawn as they are, outside the budget */
 			int fresh;
+			if (ir_node_phase(n) == IR_PHASE_OPT) {
+				i = opt_segment(m->graphs.a[gi], i, dir, focus, flen, &dirs, &seen);
+				continue;
+			}
 			dir[n->id] = intern(s, box_scope_len(n, s));
 			symmap_slot(&seen, dir[n->id], &fresh);
 			if (fresh)
@@ -422,7 +486,7 @@ static int collapse(const Module *m, const Options *o, Group **out)
 	if (chunking)
 		depth++;
 	/* directory -> its prefix at that depth, then groups in node order */
-	SymMap key_of = {0}, group_of = {0};
+	SymMap key_of = {0}, group_of[3] = {{0}}; /* a group per (scope, phase): a box never mixes phases */
 	for (uint32_t i = 0; i < dirs.n; i++) {
 		int fresh;
 		const char *d = sym_str(dirs.a[i]);
@@ -436,7 +500,7 @@ static int collapse(const Module *m, const Options *o, Group **out)
 				continue;
 			int fresh;
 			Sym k = *symmap_slot(&key_of, dir[n->id], &fresh);
-			uint32_t *gx = symmap_slot(&group_of, k, &fresh);
+			uint32_t *gx = symmap_slot(&group_of[phase_of(n)], k, &fresh);
 			if (fresh) {
 				*gx = groups.n;
 				Group g = {k, 0, 0, {0}, (int)n->id, phase_of(n)};
@@ -452,7 +516,8 @@ static int collapse(const Module *m, const Options *o, Group **out)
 			n->mark = *gx + 1;
 		}
 	symmap_free(&key_of);
-	symmap_free(&group_of);
+	for (int ph = 0; ph < 3; ph++)
+		symmap_free(&group_of[ph]);
 	vec_free(&dirs);
 	free(dir);
 	if (chunking && (int)groups.n > maxn) {
@@ -793,7 +858,7 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 				home = stage_cl.a[slot];
 			}
 			int ph = phase_of(n);
-			if (phased && ph != IR_PHASE_FWD) {
+			if (phased && !ngroups && ph != IR_PHASE_FWD) {
 				uint32_t slot = (uint32_t)(staged ? n->stage + 1 : 0) * 2 + (uint32_t)ph - 1;
 				while (phase_cl.n <= slot)
 					vec_push(&phase_cl, NULL);
@@ -875,7 +940,19 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 					continue; /* merged */
 				char ename[48];
 				snprintf(ename, sizeof ename, "e%u_%u", n->id, k);
-				Agedge_t *e = agedge(g, a, b, ename, 1);
+				Agedge_t *e;
+				if (phase_of(p) == IR_PHASE_BWD && phase_of(n) == IR_PHASE_BWD) {
+					/* the backward runs the layers in reverse: its edges are
+					 * laid out upwards (drawn head to tail, arrow reversed),
+					 * so the gradient of layer i sits beside layer i and the
+					 * edge from an activation to its bprop stays short (laid
+					 * downwards, a training step's edges span the whole
+					 * picture and dot's crossing minimisation takes minutes) */
+					e = agedge(g, b, a, ename, 1);
+					set(e, "dir", "back");
+				} else {
+					e = agedge(g, a, b, ename, 1);
+				}
 				if (!pm && !n->mark)
 					label_edge(e, n, k);
 			}
