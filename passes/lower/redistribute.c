@@ -318,6 +318,72 @@ static int plan(const LowerCtx *c, const Layout *f, const Layout *t, int keep, R
 	return rc;
 }
 
+/* Two device matrices without a common refinement (D=[3,2] and D=[2,3]:
+ * no matrix refines both) leave no direct plan.  The tensor then goes
+ * through its replicated form, as MindSpore does when the device
+ * arrangements cannot be unified (the layout transfer is marked not
+ * expandable and InferTensorRedistributionOperatorListUnExpand plans from ->
+ * from's repeat layout, then to's repeat layout -> to:
+ * mindspore/ccsrc/frontend/parallel/tensor_layout/tensor_redistribution.cc):
+ * gathered whole on from's devices (a replicated tensor is the same on any
+ * device matrix) and cut to `to` on to's.  On success p holds both plans'
+ * operators in order, their groups moved into one buffer. */
+static int64_t product(const int64_t *a, int n)
+{
+	int64_t p = 1;
+	for (int i = 0; i < n; i++)
+		p *= a[i];
+	return p;
+}
+
+/* as many devices and elements on both sides: only the matrices differ */
+static int same_counts(const Layout *f, const Layout *t)
+{
+	return product(f->dev, f->ndev) == product(t->dev, t->ndev) &&
+	       product(f->shape, f->rank) == product(t->shape, t->rank);
+}
+
+static int via_replicated(const LowerCtx *c, const Layout *f, const Layout *t, int keep, RedistPlan *p, char *err,
+			  size_t n)
+{
+	Layout rf = *f, rt = *t;
+	on_devices(&rf, f);
+	on_devices(&rt, t);
+	RedistPlan *a = xcalloc(1, sizeof *a), *b = xcalloc(1, sizeof *b);
+	int rc = plan(c, f, &rf, keep, a, err, n);
+	if (rc == 0)
+		rc = plan(c, &rt, t, keep, b, err, n);
+	if (rc == 0 && a->nops + b->nops > REDIST_MAX_OPS) {
+		snprintf(err, n, "redistribution through the replicated tensor needs %d operators (at most %d)",
+			 a->nops + b->nops, REDIST_MAX_OPS);
+		rc = -1;
+	}
+	if (rc == 0) {
+		redist_plan_free(p);
+		memset(p, 0, sizeof *p);
+		int ng = a->ngroupbuf + b->ngroupbuf;
+		p->groupbuf = xmalloc((size_t)(ng ? ng : 1) * sizeof *p->groupbuf);
+		p->ngroupbuf = p->capgroupbuf = ng;
+		if (a->ngroupbuf)
+			memcpy(p->groupbuf, a->groupbuf, (size_t)a->ngroupbuf * sizeof *p->groupbuf);
+		if (b->ngroupbuf)
+			memcpy(p->groupbuf + a->ngroupbuf, b->groupbuf, (size_t)b->ngroupbuf * sizeof *p->groupbuf);
+		for (int i = 0; i < a->nops + b->nops; i++) {
+			const RedistPlan *src = i < a->nops ? a : b;
+			RedistOp *op = &p->ops[p->nops++];
+			*op = src->ops[i < a->nops ? i : i - a->nops];
+			if (op->group)
+				op->group = p->groupbuf + (src == a ? 0 : a->ngroupbuf) + (op->group - src->groupbuf);
+		}
+		p->unexpandable = a->unexpandable || b->unexpandable;
+	}
+	redist_plan_free(a);
+	redist_plan_free(b);
+	free(a);
+	free(b);
+	return rc;
+}
+
 /* The plan of a (from, to, keep) transfer, worked out once per lowering.
  * A rank's plan depends on nothing else, and a transformer repeats the
  * same few transfers in every layer: planning each edge again was most of
@@ -380,6 +446,8 @@ static void memo_fill(LowerCtx *c, MemoEntry *e, const TLay *from, const TLay *t
 		redist_plan_free(p);
 		rc = plan(c, &f, &t, keep, p, err, sizeof err);
 	}
+	if (rc != 0 && fallback && !replicated(&f) && !replicated(&t) && same_counts(&f, &t))
+		rc = via_replicated(c, &f, &t, keep, p, err, sizeof err);
 	if (rc != 0) {
 		redist_plan_free(p);
 		free(p);
