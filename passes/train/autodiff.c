@@ -1292,7 +1292,6 @@ static void bp_split(Ad *a, Node *n, const GV *g, int gop)
 	give(a, n, 0, gv_node(op2(a, gop, gv_node(mt), c_int(axis), &xa)));
 }
 
-/* Tile(x, multiples): Reshape g to (m0, x0, m1, x1, ...), sum the m axes */
 /* ------------------------------------------------ issue 19's operators */
 
 static GV none_gv(void)
@@ -1411,6 +1410,137 @@ static void bp_cumsum(Ad *a, Node *n, const GV *g, int gop)
 	give(a, n, 0, gv_node(c));
 }
 
+/* Dense(x, w, b), y = x w^T + b over x's last axis (grad_nn_ops.cc,
+ * Dense): with d = Reshape(dout, (rows, N)), dx = Reshape(MatMul(d, w),
+ * x's shape), dw = MatMul(d, Reshape(x, (rows, K)), 1, 0), db = SumExt(d,
+ * (0,), False).  MindSpore writes the bias-less products as MatMulExt; they
+ * compute the same, so both forms emit MatMul here. */
+static void bp_dense(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0), w = gv_arg(n, 1);
+	Abs xa = tensor_abs(&x), wa = tensor_abs(&w);
+	int64_t xd[MAX_RANK], wd[MAX_RANK], gd[MAX_RANK];
+	int rx = dims_of(&xa, xd), rw = dims_of(&wa, wd), rg = dims_of(&g[0].a, gd);
+	if (rx < 1 || rw != 2 || rg < 1)
+		return;
+	int64_t rows = 1;
+	for (int i = 0; i + 1 < rg; i++)
+		rows *= gd[i];
+	int64_t d2[2] = {rows, gd[rg - 1]}, x2[2] = {rows, xd[rx - 1]};
+	Abs da = tensor_like(a, &g[0].a, d2, 2);
+	GV d = reshape_to(a, g[0], &da);
+	if (wants(a, n, 0)) {
+		Abs o = tensor_like(a, &xa, x2, 2);
+		Node *r = mm(a, gop, d, w, 0, 0, &o);
+		give(a, n, 0, reshape_to(a, gv_node(r), &xa));
+	}
+	if (wants(a, n, 1)) {
+		Abs x2a = tensor_like(a, &xa, x2, 2);
+		GV xr = reshape_to(a, x, &x2a);
+		give(a, n, 1, gv_node(mm(a, gop, d, xr, 1, 0, &wa)));
+	}
+	if (n->nargs > 2 && wants(a, n, 2)) {
+		GV b = gv_arg(n, 2);
+		Abs ba = tensor_abs(&b);
+		int64_t zero = 0;
+		give(a, n, 2, gv_node(op3(a, OP_SumExt, d, c_ints(a, &zero, 1), c_bool(0), &ba)));
+	}
+}
+
+/* CumProd(x, axis, exclusive, reverse) (grad_math_ops.cc, CumProd): the
+ * product again, p = CumProd(x, axis, exclusive, reverse), then dx =
+ * CumSum(p * dout, axis, exclusive, !reverse) / x; an axis of length 1
+ * passes dout through. */
+static void bp_cumprod(Ad *a, Node *n, const GV *g, int gop)
+{
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	int64_t axis = 0, xd[MAX_RANK];
+	get_int(n, 1, "axis", &axis);
+	int r = dims_of(&xa, xd);
+	int excl = ir_node_flag(n, 2, "exclusive", NULL), rev = ir_node_flag(n, 3, "reverse", NULL);
+	if (r >= 0 && axis < 0)
+		axis += r;
+	int64_t numel = 1;
+	for (int i = 0; i < r; i++)
+		numel *= xd[i];
+	if (r < 0 || numel <= 1 || (axis >= 0 && axis < r && xd[axis] == 1)) {
+		give(a, n, 0, g[0]);
+		return;
+	}
+	Node *p = emit(a, OP_CumProd, 4, &xa);
+	set(p, 0, x);
+	set(p, 1, c_int(axis));
+	set(p, 2, c_bool(excl));
+	set(p, 3, c_bool(rev));
+	Node *m = op2(a, OP_Mul, gv_node(p), g[0], &xa);
+	Node *s = emit(a, gop, 4, &xa);
+	set(s, 0, gv_node(m));
+	set(s, 1, c_int(axis));
+	set(s, 2, c_bool(excl));
+	set(s, 3, c_bool(!rev));
+	give(a, n, 0, gv_node(op2(a, OP_RealDiv, gv_node(s), x, &xa)));
+}
+
+/* LpNorm(x) with attributes p, axis, keep_dims (grad_math_ops.cc, LpNorm):
+ * dout and out get back the reduced axes (ExpandDims), then p = 1: dout *
+ * Sign(x); p = 2: x * (dout / out); else |x|^(p-2) x * (dout / out^(p-1));
+ * p = 0 has none. */
+static void bp_lpnorm(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	int64_t p = 2, ax[MAX_RANK], xd[MAX_RANK];
+	const Value *pv = ir_attr_get(&n->pattrs, "p");
+	if (pv)
+		value_get_int(pv, &p);
+	int r = dims_of(&xa, xd), k = get_axes(n, 99, "axis", ax);
+	if (r < 0 || p == 0)
+		return;
+	GV d = g[0], out = gv_node(n);
+	if (!ir_node_flag(n, 99, "keep_dims", NULL) && r > 0) {
+		/* the reduced axes, ascending, each back as 1 */
+		unsigned red = 0;
+		for (int i = 0; i < k; i++)
+			red |= 1u << (ax[i] < 0 ? ax[i] + r : ax[i]);
+		if (k <= 0)
+			red = (1u << r) - 1;
+		int64_t cur[MAX_RANK];
+		int rc = 0;
+		for (int i = 0; i < r; i++)
+			if (!(red >> i & 1))
+				cur[rc++] = xd[i];
+		for (int i = 0; i < r; i++) {
+			if (!(red >> i & 1))
+				continue;
+			/* insert a 1 at position i of the current shape */
+			memmove(cur + i + 1, cur + i, (size_t)(rc - i) * sizeof *cur);
+			cur[i] = 1;
+			rc++;
+			Abs ea = tensor_like(a, &xa, cur, rc);
+			d = gv_node(op2(a, OP_ExpandDims, d, c_int(i), &ea));
+			out = gv_node(op2(a, OP_ExpandDims, out, c_int(i), &ea));
+		}
+	}
+	Abs ka = d.a;
+	if (p == 1) {
+		Node *s = op1(a, OP_Sign, x, &xa);
+		give(a, n, 0, gv_node(op2(a, OP_Mul, d, gv_node(s), &xa)));
+		return;
+	}
+	GV scaled = x, den = out;
+	if (p != 2) {
+		Node *ab = op1(a, OP_Abs, x, &xa);
+		Node *pw = op2(a, OP_Pow, gv_node(ab), c_scalar(a, xa.dtype, (double)(p - 2)), &xa);
+		scaled = gv_node(op2(a, OP_Mul, gv_node(pw), x, &xa));
+		den = gv_node(op2(a, OP_Pow, out, c_scalar(a, xa.dtype, (double)(p - 1)), &ka));
+	}
+	Node *sv = op2(a, OP_RealDiv, d, den, &ka);
+	give(a, n, 0, gv_node(op2(a, OP_Mul, scaled, gv_node(sv), &xa)));
+}
+
+/* Tile(x, multiples): Reshape g to (m0, x0, m1, x1, ...), sum the m axes */
 static void bp_tile(Ad *a, Node *n, const GV *g, int gop)
 {
 	GV x = gv_arg(n, 0);
