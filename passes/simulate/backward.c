@@ -619,6 +619,49 @@ static SimValue *k_unsorted_segment_sum(Ctx *c)
 	return sim_val_tensor(c->r, o);
 }
 
+/* ScatterNd(indices, updates, shape): a zero tensor of shape, each row of
+ * indices (its last dimension D indexes shape's first D dimensions) adding
+ * its slice of updates; duplicates add up, rows out of range are dropped */
+static SimValue *k_scatter_nd(Ctx *c)
+{
+	SimTensor *ix = sim_arg_tensor(c, 0), *u = ix ? sim_arg_tensor(c, 1) : NULL;
+	int64_t d[MAX_RANK];
+	if (!u)
+		return NULL;
+	int k = sim_ints(c, 2, "shape", d, MAX_RANK);
+	if (k < 1 || ix->ndim < 1)
+		return FAILV("needs indices of rank at least 1 and a shape");
+	int64_t D = ix->shape[ix->ndim - 1];
+	if (D < 1 || D > k)
+		return FAILV("index depth %lld for a rank-%d shape", (long long)D, k);
+	int64_t rows = ix->numel / D, slice = 1;
+	for (int i = (int)D; i < k; i++)
+		slice *= d[i];
+	if (rows * slice != u->numel)
+		return FAILV("%lld updates for %lld index rows of %lld elements", (long long)u->numel, (long long)rows,
+		             (long long)slice);
+	SimTensor *o = sim_tensor_new(c->r, u->dtype, k, d);
+	if (!o)
+		return NULL;
+	double *acc = xcalloc((size_t)(o->numel ? o->numel : 1), sizeof *acc);
+	for (int64_t r = 0; r < rows; r++) {
+		int64_t off = 0, ok = 1;
+		for (int64_t j = 0; j < D; j++) {
+			int64_t v = (int64_t)ix->data[r * D + j];
+			ok &= v >= 0 && v < d[j];
+			off = off * d[j] + v;
+		}
+		if (!ok)
+			continue;
+		for (int64_t b = 0; b < slice; b++)
+			acc[off * slice + b] += u->data[r * slice + b];
+	}
+	for (int64_t i = 0; i < o->numel; i++)
+		o->data[i] = (float)acc[i];
+	free(acc);
+	return sim_val_tensor(c->r, o);
+}
+
 /* BroadcastTo(x, shape): numpy broadcasting to the target; -1 keeps x's
  * dimension */
 static SimValue *k_broadcast_to(Ctx *c)
@@ -1052,6 +1095,7 @@ static const Named named[] = {
     {"StridedSliceGrad", k_strided_slice_grad, 0, {0}, -1},
     {"Slice", k_slice, 0, {0}, -1},
     {"UnsortedSegmentSum", k_unsorted_segment_sum, 0, {0}, -1},
+    {"ScatterNd", k_scatter_nd, 0, {0}, -1},
     {"SumExt", k_reduce, 0, {0}, -1},
     {"BroadcastTo", k_broadcast_to, 0, {0}, -1},
     {"ScalarToTensor", k_scalar_to_tensor, 0, {0}, -1},

@@ -1540,6 +1540,136 @@ static void bp_lpnorm(Ad *a, Node *n, const GV *g, int gop)
 	give(a, n, 0, gv_node(op2(a, OP_Mul, scaled, gv_node(sv), &xa)));
 }
 
+/* The scatter both TopK's and Sort's bprops end with (grad_nn_ops.cc TopK,
+ * grad_array_ops.cc Sort): indices (..., k) into the last axis (length len)
+ * of a tensor of shape to, dv the values' gradient of the indices' shape.
+ * Each row's indices get the row's flat offset added (a constant
+ * Tensor of 0, len, 2 len, ...), then ScatterNd puts dv at those flat
+ * positions of a zero tensor of every element, reshaped to `to`.  sort
+ * spells the offsets as Sort's rule does (ExpandDims, not Reshape). */
+static GV scatter_rows(Ad *a, GV ind, GV dv, const Abs *to, int sort)
+{
+	int64_t td[MAX_RANK], id[MAX_RANK];
+	int rt = dims_of(to, td), ri = dims_of(&ind.a, id);
+	if (rt < 1 || ri < 1)
+		return dv;
+	int64_t k = id[ri - 1], len = td[rt - 1], numel = 1, rows = 1;
+	for (int i = 0; i < rt; i++)
+		numel *= td[i];
+	for (int i = 0; i + 1 < ri; i++)
+		rows *= id[i];
+	int64_t i2[2] = {rows, k}, col[2] = {rows, 1}, flat = rows * k, fl2[2] = {flat, 1};
+	Abs i2a = tensor_like(a, &ind.a, i2, 2);
+	GV ind2 = reshape_to(a, ind, &i2a);
+	int64_t *off = xmalloc((size_t)(rows ? rows : 1) * sizeof *off);
+	for (int64_t r = 0; r < rows; r++)
+		off[r] = r * len;
+	GV rng = gv_val(train_int_list_tensor(a->m, ind.a.dtype, off, (uint32_t)rows),
+	                train_abs_tensor(a->m, ind.a.dtype, &rows, 1, 1));
+	free(off);
+	Abs cola = tensor_like(a, &ind.a, col, 2);
+	GV rc = sort ? gv_node(op2(a, OP_ExpandDims, rng, c_int(-1), &cola))
+	             : gv_node(op2(a, OP_Reshape, rng, c_ints(a, col, 2), &cola));
+	GV sum = gv_node(op2(a, OP_Add, ind2, rc, &i2a));
+	GV fi;
+	if (sort) {
+		Abs fa = tensor_like(a, &ind.a, &flat, 1);
+		Abs fea = tensor_like(a, &ind.a, fl2, 2);
+		GV f = gv_node(op2(a, OP_Reshape, sum, c_ints(a, &flat, 1), &fa));
+		fi = gv_node(op2(a, OP_ExpandDims, f, c_int(-1), &fea));
+	} else {
+		Abs fea = tensor_like(a, &ind.a, fl2, 2);
+		fi = gv_node(op2(a, OP_Reshape, sum, c_ints(a, fl2, 2), &fea));
+	}
+	Abs dva = tensor_like(a, &dv.a, &flat, 1);
+	GV d1 = reshape_to(a, dv, &dva);
+	Abs oa = tensor_like(a, &dv.a, &numel, 1);
+	Node *sc = op3(a, OP_ScatterNd, fi, d1, c_ints(a, &numel, 1), &oa);
+	Abs ta = tensor_like(a, &dv.a, td, rt);
+	return reshape_to(a, gv_node(sc), &ta);
+}
+
+/* TopK(x, k, sorted) -> (values, indices) along the last axis: the
+ * values' gradient scattered to the forward's indices (grad_nn_ops.cc,
+ * TopK); the indices carry none */
+static void bp_topk(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)gop;
+	(void)g;
+	Tup *p = tup_of(a, n);
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	if (!p || !p->g[0].set || xa.shape.kind != SK_DIMS || n->out.shape.kind != SK_TUPLE ||
+	    n->out.shape.rank < 2)
+		return;
+	Abs ia = tensor_like(a, &xa, n->out.shape.sub[1].dims, n->out.shape.sub[1].rank);
+	ia.dtype = lower_sym("Int32");
+	ia.tstr = lower_sym("Tensor[Int32]");
+	give(a, n, 0, scatter_rows(a, elem(a, n, 1, &ia), p->g[0], &xa, 0));
+}
+
+/* Sort(x, axis, descending) -> (values, indices) (grad_array_ops.cc, Sort):
+ * the indices again from TopK(x', len, sorted) on x' = x (Neg(x) when
+ * ascending) with axis swapped to the end, the values' gradient (negated
+ * alike) scattered there, swapped back and negated back */
+static void bp_sort(Ad *a, Node *n, const GV *g, int gop)
+{
+	(void)g;
+	Tup *p = tup_of(a, n);
+	GV x = gv_arg(n, 0);
+	Abs xa = tensor_abs(&x);
+	int64_t axis = -1, xd[MAX_RANK];
+	int r = dims_of(&xa, xd);
+	if (!p || !p->g[0].set || r < 1)
+		return;
+	get_int(n, 1, "axis", &axis);
+	if (axis < 0)
+		axis += r;
+	if (axis < 0 || axis >= r)
+		return;
+	int desc = ir_node_flag(n, 2, "descending", NULL);
+	GV in = x, dv = p->g[0];
+	if (!desc) {
+		in = gv_node(op1(a, OP_Neg, x, &xa));
+		dv = gv_node(op1(a, OP_Neg, dv, &dv.a));
+	}
+	int64_t perm[MAX_RANK], td[MAX_RANK];
+	for (int i = 0; i < r; i++)
+		perm[i] = i;
+	perm[axis] = r - 1;
+	perm[r - 1] = axis;
+	for (int i = 0; i < r; i++)
+		td[i] = xd[perm[i]];
+	Abs ta = tensor_like(a, &xa, td, r);
+	int swap = axis != r - 1;
+	if (swap)
+		in = gv_node(op2(a, OP_Transpose, in, c_ints(a, perm, r), &ta));
+	/* TopK -> (values, indices), indices as Int32 */
+	Abs ia = ta;
+	ia.dtype = lower_sym("Int32");
+	ia.tstr = lower_sym("Tensor[Int32]");
+	Abs tup = {0};
+	char tbuf[96];
+	snprintf(tbuf, sizeof tbuf, "Tuple[Tensor[%s],Tensor[Int32]]", xa.dtype ? sym_str(xa.dtype) : "Float32");
+	tup.tstr = intern_cstr(tbuf);
+	tup.shape.kind = SK_TUPLE;
+	tup.shape.rank = 2;
+	tup.shape.sub = arena_alloc(a->m->arena, 2 * sizeof(Shape));
+	tup.shape.sub[0] = tup.shape.sub[1] = ta.shape;
+	Node *tk = op2(a, gop, in, c_int(td[r - 1]), &tup);
+	lower_attr_put(a->m, &tk->pattrs, "sorted", value_bool(1));
+	tk->has_pattrs = 1;
+	GV ind = gv_node(op2(a, OP_TupleGetItem, gv_node(tk), c_int(1), &ia));
+	if (swap)
+		dv = gv_node(op2(a, OP_Transpose, dv, c_ints(a, perm, r), &ta));
+	GV dx = scatter_rows(a, ind, dv, &ta, 1);
+	if (swap)
+		dx = gv_node(op2(a, OP_Transpose, dx, c_ints(a, perm, r), &xa));
+	if (!desc)
+		dx = gv_node(op1(a, OP_Neg, dx, &xa));
+	give(a, n, 0, dx);
+}
+
 /* Tile(x, multiples): Reshape g to (m0, x0, m1, x1, ...), sum the m axes */
 static void bp_tile(Ad *a, Node *n, const GV *g, int gop)
 {

@@ -178,6 +178,18 @@ Value train_ints_tensor(Module *m, Sym dtype, int64_t v)
 	return tensor_call(m, dtype, shape, val);
 }
 
+Value train_int_list_tensor(Module *m, Sym dtype, const int64_t *v, uint32_t n)
+{
+	Value *e = arena_alloc(m->arena, (n ? n : 1) * sizeof *e);
+	for (uint32_t i = 0; i < n; i++)
+		e[i] = value_int(v[i], NT_BARE);
+	Value shape = value_tuple_of(m->arena, (Value[]){value_int((int64_t)n, NT_BARE)}, 1);
+	shape.kind = V_LIST;
+	Value val = value_tuple_of(m->arena, e, n);
+	val.kind = V_LIST;
+	return tensor_call(m, dtype, shape, val);
+}
+
 void train_splice(TrainEmit *e)
 {
 	Graph *g = e->g;

@@ -64,5 +64,7 @@ Abs train_abs_monad(void);
 Abs train_abs_tensor(Module *m, Sym dtype, const int64_t *d, int rank, int has_value);
 Value train_float_tensor(Module *m, Sym dtype, double v); /* Tensor(shape=[], dtype=T, value=v) */
 Value train_ints_tensor(Module *m, Sym dtype, int64_t v);  /* Tensor(shape=[1], dtype=T, value=[v]) */
+/* Tensor(shape=[n], dtype=T, value=[v0, ...]) */
+Value train_int_list_tensor(Module *m, Sym dtype, const int64_t *v, uint32_t n);
 
 #endif

@@ -683,6 +683,18 @@ static void test_backward_kernels(void **state)
 	expect_vals(seg, want, 8, 1e-6);
 	sim_free(gr);
 	ir_module_free(gm);
+	/* ScatterNd, TopK's and Sort's gradient: rows of depth-1 indices into a
+	 * zero (4, 2), a repeated index adding up, like the segment sum above */
+	Module *sm = parse("%para2_i: <Tensor[Int32], (3, 1)>\n%para9_dy: <Tensor[Float32], (3, 2)>\n"
+	                   "  %0(g) = ScatterNd(%para2_i, %para9_dy, (I64(4), I64(2)))\n  Return(%0)\n");
+	In sin[] = {IN("i", ids)};
+	SimRun *sr = run(sm, sin, 1);
+	const SimTensor *sdy = sim_tensor(sr, 0, ir_entry(sm)->params.a[1]), *sc = sim_tensor(sr, 0, node(sm, 0));
+	float swant[8] = {sdy->data[2], sdy->data[3], 0, 0, sdy->data[0] + sdy->data[4], sdy->data[1] + sdy->data[5], 0, 0};
+	assert_int_equal(sc->ndim, 2);
+	expect_vals(sc, swant, 8, 1e-6);
+	sim_free(sr);
+	ir_module_free(sm);
 	/* Conv2D with padding and a stride: the input's and the filter's gradient */
 	static const char *conv =
 	    "%para1_x: <Tensor[Float32], (1, 2, 4, 4)>\n%para2_w: <Tensor[Float32], (3, 2, 3, 3)>\n"
