@@ -1599,8 +1599,7 @@ static void bp_topk(Ad *a, Node *n, const GV *g, int gop)
 	Tup *p = tup_of(a, n);
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
-	if (!p || !p->g[0].set || xa.shape.kind != SK_DIMS || n->out.shape.kind != SK_TUPLE ||
-	    n->out.shape.rank < 2)
+	if (!p || !p->g[0].set || xa.shape.kind != SK_DIMS || n->out.shape.kind != SK_TUPLE || n->out.shape.rank < 2)
 		return;
 	Abs ia = tensor_like(a, &xa, n->out.shape.sub[1].dims, n->out.shape.sub[1].rank);
 	ia.dtype = lower_sym("Int32");
