@@ -613,9 +613,20 @@ static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 		print_attrs(f, &x->cattrs);
 		fputc('}', f);
 	}
-	if (x->has_primal || x->primal.n) {
+	if (x->has_primal || x->primal.n || x->has_fwd) {
 		fputs(" cnode_primal_attrs: {", f);
 		print_attrs(f, &x->primal);
+		if (x->has_fwd) {
+			char id[24];
+			size_t k = fmt_u64(id, x->fwd_id);
+			fputs(x->primal.n ? ", forward_node_name: \"" : "forward_node_name: \"", f);
+			put_sym(f, x->fwd_prim);
+			fputc('_', f);
+			w_write(f, id, k);
+			fputs("\", forward_unique_id: \"", f);
+			w_write(f, id, k);
+			fputc('"', f);
+		}
 		fputc('}', f);
 	}
 	if (n->strat.n) {

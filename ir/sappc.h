@@ -367,6 +367,14 @@ typedef struct NodeExt {
 	Sym funcunion;     /* "[@FuncUnion(...)]" text after a %k callee */
 	Sym cycle_mark;    /* "#------------------------> N" text before the node */
 	uint8_t has_cattrs, has_primal;
+	/* a node of the backward graph (autodiff): its cnode_primal_attrs go on
+	 * with forward_node_name "<fwd_prim>_<fwd_id>" and forward_unique_id
+	 * "<fwd_id>" of the forward node it differentiates, formed by the
+	 * printer (half a million forward nodes would each need two attributes
+	 * and two names otherwise) */
+	uint8_t has_fwd;
+	uint32_t fwd_id;
+	Sym fwd_prim;
 } NodeExt;
 
 struct Node {

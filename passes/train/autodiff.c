@@ -39,8 +39,16 @@ typedef struct GV {
 	uint8_t set;
 } GV;
 
+/* A gradient kept until its value's bprop runs (one per forward value, a
+ * million on a 4096-layer rank graph): the abstract is the pass's shared
+ * copy (Ad.abs), so a slot is half a GV.  a == NULL: no gradient yet. */
+typedef struct Slot {
+	Value v;
+	const Abs *a;
+} Slot;
+
 typedef struct Tup {
-	GV *g;      /* per element */
+	Slot *g;    /* per element */
 	Node **fwd; /* a forward TupleGetItem of each element, or NULL */
 	uint32_t n;
 } Tup;
@@ -54,7 +62,7 @@ struct Ad {
 	const Options *o;
 	Graph *g;
 	uint32_t nn;
-	GV *dout;
+	Slot *dout;
 	Tup **tup;
 	uint8_t *needs, *reach;
 	Node **gather; /* per index of a weight: its optimizer-parallel AllGather */
@@ -70,6 +78,14 @@ struct Ad {
 	uint32_t nscratch;
 	uint32_t rule_start; /* e.out.n when the rule began */
 	KeyMap types;        /* operand abstracts -> the module's copy */
+	KeyMap abs;          /* the abstracts of the Slots (pass memory) */
+	/* attribute lists of the nodes the rules made -> one shared copy of
+	 * each distinct list (a bprop op's attributes are its forward op's
+	 * group and a few constants: a million nodes, a few thousand lists) */
+	KeyMap attrs;
+	Vec(int64_t) akey;
+	Vec(Attr *) aheap; /* the lists attr_put is building (heap, until interned) */
+	KeyMap ints;       /* c_ints(): int tuple -> its Value in the module */
 };
 
 #define SCRATCH 65536
@@ -135,21 +151,13 @@ static void ensure_ext(Ad *a)
 	Node *f = a->cur;
 	const NodeExt *fx = ir_node_ext(f);
 	NodeExt *x = arena_alloc(a->m->arena, sizeof *x);
-	uint32_t nf = fx->has_primal ? fx->primal.n : 0;
-	x->primal.a = arena_alloc(a->m->arena, (nf + 2) * sizeof(Attr));
-	for (uint32_t i = 0; i < nf; i++)
-		x->primal.a[i] = fx->primal.a[i];
-	char pre[256];
-	snprintf(pre, sizeof pre, "%s_", sym_str(f->prim));
-	Value v = {0};
-	v.kind = V_STR;
-	v.text = sym_defer(intern_cstr(pre), f->id, 0);
-	x->primal.a[nf].key = lower_sym("forward_node_name");
-	x->primal.a[nf].val = v;
-	v.text = sym_defer(0, f->id, 0);
-	x->primal.a[nf + 1].key = lower_sym("forward_unique_id");
-	x->primal.a[nf + 1].val = v;
-	x->primal.n = nf + 2;
+	/* the forward's own list, shared; the printer adds forward_node_name
+	 * and forward_unique_id from fwd_prim and fwd_id */
+	if (fx->has_primal)
+		x->primal = fx->primal;
+	x->has_fwd = 1;
+	x->fwd_prim = f->prim;
+	x->fwd_id = f->id;
 	x->has_primal = 1;
 	a->e.ext = x;
 }
@@ -167,6 +175,81 @@ static Node *emit(Ad *a, int op, uint32_t nargs, const Abs *out)
 	return n;
 }
 
+/* the words of intern_types' key for one abstract */
+static uint32_t abs_key(const Abs *t, int64_t *key)
+{
+	key[0] = t->tstr;
+	key[1] = t->dtype;
+	key[2] = t->is_ref | t->is_tensor << 1 | t->has_value << 2 | t->shape.kind << 3 | (int64_t)t->shape.rank << 8;
+	key[3] = t->shape.kind == SK_DIMS || t->shape.kind == SK_OLD ? (int64_t)(intptr_t)t->shape.dims
+	         : t->shape.kind == SK_TUPLE || t->shape.kind == SK_LIST ? (int64_t)(intptr_t)t->shape.sub
+	                                                               : 0;
+	key[4] = (int64_t)(intptr_t)t->x;
+	key[5] = 0;
+	return 6;
+}
+
+/* the words of a value, exactly (every field but a container's elements
+ * pointer, then the elements'): equal words, equal printed text */
+static void value_words(Ad *a, const Value *v)
+{
+	vec_grow(&a->akey, 4);
+	int64_t *k = a->akey.a + a->akey.n;
+	k[0] = v->kind | v->numtype << 8 | (int64_t)v->n << 16;
+	k[1] = v->text;
+	k[2] = v->key;
+	k[3] = v->u.i;
+	a->akey.n += 4;
+	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL) {
+		a->akey.a[a->akey.n - 1] = 0;
+		for (uint32_t i = 0; i < v->n; i++)
+			value_words(a, &v->u.elems[i]);
+	}
+}
+
+/* Append an attribute to a list a rule is building: the list is on the
+ * heap until intern_types() puts it into the module (a list shared with
+ * the forward op is copied first) */
+static void attr_put(Ad *a, AttrList *l, const char *key, Value v)
+{
+	uint32_t h = 0;
+	while (h < a->aheap.n && (!l->a || a->aheap.a[h] != l->a))
+		h++;
+	if (h == a->aheap.n) {
+		Attr *c = xmalloc((l->n + 1) * sizeof(Attr));
+		if (l->n)
+			memcpy(c, l->a, l->n * sizeof(Attr));
+		l->a = c;
+		vec_push(&a->aheap, c);
+	} else {
+		l->a = a->aheap.a[h] = xrealloc(l->a, (l->n + 1) * sizeof(Attr));
+	}
+	l->a[l->n].key = lower_sym(key);
+	l->a[l->n].val = v;
+	l->n++;
+}
+
+/* a list attr_put built -> the module's one copy of that list (never
+ * written afterwards: gradcomm and optimizer make their own nodes) */
+static void intern_attrs(Ad *a, AttrList *l)
+{
+	uint32_t h = 0;
+	while (h < a->aheap.n && (!l->a || a->aheap.a[h] != l->a))
+		h++;
+	if (!l->n || h == a->aheap.n)
+		return;
+	a->akey.n = 0;
+	for (uint32_t i = 0; i < l->n; i++) {
+		vec_push(&a->akey, (int64_t)l->a[i].key);
+		value_words(a, &l->a[i].val);
+	}
+	int fresh;
+	Attr **slot = keymap_get(&a->attrs, a->akey.a, a->akey.n, &fresh);
+	if (fresh)
+		*slot = arena_dup(a->m->arena, l->a, l->n * sizeof(Attr));
+	l->a = *slot;
+}
+
 /* the nodes the rule made: their operand types into the module, one
  * array per distinct list (shapes are shared, so equal ones compare as
  * equal pointers) */
@@ -175,6 +258,7 @@ static void intern_types(Ad *a)
 	int64_t key[6 * 16];
 	for (uint32_t i = a->rule_start; i < a->e.out.n; i++) {
 		Node *n = a->e.out.a[i];
+		intern_attrs(a, &n->pattrs);
 		if (!n->nin_types || n->in_types < a->scratch || n->in_types >= a->scratch + SCRATCH)
 			continue;
 		if (n->nin_types > 16) {
@@ -182,24 +266,17 @@ static void intern_types(Ad *a)
 			continue;
 		}
 		uint32_t k = 0;
-		for (uint32_t j = 0; j < n->nin_types; j++) {
-			const Abs *t = &n->in_types[j];
-			key[k++] = t->tstr;
-			key[k++] = t->dtype;
-			key[k++] = t->is_ref | t->is_tensor << 1 | t->has_value << 2 | t->shape.kind << 3 |
-			           (int64_t)t->shape.rank << 8;
-			key[k++] = t->shape.kind == SK_DIMS || t->shape.kind == SK_OLD ? (int64_t)(intptr_t)t->shape.dims
-			           : t->shape.kind == SK_TUPLE || t->shape.kind == SK_LIST ? (int64_t)(intptr_t)t->shape.sub
-			                                                                 : 0;
-			key[k++] = (int64_t)(intptr_t)t->x;
-			key[k++] = 0;
-		}
+		for (uint32_t j = 0; j < n->nin_types; j++)
+			k += abs_key(&n->in_types[j], key + k);
 		int fresh;
 		Abs **slot = keymap_get(&a->types, key, k, &fresh);
 		if (fresh)
 			*slot = arena_dup(a->m->arena, n->in_types, n->nin_types * sizeof(Abs));
 		n->in_types = *slot;
 	}
+	for (uint32_t h = 0; h < a->aheap.n; h++)
+		free(a->aheap.a[h]);
+	a->aheap.n = 0;
 	a->nscratch = 0;
 	a->rule_start = a->e.out.n;
 }
@@ -214,6 +291,25 @@ static GV gv_val(Value v, Abs a)
 {
 	GV r = {v, a, 1};
 	return r;
+}
+
+static GV slot_get(const Slot *s)
+{
+	GV r = {0};
+	if (s->a)
+		r = gv_val(s->v, *s->a);
+	return r;
+}
+
+static void slot_put(Ad *a, Slot *s, GV g)
+{
+	int64_t key[6];
+	int fresh;
+	Abs *p = keymap_get(&a->abs, key, abs_key(&g.a, key), &fresh);
+	if (fresh)
+		*p = g.a;
+	s->v = g.v;
+	s->a = p;
 }
 
 /* forward operand k as a value with its abstract */
@@ -273,9 +369,15 @@ static GV c_int(int64_t v)
 	return gv_val(value_int(v, NT_I64), lower_abs_int());
 }
 
+/* an int tuple constant: one per distinct tuple, shared by the nodes
+ * (shapes and axes, the same few in every layer) */
 static GV c_ints(Ad *a, const int64_t *v, int n)
 {
-	return gv_val(lower_ints(a->m, v, n), lower_abs_tuple_ints(a->m, n));
+	int fresh;
+	Value *t = keymap_get(&a->ints, v, (uint32_t)n, &fresh);
+	if (fresh)
+		*t = lower_ints(a->m, v, n);
+	return gv_val(*t, lower_abs_tuple_ints(a->m, n));
 }
 
 static GV c_scalar(Ad *a, Sym dtype, double v)
@@ -299,10 +401,11 @@ static Abs tensor_like(Ad *a, const Abs *like, const int64_t *d, int r)
 
 /* ------------------------------------------------------------ dout */
 
-static void acc(Ad *a, GV *slot, GV g, Node *target)
+static void acc(Ad *a, Slot *slot, GV g, Node *target)
 {
-	if (!slot->set) {
-		*slot = g;
+	if (!slot->a) {
+		if (g.set)
+			slot_put(a, slot, g);
 		return;
 	}
 	/* AccumulateDout: hyper_add, scope Gradients/<forward scope>, no primal */
@@ -310,12 +413,12 @@ static void acc(Ad *a, GV *slot, GV g, Node *target)
 	const NodeExt *x = a->e.ext;
 	train_emit_bprop_of(&a->e, target, NULL, 0);
 	a->e.ext = NULL;
-	Node *s = train_op(&a->e, OP_Add, 2, &slot->a);
-	set(s, 0, *slot);
+	Node *s = train_op(&a->e, OP_Add, 2, slot->a);
+	set(s, 0, slot_get(slot));
 	set(s, 1, g);
 	a->e.tmpl = tm;
 	a->e.ext = x;
-	*slot = gv_node(s);
+	slot_put(a, slot, gv_node(s));
 }
 
 static void give_node(Ad *a, Node *t, GV g);
@@ -363,9 +466,9 @@ static Tup *tup_of(Ad *a, Node *t)
 			n = t->nargs;
 		if (!n)
 			n = 8;
-		Tup *p = xcalloc(1, sizeof *p + n * (sizeof(GV) + sizeof(Node *)));
+		Tup *p = xcalloc(1, sizeof *p + n * (sizeof(Slot) + sizeof(Node *)));
 		p->n = n;
-		p->g = (GV *)(p + 1);
+		p->g = (Slot *)(p + 1);
 		p->fwd = (Node **)(p->g + n);
 		a->tup[i] = p;
 	}
@@ -482,7 +585,7 @@ static void bp_maketuple(Ad *a, Node *n, const GV *g, int gop)
 	(void)gop;
 	Tup *p = tup_of(a, n);
 	for (uint32_t k = 0; p && k < n->nargs && k < p->n; k++)
-		give(a, n, k, p->g[k]);
+		give(a, n, k, slot_get(&p->g[k]));
 	(void)g;
 }
 
@@ -660,7 +763,7 @@ static void bp_layernorm(Ad *a, Node *n, const GV *g, int gop)
 	set(c, 6, c_int(bpa));
 	const Value *eps = ir_attr_get(&n->pattrs, "epsilon");
 	if (eps) {
-		lower_attr_put(a->m, &c->pattrs, "epsilon", *eps);
+		attr_put(a, &c->pattrs, "epsilon", *eps);
 		c->has_pattrs = 1;
 	}
 	give_items(a, n, c, ops, 3);
@@ -702,7 +805,7 @@ static void bp_biasadd(Ad *a, Node *n, const GV *g, int gop)
 		c = op1(a, gop, g[0], &ba);
 		const Value *f = ir_attr_get(&n->pattrs, "format");
 		if (f) {
-			lower_attr_put(a->m, &c->pattrs, "format", *f);
+			attr_put(a, &c->pattrs, "format", *f);
 			c->has_pattrs = 1;
 		}
 	}
@@ -1084,15 +1187,16 @@ static void bp_argval(Ad *a, Node *n, const GV *g, int gop)
 	Tup *p = tup_of(a, n);
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
-	if (!p || !p->g[1].set || xa.shape.kind != SK_DIMS)
+	if (!p || !p->g[1].a || xa.shape.kind != SK_DIMS)
 		return;
 	int64_t ax = 0;
 	get_int(n, 1, "axis", &ax);
 	if (ax < 0)
 		ax += xa.shape.rank;
 	unsigned red = ax >= 0 && ax < xa.shape.rank ? 1u << ax : 0;
-	GV mask = select_mask(a, x, elem(a, n, 1, &p->g[1].a), red);
-	GV gb = sum_grad(a, p->g[1], &xa, red);
+	GV g1 = slot_get(&p->g[1]);
+	GV mask = select_mask(a, x, elem(a, n, 1, &g1.a), red);
+	GV gb = sum_grad(a, g1, &xa, red);
 	give(a, n, 0, gv_node(op2(a, OP_Mul, gb, mask, &xa)));
 	(void)g;
 }
@@ -1196,7 +1300,7 @@ static void bp_stridedslice(Ad *a, Node *n, const GV *g, int gop)
 	for (int k = 0; k < 5; k++) {
 		int64_t v = 0;
 		get_int(n, 4 + (uint32_t)k, masks[k], &v);
-		lower_attr_put(a->m, &c->pattrs, masks[k], value_int(v, NT_I64));
+		attr_put(a, &c->pattrs, masks[k], value_int(v, NT_I64));
 	}
 	c->has_pattrs = 1;
 	give(a, n, 0, gv_node(c));
@@ -1232,7 +1336,7 @@ static void bp_concat(Ad *a, Node *n, const GV *g, int gop)
 		for (uint32_t k = 0; k < cnt; k++)
 			ta.shape.sub[k] = gv_arg(mt, k).a.shape;
 		Node *s = op3(a, gop, g[0], c_int(axis), c_int(cnt), &ta);
-		lower_attr_put(a->m, &s->pattrs, "num_split", value_int(cnt, NT_I64));
+		attr_put(a, &s->pattrs, "num_split", value_int(cnt, NT_I64));
 		s->has_pattrs = 1;
 		for (uint32_t k = 0; k < cnt; k++) {
 			GV x = gv_arg(mt, k);
@@ -1279,7 +1383,7 @@ static void bp_split(Ad *a, Node *n, const GV *g, int gop)
 	ta.shape.sub = arena_alloc(a->m->arena, (size_t)cnt * sizeof(Shape));
 	a->e.out.n--; /* placed after the zeros it may need */
 	for (int64_t k = 0; k < cnt; k++) {
-		GV d = p->g[k];
+		GV d = slot_get(&p->g[k]);
 		if (!d.set) {
 			GV e = elem(a, n, (uint32_t)k, &xa);
 			d = gv_node(op1(a, OP_ZerosLike, e, &e.a));
@@ -1717,7 +1821,7 @@ static void bp_sparse_sce(Ad *a, Node *n, const GV *g, int gop)
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
 	Node *c = op2(a, gop, x, gv_arg(n, 1), &xa);
-	lower_attr_put(a->m, &c->pattrs, "is_grad", value_bool(1));
+	attr_put(a, &c->pattrs, "is_grad", value_bool(1));
 	c->has_pattrs = 1;
 	Node *d = op2(a, OP_Depend, gv_node(c), gv_node(n), &xa);
 	give(a, n, 0, gv_node(op2(a, OP_Mul, gv_node(d), g[0], &xa)));
@@ -1745,7 +1849,7 @@ static Sym grad_instance(const Node *n, const char *prefix)
 
 static void put(Ad *a, Node *c, const char *key, Value v)
 {
-	lower_attr_put(a->m, &c->pattrs, key, v);
+	attr_put(a, &c->pattrs, key, v);
 }
 
 static void put_from(Ad *a, Node *c, const Node *n, const char *key, const char *as)
@@ -1998,20 +2102,27 @@ static int analyse(Ad *a, Node *root)
 static void run_rule(Ad *a, Node *n, uint32_t j)
 {
 	int tuple = a->tup[j] && (n->op != OP_TupleGetItem);
-	const GV *g = tuple ? a->tup[j]->g : &a->dout[j];
-	if (!is_send(n) && !g[0].set && !tuple && n->op != OP_Receive)
+	const Slot *s = tuple ? a->tup[j]->g : &a->dout[j];
+	if (!is_send(n) && !s[0].a && !tuple && n->op != OP_Receive)
 		return;
-	if (n->op == OP_Receive && !g[0].set)
+	if (n->op == OP_Receive && !s[0].a)
 		return;
+	uint32_t ns = 1;
 	if (tuple) {
 		int any = 0;
 		for (uint32_t k = 0; k < a->tup[j]->n; k++)
-			any |= a->tup[j]->g[k].set;
-		if (!any && !a->dout[j].set)
+			any |= a->tup[j]->g[k].a != NULL;
+		if (!any && !a->dout[j].a)
 			return;
-		if (!any)
-			g = &a->dout[j];
+		if (any)
+			ns = a->tup[j]->n;
+		else
+			s = &a->dout[j];
 	}
+	/* the rule reads the gradients as GVs */
+	GV one, *g = ns > 1 ? xmalloc(ns * sizeof *g) : &one;
+	for (uint32_t k = 0; k < ns; k++)
+		g[k] = slot_get(&s[k]);
 	a->cur = n;
 	a->ext_built = 0;
 	a->e.ext = NULL;
@@ -2023,6 +2134,8 @@ static void run_rule(Ad *a, Node *n, uint32_t j)
 	a->in_loss = 0;
 	a->cur = NULL;
 	a->e.ext = NULL;
+	if (g != &one)
+		free(g);
 }
 
 int pass_autodiff(Module *m, const Options *o)
@@ -2069,6 +2182,9 @@ int pass_autodiff(Module *m, const Options *o)
 	a.gather = xcalloc(a.nn, sizeof *a.gather);
 	a.scratch = xmalloc(SCRATCH * sizeof *a.scratch);
 	keymap_init(&a.types, sizeof(Abs *));
+	keymap_init(&a.abs, sizeof(Abs));
+	keymap_init(&a.attrs, sizeof(Attr *));
+	keymap_init(&a.ints, sizeof(Value));
 	ir_clear_marks(m);
 	for (uint32_t i = 0; i < g->params.n; i++) /* index: params, then nodes */
 		g->params.a[i]->mark = i + 1;
@@ -2096,7 +2212,7 @@ int pass_autodiff(Module *m, const Options *o)
 			Abs la = train_abs_value(&root->out);
 			Abs ca = la;
 			ca.has_value = 1;
-			a.dout[r] = gv_val(train_float_tensor(m, root->out.dtype, 1), ca);
+			slot_put(&a, &a.dout[r], gv_val(train_float_tensor(m, root->out.dtype, 1), ca));
 			(void)la;
 		}
 		uint32_t np = g->params.n;
@@ -2109,13 +2225,13 @@ int pass_autodiff(Module *m, const Options *o)
 		/* the weights' gradients, in # Params order */
 		uint32_t nw = 0;
 		for (uint32_t i = 0; i < np; i++)
-			if (a.needs[i] && a.dout[i].set && a.dout[i].v.kind == V_NODE)
+			if (a.needs[i] && a.dout[i].a && a.dout[i].v.kind == V_NODE)
 				nw++;
 		ti->weight = arena_alloc(m->arena, (nw + 1) * sizeof(Node *));
 		ti->grad = arena_alloc(m->arena, (nw + 1) * sizeof(Node *));
 		ti->gather = arena_alloc(m->arena, (nw + 1) * sizeof(Node *));
 		for (uint32_t i = 0; i < np; i++)
-			if (a.needs[i] && a.dout[i].set && a.dout[i].v.kind == V_NODE) {
+			if (a.needs[i] && a.dout[i].a && a.dout[i].v.kind == V_NODE) {
 				ti->weight[ti->nw] = g->params.a[i];
 				ti->grad[ti->nw] = a.dout[i].v.u.node;
 				ti->gather[ti->nw] = a.gather[i];
@@ -2152,6 +2268,11 @@ int pass_autodiff(Module *m, const Options *o)
 	free(a.tup);
 	free(a.scratch);
 	keymap_free(&a.types);
+	keymap_free(&a.abs);
+	keymap_free(&a.attrs);
+	keymap_free(&a.ints);
+	vec_free(&a.akey);
+	vec_free(&a.aheap);
 	free(a.needs);
 	free(a.reach);
 	free(a.gather);

@@ -17,6 +17,17 @@ int train_is_trainable(const Node *p)
 	return p->kind == NK_PARAM && p->has_default;
 }
 
+/* train_emit_bprop_of's answers, by (f's scope, prim, grad): a forward
+ * node's full name is its own, so a table of every one would hold an
+ * entry per forward node; the few the bprops are asking for now (a node's
+ * rule, then its operands' accumulations) stay in a small cache, and a
+ * miss forms the text again and finds it interned */
+#define TRAIN_DIRS 4096
+struct TrainDir {
+	Sym scope, prim, dir;
+	int32_t grad; /* dir 0: an empty entry */
+};
+
 int train_emit_init(TrainEmit *e, Module *m, const Options *o)
 {
 	memset(e, 0, sizeof *e);
@@ -27,13 +38,14 @@ int train_emit_init(TrainEmit *e, Module *m, const Options *o)
 	e->tmpl.kind = NK_CNODE;
 	e->tmpl.g = e->g;
 	e->tmpl.stage = -1;
-	keymap_init(&e->dirs, sizeof(Sym));
+	e->dirs = xcalloc(TRAIN_DIRS, sizeof *e->dirs);
 	return 0;
 }
 
 void train_emit_free(TrainEmit *e)
 {
-	keymap_free(&e->dirs);
+	free(e->dirs);
+	e->dirs = NULL;
 	lower_ctx_free(&e->lc);
 	vec_free(&e->out);
 }
@@ -46,14 +58,17 @@ void train_emit_dir(TrainEmit *e, Sym dir_x)
 }
 
 /* the directory of f's full name (up to its last '/'), with prefix and
- * suffix; cached by (f's scope, prim, grad) so a million bprops intern a
- * few strings (spec §1.2: Gradients/<forward scope>/Grad_<PrimName>) */
+ * suffix (spec §1.2: Gradients/<forward scope>/Grad_<PrimName>) */
 void train_emit_bprop_of(TrainEmit *e, const Node *f, const char *prim, int grad)
 {
-	int64_t key[3] = {f->scope, (int64_t)(prim ? intern_cstr(prim) : 0), grad};
-	int fresh;
-	Sym *s = keymap_get(&e->dirs, key, 3, &fresh);
-	if (fresh) {
+	Sym ps = prim ? intern_cstr(prim) : 0;
+	uint32_t h = (f->scope * 2654435761u ^ ps * 40503u ^ (uint32_t)grad * 97u) & (TRAIN_DIRS - 1);
+	struct TrainDir *d = &e->dirs[h];
+	Sym *s = &d->dir;
+	if (!(d->dir && d->scope == f->scope && d->prim == ps && d->grad == grad)) {
+		d->scope = f->scope;
+		d->prim = ps;
+		d->grad = grad;
 		const char *fs = f->scope_kind ? sym_str(f->scope) : "Default/x";
 		if (f->scope_kind && f->scope_kind != SCOPE_FULLNAME)
 			fs = "Default/x";

@@ -39,7 +39,7 @@ typedef struct TrainEmit {
 	Vec(Node *) out;   /* emitted nodes, in order */
 	Node tmpl;         /* fullname template: scope = "<dir>/x" */
 	const NodeExt *ext; /* shared by every node emitted now (primal attributes), or NULL */
-	KeyMap dirs;       /* (scope, prim) -> the interned "Gradients/<dir>/Grad_<Prim>/x" */
+	struct TrainDir *dirs; /* (scope, prim, grad) -> the interned "Gradients/<dir>/Grad_<Prim>/x" */
 } TrainEmit;
 
 int train_emit_init(TrainEmit *e, Module *m, const Options *o); /* 0, -1 reported */
