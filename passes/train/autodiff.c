@@ -1703,12 +1703,12 @@ static void bp_topk(Ad *a, Node *n, const GV *g, int gop)
 	Tup *p = tup_of(a, n);
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
-	if (!p || !p->g[0].set || xa.shape.kind != SK_DIMS || n->out.shape.kind != SK_TUPLE || n->out.shape.rank < 2)
+	if (!p || !p->g[0].a || xa.shape.kind != SK_DIMS || n->out.shape.kind != SK_TUPLE || n->out.shape.rank < 2)
 		return;
 	Abs ia = tensor_like(a, &xa, n->out.shape.sub[1].dims, n->out.shape.sub[1].rank);
 	ia.dtype = lower_sym("Int32");
 	ia.tstr = lower_sym("Tensor[Int32]");
-	give(a, n, 0, scatter_rows(a, elem(a, n, 1, &ia), p->g[0], &xa, 0));
+	give(a, n, 0, scatter_rows(a, elem(a, n, 1, &ia), slot_get(&p->g[0]), &xa, 0));
 }
 
 /* Sort(x, axis, descending) -> (values, indices) (grad_array_ops.cc, Sort):
@@ -1723,7 +1723,7 @@ static void bp_sort(Ad *a, Node *n, const GV *g, int gop)
 	Abs xa = tensor_abs(&x);
 	int64_t axis = -1, xd[MAX_RANK];
 	int r = dims_of(&xa, xd);
-	if (!p || !p->g[0].set || r < 1)
+	if (!p || !p->g[0].a || r < 1)
 		return;
 	get_int(n, 1, "axis", &axis);
 	if (axis < 0)
@@ -1731,7 +1731,7 @@ static void bp_sort(Ad *a, Node *n, const GV *g, int gop)
 	if (axis < 0 || axis >= r)
 		return;
 	int desc = ir_node_flag(n, 2, "descending", NULL);
-	GV in = x, dv = p->g[0];
+	GV in = x, dv = slot_get(&p->g[0]);
 	if (!desc) {
 		in = gv_node(op1(a, OP_Neg, x, &xa));
 		dv = gv_node(op1(a, OP_Neg, dv, &dv.a));
