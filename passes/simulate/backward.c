@@ -488,6 +488,87 @@ static SimValue *k_batch_norm_grad(Ctx *c)
 	return tuple3(c, dx, ds, db);
 }
 
+/* the channel count and the sizes around it of a BatchNorm input (NCHW) */
+static int bn_dims(Ctx *c, const SimTensor *x, int64_t *C, int64_t *outer, int64_t *inner)
+{
+	if (x->ndim < 2) {
+		sim_fail(c, "needs an input of rank >= 2");
+		return -1;
+	}
+	*C = x->shape[1];
+	*outer = x->shape[0];
+	*inner = x->numel / (*outer * *C > 0 ? *outer * *C : 1);
+	return 0;
+}
+
+/* operands from i on: per-channel vectors of C elements */
+static int bn_channels(Ctx *c, uint32_t i, int k, int64_t C, SimTensor **v)
+{
+	for (int j = 0; j < k; j++) {
+		if (!(v[j] = sim_arg_tensor(c, i + (uint32_t)j)))
+			return -1;
+		if (v[j]->numel != C) {
+			sim_fail(c, "operand %u has %lld elements for %lld channels", i + (unsigned)j,
+			         (long long)v[j]->numel, (long long)C);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* BNTrainingUpdateGrad(dy, x, mean, var, epsilon) -> (sum dy*x_hat, sum
+ * dy) per channel over this rank's batch (the first half of a batch-split
+ * BatchNorm's bprop; autodiff.c, bp_sync_batchnorm) */
+static SimValue *k_bn_update_grad(Ctx *c)
+{
+	SimTensor *g, *x, *v[2];
+	int64_t C, outer, inner;
+	if (same_pair(c, 0, 1, &g, &x) < 0 || bn_dims(c, x, &C, &outer, &inner) < 0 || bn_channels(c, 2, 2, C, v) < 0)
+		return NULL;
+	double eps = sim_float(c, ATTR_ONLY, "epsilon", 1e-5);
+	SimTensor *ds = sim_tensor_new(c->r, SD_F32, 1, &C), *db = ds ? sim_tensor_new(c->r, SD_F32, 1, &C) : NULL;
+	if (!db)
+		return NULL;
+	for (int64_t ch = 0; ch < C; ch++) {
+		double rs = 1 / sqrt(v[1]->data[ch] + eps), sg = 0, sgx = 0;
+		for (int64_t a = 0; a < outer; a++)
+			for (int64_t b = 0; b < inner; b++) {
+				int64_t i = (a * C + ch) * inner + b;
+				sg += g->data[i];
+				sgx += g->data[i] * (x->data[i] - v[0]->data[ch]) * rs;
+			}
+		ds->data[ch] = (float)sgx;
+		db->data[ch] = (float)sg;
+	}
+	return sim_tuple2(c, ds, db);
+}
+
+/* BNTrainingReduceGrad(dy, x, dscale, doffset, scale, mean, var, epsilon)
+ * -> dx = scale * rstd * (dy - (doffset + x_hat * dscale) / count), count
+ * this rank's elements per channel: dscale and doffset are the group's
+ * sums over the group size, so that is the whole batch's mean */
+static SimValue *k_bn_reduce_grad(Ctx *c)
+{
+	SimTensor *g, *x, *v[5];
+	int64_t C, outer, inner;
+	if (same_pair(c, 0, 1, &g, &x) < 0 || bn_dims(c, x, &C, &outer, &inner) < 0 || bn_channels(c, 2, 5, C, v) < 0)
+		return NULL;
+	double eps = sim_float(c, ATTR_ONLY, "epsilon", 1e-5), cnt = (double)(outer * inner);
+	SimTensor *dx = like(c, x);
+	if (!dx)
+		return NULL;
+	for (int64_t ch = 0; ch < C; ch++) {
+		double rs = 1 / sqrt(v[4]->data[ch] + eps), ds = v[0]->data[ch], db = v[1]->data[ch];
+		for (int64_t a = 0; a < outer; a++)
+			for (int64_t b = 0; b < inner; b++) {
+				int64_t i = (a * C + ch) * inner + b;
+				double xh = (x->data[i] - v[3]->data[ch]) * rs;
+				dx->data[i] = (float)(v[2]->data[ch] * rs * (g->data[i] - (db + xh * ds) / cnt));
+			}
+	}
+	return sim_val_tensor(c->r, dx);
+}
+
 /* BiasAddGrad(g, format): g summed over every axis but the channel axis
  * (1, or the last for NHWC) */
 static SimValue *k_bias_add_grad(Ctx *c)
@@ -1091,6 +1172,8 @@ static const Named named[] = {
     {"LayerNormGrad", k_layer_norm_grad, 0, {0}, -1},
     {"RmsNormGrad", k_rms_norm_grad, 0, {0}, -1},
     {"BatchNormGrad", k_batch_norm_grad, 0, {0}, -1},
+    {"BNTrainingUpdateGrad", k_bn_update_grad, 0, {0}, -1},
+    {"BNTrainingReduceGrad", k_bn_reduce_grad, 0, {0}, -1},
     {"BiasAddGrad", k_bias_add_grad, 0, {0}, -1},
     {"StridedSliceGrad", k_strided_slice_grad, 0, {0}, -1},
     {"Slice", k_slice, 0, {0}, -1},

@@ -694,11 +694,107 @@ static Abs tuple_abs(Ad *a, Node *n, const uint32_t *operand, int count)
 	return t;
 }
 
+static void comm_group(Ad *a, Node *c, const Node *n, int fusion0);
+static Node *comm_op(Ad *a, int op, GV x, const Abs *out, const Node *n, const char *prefix);
+static void put(Ad *a, Node *c, const char *key, Value v);
+static void put_from(Ad *a, Node *c, const Node *n, const char *key, const char *as);
+
+/* the forward AllReduce of the per-channel sum behind a BatchNorm's
+ * statistics operand k (3: mean = RealDiv(AllReduce(sum x), count); 4:
+ * variance = Sub(RealDiv(AllReduce(sum x*x), count), mean*mean)), as the
+ * lowering builds them for a batch-split training BatchNorm
+ * (redistribute.c, batch_stats), or NULL */
+static Node *stats_allreduce(const Node *n, uint32_t k)
+{
+	Node *p = arg_node(n, k);
+	if (p && k == 4)
+		p = p->kind == NK_CNODE && p->callee_kind == CK_PRIM && p->op == OP_Sub ? arg_node(p, 0) : NULL;
+	p = p && p->kind == NK_CNODE && p->callee_kind == CK_PRIM && p->op == OP_RealDiv ? arg_node(p, 0) : NULL;
+	return p && p->kind == NK_CNODE && p->callee_kind == CK_PRIM && p->op == OP_AllReduce ? p : NULL;
+}
+
+/* the epsilon of a BatchNorm (operand 6 or the attribute) onto c */
+static void put_epsilon(Ad *a, Node *c, const Node *n)
+{
+	if (n->nargs > 6 && (n->args[6].kind == V_FLOAT || n->args[6].kind == V_INT))
+		put(a, c, "epsilon", n->args[6]);
+	else
+		put_from(a, c, n, "epsilon", NULL);
+	c->has_pattrs = c->pattrs.n > 0;
+}
+
+/* A batch-split training BatchNorm normalises with statistics of the whole
+ * batch (mean_ar: the forward AllReduce of its sum), so dx carries the
+ * gradient through them, which needs the group-wide per-channel sums of
+ * dy*x_hat and dy.  As MindSpore's SyncBatchNorm bprop, split for the
+ * device (mindspore-ai/mindspore: python/mindspore/ops/_grad_experimental
+ * SyncBatchNorm bprop -> SyncBatchNormGrad(epsilon, group, device_num);
+ * mindspore/ccsrc/plugin/device/ascend/optimizer/ir_fission/
+ * bn_grad_split.cc, SyncBnGradSplit; the group from
+ * frontend/parallel/ops_info/batch_norm_info.cc):
+ *   u = BNTrainingUpdateGrad(dy, x, mean, var) -> (sum dy*x_hat, sum dy)
+ *   s_k = Mul(AllReduce(sum, group)(u[k]), 1/device_num)
+ *   dx = BNTrainingReduceGrad(dy, x, s_0, s_1, scale, mean, var)
+ * dscale and dbias are the local sums u[0], u[1] (summed over the batch
+ * group by the parameters' mirror, like every data-parallel gradient).
+ * BNTrainingReduceGrad divides by the local count: the 1/device_num makes
+ * that the global mean over equal local batches. */
+static void bp_sync_batchnorm(Ad *a, Node *n, const GV *g, Node *mean_ar)
+{
+	GV x = gv_arg(n, 0), sc = gv_arg(n, 1), mu = gv_arg(n, 3), var = gv_arg(n, 4);
+	Abs xa = tensor_abs(&x), sa = tensor_abs(&sc);
+	GV dy = g[0].set ? g[0] : gv_val(value_node(n), xa);
+	Node *var_ar = stats_allreduce(n, 4);
+	const Value *gr = ir_attr_get(&mean_ar->pattrs, "group_rank_ids");
+	uint32_t dn = gr && (gr->kind == V_TUPLE || gr->kind == V_LIST) && gr->n ? gr->n : 1;
+	static const uint32_t sb[] = {1, 2};
+	Abs ta = tuple_abs(a, n, sb, 2);
+	Node *u = emit(a, OP_BNTrainingUpdateGrad, 4, &ta);
+	set(u, 0, dy);
+	set(u, 1, x);
+	set(u, 2, mu);
+	set(u, 3, var);
+	put_epsilon(a, u, n);
+	GV s[2];
+	for (int k = 0; k < 2; k++) {
+		const Node *f = k == 1 && var_ar ? var_ar : mean_ar;
+		Node *t = op2(a, OP_TupleGetItem, gv_node(u), c_int(k), &sa);
+		Node *r = comm_op(a, OP_AllReduce, gv_node(t), &sa, f, "grad");
+		put(a, r, "op", value_str("sum"));
+		put_from(a, r, f, "group", NULL);
+		put(a, r, "fusion", value_int(0, NT_I64));
+		put(a, r, "index", value_int(0, NT_I64));
+		put(a, r, "no_eliminate", value_bool(1));
+		comm_group(a, r, f, 1);
+		s[k] = gv_node(op2(a, OP_Mul, gv_node(r), c_scalar(a, sa.dtype, 1.0 / (double)dn), &sa));
+		if (wants(a, n, 1 + (uint32_t)k))
+			give(a, n, 1 + (uint32_t)k, gv_node(t));
+	}
+	if (!wants(a, n, 0))
+		return;
+	Node *d = emit(a, OP_BNTrainingReduceGrad, 7, &xa);
+	set(d, 0, dy);
+	set(d, 1, x);
+	set(d, 2, s[0]);
+	set(d, 3, s[1]);
+	set(d, 4, sc);
+	set(d, 5, mu);
+	set(d, 6, var);
+	put_epsilon(a, d, n);
+	give(a, n, 0, gv_node(d));
+}
+
 /* BatchNorm(x, scale, bias, mean, var, ...) -> (y, mean, var, reserve1,
  * reserve2): BatchNormGrad(g0, x, scale, out[3], out[4], out[2],
- * is_training, eps, format) -> dx, dscale, dbias (§6) */
+ * is_training, eps, format) -> dx, dscale, dbias (§6); a batch-split
+ * training one (its statistics from a forward AllReduce): above */
 static void bp_batchnorm(Ad *a, Node *n, const GV *g, int gop)
 {
+	Node *mean_ar = stats_allreduce(n, 3);
+	if (mean_ar) {
+		bp_sync_batchnorm(a, n, g, mean_ar);
+		return;
+	}
 	static const uint32_t ops[] = {0, 1, 2};
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x), sa = tensor_abs((GV[]){gv_arg(n, 1)});
