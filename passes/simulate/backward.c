@@ -602,6 +602,86 @@ static SimValue *k_bias_add_grad(Ctx *c)
 	return sim_val_tensor(c->r, o);
 }
 
+/* ------------------------------------------- PReLU and L2Normalize */
+/* PReLUGrad(dy, x, w) -> (dx, dw), the derivatives of k_prelu (kernels.c):
+ * dx = dy where x > 0, else w[channel] dy; dw[channel] = the sum of dy x
+ * over the channel's elements with x <= 0 (all elements for one slope) */
+static SimValue *k_prelu_grad(Ctx *c)
+{
+	SimTensor *g, *x, *w;
+	int64_t outer, inner;
+	if (same_pair(c, 0, 1, &g, &x) < 0 || !(w = sim_arg_tensor(c, 2)))
+		return NULL;
+	if (x->ndim < 2 || w->ndim != 1 || (w->shape[0] != 1 && w->shape[0] != x->shape[1]))
+		return FAILV("PReLU weight must have one slope or one per channel");
+	SimTensor *dx = like(c, x), *dw = dx ? like(c, w) : NULL;
+	if (!dw)
+		return NULL;
+	int64_t nw = w->shape[0];
+	double *acc = xcalloc((size_t)nw, sizeof *acc);
+	sim_around(x, 1, &outer, &inner);
+	for (int64_t e = 0; e < x->numel; e++) {
+		int64_t k = nw == 1 ? 0 : e / inner % x->shape[1];
+		double y = x->data[e], gi = g->data[e];
+		if (y > 0) {
+			dx->data[e] = (float)gi;
+		} else {
+			dx->data[e] = (float)(w->data[k] * gi);
+			acc[k] += gi * y;
+		}
+	}
+	for (int64_t k = 0; k < nw; k++)
+		dw->data[k] = (float)acc[k];
+	free(acc);
+	return sim_tuple2(c, dx, dw);
+}
+
+/* L2NormalizeGrad(x, y, dy) with the forward's axis and epsilon
+ * attributes, the derivative of k_l2normalize (kernels.c): with
+ * n = sqrt(max(sum x^2, epsilon)) along the axis and y = x / n,
+ * dx = (dy - y sum(dy y)) / n where sum x^2 > epsilon, else dy / n (n is
+ * then the constant sqrt(epsilon)).  y is recomputed from x in double. */
+static SimValue *k_l2normalize_grad(Ctx *c)
+{
+	SimTensor *x, *y, *g;
+	int64_t ax[MAX_RANK], outer, inner;
+	int a;
+	if (same_pair(c, 0, 1, &x, &y) < 0 || same_pair(c, 0, 2, &x, &g) < 0)
+		return NULL;
+	int k = sim_ints(c, ATTR_ONLY, "axis", ax, MAX_RANK);
+	if (k <= 0) /* the forward's default */
+		ax[0] = 0, k = 1;
+	if (k != 1)
+		return FAILV("L2Normalize over %d axes is not simulated", k);
+	if (sim_axis(c, ax[0], x->ndim, &a) < 0)
+		return NULL;
+	double eps = sim_float(c, ATTR_ONLY, "epsilon", 1e-4);
+	SimTensor *dx = like(c, x);
+	if (!dx)
+		return NULL;
+	sim_around(x, a, &outer, &inner);
+	int64_t len = x->shape[a];
+	for (int64_t i = 0; i < outer; i++)
+		for (int64_t l = 0; l < inner; l++) {
+			double ss = 0, dot = 0;
+			for (int64_t j = 0; j < len; j++) {
+				int64_t e = (i * len + j) * inner + l;
+				ss += (double)x->data[e] * x->data[e];
+				dot += (double)g->data[e] * x->data[e];
+			}
+			int live = ss > eps;
+			double dn = sqrt(live ? ss : eps);
+			for (int64_t j = 0; j < len; j++) {
+				int64_t e = (i * len + j) * inner + l;
+				double v = g->data[e] / dn;
+				if (live)
+					v -= x->data[e] * dot / (dn * dn * dn);
+				dx->data[e] = (float)v;
+			}
+		}
+	return sim_val_tensor(c->r, dx);
+}
+
 /* ------------------------------------------------------- shape gradients */
 /* StridedSliceGrad(dout, shape, begin, end, strides): dout placed where
  * StridedSlice took it from, zeros elsewhere; masks are the attributes
@@ -660,6 +740,46 @@ static SimValue *k_slice(Ctx *c)
 			             (long long)sz[i], i, (long long)x->shape[i]);
 	}
 	return sim_val_tensor(c->r, sim_extract(c->r, x, b, sz));
+}
+
+/* SliceGrad(dy, x, begin, size): dy placed where Slice(x, begin, size)
+ * took it from, zeros elsewhere (the bprop of Slice in
+ * mindspore/ops/grad/grad_array_ops.cc); a size of -1 runs to the end, as
+ * in the forward */
+static SimValue *k_slice_grad(Ctx *c)
+{
+	SimTensor *g = sim_arg_tensor(c, 0), *x = g ? sim_arg_tensor(c, 1) : NULL;
+	int64_t b[MAX_RANK], sz[MAX_RANK], st[MAX_RANK], gst[MAX_RANK];
+	if (!x)
+		return NULL;
+	int kb = sim_ints(c, 2, "begin", b, MAX_RANK), ks = sim_ints(c, 3, "size", sz, MAX_RANK);
+	if (kb != x->ndim || ks != x->ndim)
+		return FAILV("begin and size need %d entries", x->ndim);
+	for (int i = 0; i < x->ndim; i++) {
+		if (sz[i] == -1)
+			sz[i] = x->shape[i] - b[i];
+		if (b[i] < 0 || sz[i] < 0 || b[i] + sz[i] > x->shape[i])
+			return FAILV("block [%lld, +%lld) outside dimension %d of size %lld", (long long)b[i],
+			             (long long)sz[i], i, (long long)x->shape[i]);
+	}
+	if (!sim_same_shape(g, x->ndim, sz)) {
+		char gs[160], bs[160];
+		sim_fmt_shape(gs, sizeof gs, g->ndim, g->shape);
+		sim_fmt_shape(bs, sizeof bs, x->ndim, sz);
+		return FAILV("dy has shape %s but the block is %s", gs, bs);
+	}
+	SimTensor *o = like(c, x);
+	if (!o)
+		return NULL;
+	sim_strides(x->ndim, x->shape, st);
+	sim_strides(x->ndim, sz, gst);
+	for (int64_t i = 0; i < g->numel; i++) {
+		int64_t off = 0;
+		for (int d = 0; d < x->ndim; d++)
+			off += (b[d] + i / gst[d] % sz[d]) * st[d];
+		o->data[off] = g->data[i];
+	}
+	return sim_val_tensor(c->r, o);
 }
 
 /* UnsortedSegmentSum(x, ids, num_segments): out[ids[i], ...] += x[i, ...];
@@ -1175,7 +1295,10 @@ static const Named named[] = {
     {"BNTrainingUpdateGrad", k_bn_update_grad, 0, {0}, -1},
     {"BNTrainingReduceGrad", k_bn_reduce_grad, 0, {0}, -1},
     {"BiasAddGrad", k_bias_add_grad, 0, {0}, -1},
+    {"PReLUGrad", k_prelu_grad, 0, {0}, -1},
+    {"L2NormalizeGrad", k_l2normalize_grad, 0, {0}, -1},
     {"StridedSliceGrad", k_strided_slice_grad, 0, {0}, -1},
+    {"SliceGrad", k_slice_grad, 0, {0}, -1},
     {"Slice", k_slice, 0, {0}, -1},
     {"UnsortedSegmentSum", k_unsorted_segment_sum, 0, {0}, -1},
     {"ScatterNd", k_scatter_nd, 0, {0}, -1},
