@@ -35,10 +35,6 @@ known_bug() {
 		grep -q 'gradient of parameter conv2.weight .* is not the single-device one' "$2" &&
 			echo "the bprop of the batch-split BatchNorm (sync statistics) drops the statistics' gradient"
 		;;
-	llama_fa_*.ir)
-		grep -Eq "operator '(SwigluGrad|FlashAttentionScoreGrad|RotaryPositionEmbeddingGrad)' is not simulated" "$2" &&
-			echo "no simulator kernels yet for the grad operators of Swiglu, FlashAttentionScore and RotaryPositionEmbedding"
-		;;
 	*) false ;;
 	esac
 }
