@@ -295,10 +295,11 @@ int ir_dataset_split(const struct Options *o, const Node *vd, uint32_t k, int ra
  * Bool(0), Bool(1)), else attribute k1 or k2 (transpose_a / transpose_x1) */
 int ir_node_flag(const Node *n, uint32_t i, const char *k1, const char *k2);
 
-/* The attention operators (FAM_ATTENTION): where their operands are, which
- * dimensions of q/k/v are batch, sequence and heads for the input layout,
- * and the output shapes.  Operand positions are the argument lists of
- * mindspore-ai/mindspore mindspore/ops/op_def/yaml/
+/* The attention operators (FAM_ATTENTION) and FlashAttentionScoreGrad:
+ * where their operands are, which dimensions of q/k/v are batch, sequence
+ * and heads for the input layout, and the output shapes.  Operand
+ * positions are the argument lists of mindspore-ai/mindspore
+ * mindspore/ops/op_def/yaml/
  * flash_attention_score_op.yaml, prompt_flash_attention_op.yaml and
  * incre_flash_attention_op.yaml (its key and value as single tensors); the
  * layout numbers are ops::FASInputLayoutMode (mindspore/core/include/ops/
@@ -321,7 +322,7 @@ typedef struct AttnInfo {
 	int kvheads_opnd;      /* operand of the key/value head count (0: as many), -1: none */
 	int scale_opnd, sparse_opnd; /* operands of scale_value and sparse_mode */
 	uint8_t role[ATTN_MAX_OPND]; /* AR_* of each tensor operand */
-	int nout;              /* 4 (FlashAttentionScore) or 1 */
+	int nout;              /* 4 (FlashAttentionScore), 3 (its grad: dq, dk, dv) or 1 */
 	int64_t out[4][4];     /* output shapes; out[2] (softmax_out) is not checked */
 	int orank[4];
 } AttnInfo;

@@ -277,6 +277,11 @@ static const uint8_t pfa_roles[12] = {AR_Q,      AR_K,     AR_V,     AR_MASK,  A
                                       AR_SHIFT,  AR_SCALE, AR_SCALE, AR_SCALE, AR_SCALE,  AR_SCALE};
 static const uint8_t ifa_roles[15] = {AR_Q,     AR_K,     AR_V,     AR_MASK,  AR_SEQLEN, AR_SHIFT, AR_SCALE, AR_SCALE,
                                       AR_SCALE, AR_SCALE, AR_SCALE, AR_SCALE, AR_SCALE,  AR_PAGED, AR_PAGED};
+/* FlashAttentionScoreGrad: the forward's operands with dout at 3 and the
+ * forward's four outputs at 8..11 (passes/train/autodiff.c bp_flash_attention,
+ * after mindspore/ops/grad/grad_nn_ops.cc) */
+static const uint8_t fasg_roles[15] = {AR_Q,    AR_K,    AR_V,    AR_NONE, AR_SHIFT,  AR_DROP,   AR_PADDING, AR_MASK,
+                                       AR_NONE, AR_NONE, AR_NONE, AR_NONE, AR_PREFIX, AR_SEQLEN, AR_SEQLEN};
 static const char *const layout_names[ATTN_NLAYOUTS] = {"BSH", "BNSD", "SBH", "BSND"};
 
 /* per operator: its roles, and the operands of head_num, input_layout,
@@ -290,6 +295,7 @@ static const struct AttnOp {
 	{fas_roles, 10, 10, 16, -1, 12, 17, "head_num"},
 	{pfa_roles, 12, 12, 16, 17, 13, 18, "num_heads"},
 	{ifa_roles, 15, 15, 16, 18, 17, -1, "num_heads"},
+	{fasg_roles, 15, 15, 21, -1, 17, 22, "head_num"},
 };
 
 /* operand i's shape: its type-line entry, else its producer's (a text
@@ -335,8 +341,8 @@ static int attn_layout(const Node *n, uint32_t i, int *layout, char *why, size_t
 int ir_attention_info(const Node *n, AttnInfo *ai, char *why, size_t whylen)
 {
 	memset(ai, 0, sizeof *ai);
-	int fas = n->op == OP_FlashAttentionScore;
-	const struct AttnOp *ao = &attn_ops[fas ? 0 : n->op == OP_PromptFlashAttention ? 1 : 2];
+	int fas = n->op == OP_FlashAttentionScore, grad = n->op == OP_FlashAttentionScoreGrad;
+	const struct AttnOp *ao = &attn_ops[fas ? 0 : grad ? 3 : n->op == OP_PromptFlashAttention ? 1 : 2];
 	const uint8_t *roles = ao->roles;
 	uint32_t nroles = ao->nroles;
 	uint32_t layout_opnd = (uint32_t)ao->layout;
@@ -439,6 +445,13 @@ int ir_attention_info(const Node *n, AttnInfo *ai, char *why, size_t whylen)
 		ai->orank[2] = -1;
 		memcpy(ai->out[3], q->dims, (size_t)rank * sizeof(int64_t));
 		ai->orank[3] = rank;
+	} else if (grad) { /* dq, dk, dv */
+		ai->nout = 3;
+		const Shape *qkv[3] = {q, k, v};
+		for (int o = 0; o < 3; o++) {
+			memcpy(ai->out[o], qkv[o]->dims, (size_t)rank * sizeof(int64_t));
+			ai->orank[o] = rank;
+		}
 	} else {
 		ai->nout = 1;
 		memcpy(ai->out[0], q->dims, (size_t)rank * sizeof(int64_t));

@@ -602,6 +602,106 @@ static SimValue *k_bias_add_grad(Ctx *c)
 	return sim_val_tensor(c->r, o);
 }
 
+/* ------------------------------------------------------ LLM operators */
+/* RotaryPositionEmbeddingGrad(dy, cos, sin, x, mode) -> (dx, dcos, dsin),
+ * the derivative of k_rope (kernels.c): with out_e = x_e cos_e +
+ * sign_e x_p(e) sin_e (p(e) the partner of e in the rotation),
+ *   dx_e += dy_e cos_e,  dx_p(e) += sign_e dy_e sin_e,
+ *   dcos_e += dy_e x_e,  dsin_e += sign_e dy_e x_p(e)
+ * dcos and dsin summed over the axes cos and sin are broadcast along. */
+static SimValue *k_rope_grad(Ctx *c)
+{
+	SimTensor *in[3], *dy, *x; /* x, cos, sin in the forward's order */
+	if (same_pair(c, 0, 3, &dy, &x) < 0 || !(in[1] = sim_arg_tensor(c, 1)) || !(in[2] = sim_arg_tensor(c, 2)))
+		return NULL;
+	in[0] = x;
+	int64_t mode = 0;
+	sim_ints(c, 4, "mode", &mode, 1);
+	int nd;
+	int64_t shape[MAX_RANK], st[3][MAX_RANK];
+	if (sim_broadcast(c, 3, in, &nd, shape, st) < 0)
+		return NULL;
+	if (nd != x->ndim || !sim_same_shape(x, nd, shape) || nd < 1)
+		return FAILV("cos and sin must broadcast to the input's shape");
+	int64_t D = x->shape[nd - 1];
+	if (D % 2 || (mode != 0 && mode != 1))
+		return FAILV("rotation needs an even last axis and mode 0 or 1 (D %lld, mode %lld)", (long long)D,
+		             (long long)mode);
+	SimTensor *dx = like(c, x), *dc = dx ? like(c, in[1]) : NULL, *dsn = dc ? like(c, in[2]) : NULL;
+	if (!dsn)
+		return NULL;
+	double *ax = xcalloc((size_t)(x->numel ? x->numel : 1), sizeof *ax);
+	double *acc[3] = {ax, xcalloc((size_t)(dc->numel ? dc->numel : 1), sizeof(double)),
+	                  xcalloc((size_t)(dsn->numel ? dsn->numel : 1), sizeof(double))};
+	const float *cs = in[1]->data, *sn = in[2]->data;
+	int64_t idx[MAX_RANK] = {0}, off[3] = {0};
+	for (int64_t e = 0; e < x->numel; e++) {
+		int64_t i = idx[nd - 1], p;
+		double sign, g = dy->data[e];
+		if (mode == 0)
+			p = i < D / 2 ? e + D / 2 : e - D / 2, sign = i < D / 2 ? -1 : 1;
+		else
+			p = i % 2 == 0 ? e + 1 : e - 1, sign = i % 2 == 0 ? -1 : 1;
+		ax[e] += g * cs[off[1]];
+		ax[p] += sign * g * sn[off[2]];
+		acc[1][off[1]] += g * x->data[e];
+		acc[2][off[2]] += sign * g * x->data[p];
+		for (int d = nd - 1; d >= 0; d--) {
+			for (int k = 1; k < 3; k++)
+				off[k] += st[k][d];
+			if (++idx[d] < shape[d])
+				break;
+			for (int k = 1; k < 3; k++)
+				off[k] -= st[k][d] * shape[d];
+			idx[d] = 0;
+		}
+	}
+	SimTensor *out[3] = {dx, dc, dsn};
+	for (int k = 0; k < 3; k++) {
+		for (int64_t e = 0; e < out[k]->numel; e++)
+			out[k]->data[e] = (float)acc[k][e];
+		free(acc[k]);
+	}
+	return tuple3(c, dx, dc, dsn);
+}
+
+/* SwigluGrad(dy, x, dim) -> dx, the derivative of k_swiglu (kernels.c):
+ * with a, b the halves of x along dim and y = a sigmoid(a) b,
+ *   da = dy b sigmoid(a) (1 + a (1 - sigmoid(a))),  db = dy a sigmoid(a) */
+static SimValue *k_swiglu_grad(Ctx *c)
+{
+	SimTensor *dy = sim_arg_tensor(c, 0), *x = dy ? sim_arg_tensor(c, 1) : NULL;
+	int64_t axv = -1, outer, inner;
+	int a;
+	if (!x)
+		return NULL;
+	sim_ints(c, 2, "dim", &axv, 1);
+	if (sim_axis(c, axv, x->ndim, &a) < 0)
+		return NULL;
+	int64_t sh[MAX_RANK];
+	memcpy(sh, x->shape, sizeof sh);
+	if (sh[a] % 2)
+		return FAILV("Swiglu of an odd dimension");
+	sh[a] /= 2;
+	if (!sim_same_shape(dy, x->ndim, sh))
+		return FAILV("dy must have the shape of Swiglu's output");
+	SimTensor *dx = like(c, x);
+	if (!dx)
+		return NULL;
+	sim_around(x, a, &outer, &inner);
+	int64_t h = sh[a];
+	for (int64_t i = 0; i < outer; i++)
+		for (int64_t j = 0; j < h; j++)
+			for (int64_t l = 0; l < inner; l++) {
+				int64_t ia = (i * 2 * h + j) * inner + l, ib = (i * 2 * h + h + j) * inner + l;
+				double u = x->data[ia], w = x->data[ib], g = dy->data[(i * h + j) * inner + l],
+				       s = sigm(u);
+				dx->data[ia] = (float)(g * w * s * (1 + u * (1 - s)));
+				dx->data[ib] = (float)(g * u * s);
+			}
+	return sim_val_tensor(c->r, dx);
+}
+
 /* ------------------------------------------- PReLU and L2Normalize */
 /* PReLUGrad(dy, x, w) -> (dx, dw), the derivatives of k_prelu (kernels.c):
  * dx = dy where x > 0, else w[channel] dy; dw[channel] = the sum of dy x
@@ -1297,6 +1397,9 @@ static const Named named[] = {
     {"BiasAddGrad", k_bias_add_grad, 0, {0}, -1},
     {"PReLUGrad", k_prelu_grad, 0, {0}, -1},
     {"L2NormalizeGrad", k_l2normalize_grad, 0, {0}, -1},
+    {"FlashAttentionScoreGrad", k_attention_grad, 0, {0}, -1},
+    {"RotaryPositionEmbeddingGrad", k_rope_grad, 0, {0}, -1},
+    {"SwigluGrad", k_swiglu_grad, 0, {0}, -1},
     {"StridedSliceGrad", k_strided_slice_grad, 0, {0}, -1},
     {"SliceGrad", k_slice_grad, 0, {0}, -1},
     {"Slice", k_slice, 0, {0}, -1},

@@ -1,8 +1,8 @@
 /* kernels.c - the operators with arithmetic structure: MatMul/BatchMatMul,
  * Conv2D, MaxPool/AvgPool, reductions, ArgMax/MinWithValue, Softmax and
  * LogSoftmax, LayerNorm, RmsNorm, BatchNorm, the two softmax losses, and
- * the LLM/vision operators (attention, rotary embedding, Swiglu, PReLU,
- * L2Normalize, CumSum/CumProd).
+ * the LLM/vision operators (attention and its gradient, rotary embedding,
+ * Swiglu, PReLU, L2Normalize, CumSum/CumProd).
  *
  * All of them accumulate in double and round once to float32 on store, so
  * that a sum split across ranks (k-split MatMul + AllReduce, a split
@@ -720,6 +720,91 @@ static int64_t attn_at(const AttnInfo *ai, const SimTensor *t, int64_t b, int64_
 	}
 }
 
+/* the operands of an attention operator or its grad, read once */
+typedef struct Attn {
+	AttnInfo ai;
+	SimTensor *q, *k, *v, *mask, *shift;
+	double scale;
+} Attn;
+
+/* FlashAttentionScore / PromptFlashAttention / FlashAttentionScoreGrad:
+ * q, k, v, the mask and real_shift; fails on the operands and settings the
+ * simulator does not model (keep_opnd: keep_prob's operand, -1 none). */
+static int attn_operands(Ctx *c, Attn *A, int keep_opnd)
+{
+	Node *n = c->n;
+	char why[256] = "";
+	memset(A, 0, sizeof *A);
+	if (ir_attention_info(n, &A->ai, why, sizeof why) != 1)
+		return sim_fail(c, "attention operands: %s", why[0] ? why : "shapes unknown");
+	const AttnInfo *ai = &A->ai;
+	if (!(A->q = sim_arg_tensor(c, 0)) || !(A->k = sim_arg_tensor(c, 1)) || !(A->v = sim_arg_tensor(c, 2)))
+		return -1;
+	for (uint32_t i = 3; i < n->nargs && i < ATTN_MAX_OPND; i++) {
+		if (ai->role[i] == AR_NONE || value_is_word(&n->args[i], "None"))
+			continue;
+		if (ai->role[i] == AR_MASK)
+			A->mask = opt_tensor(c, i);
+		else if (ai->role[i] == AR_SHIFT)
+			A->shift = opt_tensor(c, i);
+		else
+			return sim_fail(c,
+			                "operand %u of %s (dropout, padding, prefix, sequence lengths, quantisation) is "
+			                "not simulated",
+			                i + 1, op_table[n->op].name);
+		if (c->r->failed)
+			return -1;
+	}
+	int64_t sparse = 0;
+	if (ai->sparse_opnd >= 0)
+		sim_ints(c, (uint32_t)ai->sparse_opnd, "sparse_mode", &sparse, 1);
+	if (sparse > 1)
+		return sim_fail(c, "sparse_mode %lld is not simulated", (long long)sparse);
+	if (keep_opnd >= 0 && sim_float(c, (uint32_t)keep_opnd, "keep_prob", 1.0) != 1.0)
+		return sim_fail(c, "dropout (keep_prob < 1) is not simulated");
+	A->scale = sim_float(c, (uint32_t)ai->scale_opnd, "scale_value", 1.0);
+	return 0;
+}
+
+/* row i of head h of batch b: sc[j] = exp(s_j - max) for the scores
+ * s_j = scale (q_i k_j + real_shift), a masked score dropping out (0);
+ * *mx the max (-inf when every score is masked), the sum is returned */
+static double attn_row(const Attn *A, int64_t b, int64_t h, int64_t i, double *sc, double *mx)
+{
+	const AttnInfo *ai = &A->ai;
+	const SimTensor *q = A->q, *k = A->k, *shift = A->shift, *mask = A->mask;
+	int64_t S1 = ai->s1, S2 = ai->s2, D = ai->head_dim, G = ai->heads / ai->kv_heads;
+	double m = -INFINITY, sum = 0;
+	for (int64_t j = 0; j < S2; j++) {
+		double dot = 0;
+		for (int64_t d = 0; d < D; d++)
+			dot +=
+			    (double)q->data[attn_at(ai, q, b, h, i, d, D)] * k->data[attn_at(ai, k, b, h / G, j, d, D)];
+		if (shift)
+			dot += shift->data[((shift->shape[0] > 1 ? b : 0) * shift->shape[1] + h) * shift->shape[2] *
+			                       shift->shape[3] +
+			                   (shift->shape[2] > 1 ? i : 0) * shift->shape[3] + j];
+		dot *= A->scale;
+		if (mask) {
+			int64_t mi = mask->ndim == 2 ? i * S2 + j
+			                             : (((mask->shape[0] > 1 ? b : 0) * mask->shape[1] +
+			                                 (mask->shape[1] > 1 ? h : 0)) *
+			                                    S1 +
+			                                i) * S2 +
+			                                   j;
+			if (mask->data[mi] != 0)
+				dot = -INFINITY;
+		}
+		sc[j] = dot;
+		if (dot > m)
+			m = dot;
+	}
+	for (int64_t j = 0; j < S2; j++)
+		sum += sc[j] = m == -INFINITY ? 0 : exp(sc[j] - m);
+	*mx = m;
+	return sum;
+}
+
 /* FlashAttentionScore / PromptFlashAttention on the rank's block:
  * y = softmax(mask(scale * (real_shift + q k^T))) v per head, the query
  * heads grouped over the key/value heads (GQA/MQA).  A nonzero mask entry
@@ -731,38 +816,13 @@ static int64_t attn_at(const AttnInfo *ai, const SimTensor *t, int64_t b, int64_
 SimValue *k_attention(Ctx *c)
 {
 	Node *n = c->n;
-	AttnInfo ai;
-	char why[256] = "";
-	if (ir_attention_info(n, &ai, why, sizeof why) != 1)
-		return FAILV("attention operands: %s", why[0] ? why : "shapes unknown");
 	int fas = n->op == OP_FlashAttentionScore;
-	SimTensor *q = sim_arg_tensor(c, 0), *k = q ? sim_arg_tensor(c, 1) : NULL, *v = k ? sim_arg_tensor(c, 2) : NULL;
-	if (!v)
+	Attn A;
+	if (attn_operands(c, &A, fas ? 11 : -1) < 0)
 		return NULL;
-	SimTensor *mask = NULL, *shift = NULL;
-	for (uint32_t i = 3; i < n->nargs && i < ATTN_MAX_OPND; i++) {
-		if (ai.role[i] == AR_NONE || value_is_word(&n->args[i], "None"))
-			continue;
-		if (ai.role[i] == AR_MASK)
-			mask = opt_tensor(c, i);
-		else if (ai.role[i] == AR_SHIFT)
-			shift = opt_tensor(c, i);
-		else
-			return FAILV("operand %u of %s (dropout, padding, prefix, sequence lengths, quantisation) is "
-			             "not simulated",
-			             i + 1, op_table[n->op].name);
-		if (c->r->failed)
-			return NULL;
-	}
-	int64_t sparse = 0;
-	if (ai.sparse_opnd >= 0)
-		sim_ints(c, (uint32_t)ai.sparse_opnd, "sparse_mode", &sparse, 1);
-	if (sparse > 1)
-		return FAILV("sparse_mode %lld is not simulated", (long long)sparse);
-	if (fas && sim_float(c, 11, "keep_prob", 1.0) != 1.0)
-		return FAILV("dropout (keep_prob < 1) is not simulated");
-	double scale = sim_float(c, (uint32_t)ai.scale_opnd, "scale_value", 1.0);
-	int64_t B = ai.batch, N = ai.heads, S1 = ai.s1, S2 = ai.s2, D = ai.head_dim, G = ai.heads / ai.kv_heads;
+	const AttnInfo *ai = &A.ai;
+	const SimTensor *q = A.q, *v = A.v;
+	int64_t B = ai->batch, N = ai->heads, S1 = ai->s1, S2 = ai->s2, D = ai->head_dim, G = ai->heads / ai->kv_heads;
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, q->ndim, q->shape);
 	int64_t st[4] = {B, N, S1, 8}, one = 1;
 	SimTensor *mx = fas ? sim_tensor_new(c->r, SD_F32, 4, st) : NULL, *sm = fas ? sim_tensor_new(c->r, SD_F32, 4, st) : NULL;
@@ -772,38 +832,12 @@ SimValue *k_attention(Ctx *c)
 	for (int64_t b = 0; b < B; b++)
 		for (int64_t h = 0; h < N; h++)
 			for (int64_t i = 0; i < S1; i++) {
-				double m = -INFINITY, sum = 0;
-				for (int64_t j = 0; j < S2; j++) {
-					double dot = 0;
-					for (int64_t d = 0; d < D; d++)
-						dot += (double)q->data[attn_at(&ai, q, b, h, i, d, D)] *
-						       k->data[attn_at(&ai, k, b, h / G, j, d, D)];
-					if (shift)
-						dot += shift->data[((shift->shape[0] > 1 ? b : 0) * shift->shape[1] + h) *
-						                       shift->shape[2] * shift->shape[3] +
-						                   (shift->shape[2] > 1 ? i : 0) * shift->shape[3] + j];
-					dot *= scale;
-					if (mask) {
-						int64_t mi = mask->ndim == 2 ? i * S2 + j
-						                             : (((mask->shape[0] > 1 ? b : 0) * mask->shape[1] +
-						                                 (mask->shape[1] > 1 ? h : 0)) *
-						                                    S1 +
-						                                i) * S2 +
-						                                   j;
-						if (mask->data[mi] != 0)
-							dot = -INFINITY;
-					}
-					sc[j] = dot;
-					if (dot > m)
-						m = dot;
-				}
-				for (int64_t j = 0; j < S2; j++)
-					sum += sc[j] = m == -INFINITY ? 0 : exp(sc[j] - m);
+				double m, sum = attn_row(&A, b, h, i, sc, &m);
 				for (int64_t d = 0; d < D; d++) {
 					double acc = 0;
 					for (int64_t j = 0; j < S2; j++)
-						acc += sc[j] * v->data[attn_at(&ai, v, b, h / G, j, d, D)];
-					o->data[attn_at(&ai, q, b, h, i, d, D)] = (float)(sum > 0 ? acc / sum : 0);
+						acc += sc[j] * v->data[attn_at(ai, v, b, h / G, j, d, D)];
+					o->data[attn_at(ai, q, b, h, i, d, D)] = (float)(sum > 0 ? acc / sum : 0);
 				}
 				if (fas)
 					for (int e = 0; e < 8; e++) {
@@ -827,6 +861,83 @@ SimValue *k_attention(Ctx *c)
 	t->elems[1] = sim_val_tensor(c->r, sm);
 	t->elems[2] = sim_val_tensor(c->r, so);
 	t->elems[3] = sim_val_tensor(c->r, o);
+	return t;
+}
+
+/* FlashAttentionScoreGrad(q, k, v, dout, real_shift, drop_mask,
+ * padding_mask, attn_mask, softmax_max, softmax_sum, softmax_out,
+ * attention_out, prefix, actual_seq_qlen, actual_seq_kvlen, head_num,
+ * keep_prob, scale_value, pre_tokens, next_tokens, inner_precise,
+ * input_layout, sparse_mode) -> (dq, dk, dv), the derivative of
+ * k_attention above.  The probabilities are recomputed from q and k in
+ * double rather than read back from softmax_max/softmax_sum (rounded to
+ * float32).  Per row, p = softmax(s), o = p v:
+ *   dv_j += p_j dout,  dp_j = dout . v_j,  ds_j = p_j (dp_j - sum_l p_l dp_l),
+ *   dq += scale sum_j ds_j k_j,  dk_j += scale ds_j q
+ * a query head's dk and dv summed into its key/value head (GQA).  The
+ * gradient of real_shift (MindSpore's fourth output, dpse) is not
+ * returned: the bprop takes dq, dk, dv only (passes/train/autodiff.c). */
+SimValue *k_attention_grad(Ctx *c)
+{
+	Attn A;
+	if (attn_operands(c, &A, 16) < 0)
+		return NULL;
+	const AttnInfo *ai = &A.ai;
+	const SimTensor *q = A.q, *k = A.k, *v = A.v, *dy = sim_arg_tensor(c, 3);
+	if (!dy)
+		return NULL;
+	if (!sim_same_shape(dy, q->ndim, q->shape))
+		return FAILV("dout must be shaped like the query");
+	int64_t B = ai->batch, N = ai->heads, S1 = ai->s1, S2 = ai->s2, D = ai->head_dim, G = ai->heads / ai->kv_heads;
+	SimTensor *dq = sim_tensor_new(c->r, SD_F32, q->ndim, q->shape);
+	SimTensor *dk = dq ? sim_tensor_new(c->r, SD_F32, k->ndim, k->shape) : NULL;
+	SimTensor *dv = dk ? sim_tensor_new(c->r, SD_F32, v->ndim, v->shape) : NULL;
+	if (!dv)
+		return NULL;
+	size_t s2 = (size_t)(S2 ? S2 : 1), nk = (size_t)(k->numel ? k->numel : 1);
+	double *p = xcalloc(s2, sizeof *p), *ds = xcalloc(s2, sizeof *ds);
+	double *ak = xcalloc(nk, sizeof *ak), *av = xcalloc(nk, sizeof *av);
+	for (int64_t b = 0; b < B; b++)
+		for (int64_t h = 0; h < N; h++)
+			for (int64_t i = 0; i < S1; i++) {
+				double m, sum = attn_row(&A, b, h, i, p, &m), dot = 0;
+				for (int64_t j = 0; j < S2; j++) {
+					p[j] = sum > 0 ? p[j] / sum : 0;
+					double dp = 0;
+					for (int64_t d = 0; d < D; d++) {
+						double g = dy->data[attn_at(ai, q, b, h, i, d, D)];
+						int64_t kv = attn_at(ai, v, b, h / G, j, d, D);
+						dp += g * v->data[kv];
+						av[kv] += p[j] * g;
+					}
+					ds[j] = dp;
+					dot += p[j] * dp;
+				}
+				for (int64_t j = 0; j < S2; j++)
+					ds[j] = p[j] * (ds[j] - dot) * A.scale;
+				for (int64_t d = 0; d < D; d++) {
+					int64_t qi = attn_at(ai, q, b, h, i, d, D);
+					double acc = 0;
+					for (int64_t j = 0; j < S2; j++) {
+						int64_t kj = attn_at(ai, k, b, h / G, j, d, D);
+						acc += ds[j] * k->data[kj];
+						ak[kj] += ds[j] * q->data[qi];
+					}
+					dq->data[qi] = (float)acc;
+				}
+			}
+	for (int64_t e = 0; e < k->numel; e++) {
+		dk->data[e] = (float)ak[e];
+		dv->data[e] = (float)av[e];
+	}
+	free(p);
+	free(ds);
+	free(ak);
+	free(av);
+	SimValue *t = sim_val_tuple(c->r, 3);
+	t->elems[0] = sim_val_tensor(c->r, dq);
+	t->elems[1] = sim_val_tensor(c->r, dk);
+	t->elems[2] = sim_val_tensor(c->r, dv);
 	return t;
 }
 

@@ -150,6 +150,7 @@ SimValue *k_batchnorm(Ctx *c);
 SimValue *k_loss(Ctx *c);
 SimValue *k_sparseloss(Ctx *c);
 SimValue *k_attention(Ctx *c);
+SimValue *k_attention_grad(Ctx *c); /* FlashAttentionScoreGrad, named in backward.c */
 SimValue *k_rope(Ctx *c);
 SimValue *k_swiglu(Ctx *c);
 SimValue *k_prelu(Ctx *c);

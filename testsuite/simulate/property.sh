@@ -32,19 +32,6 @@ notok() {
 	[ -f "$tmp/err" ] && grep -v '^   ' "$tmp/err" | sed -e 's/^/# /' | head -8
 }
 
-# Failures the simulation found in the training step the passes build,
-# reported to the train branch: expected failures (TAP TODO) while they
-# last, any other failure fails.
-known_bug() {
-	case $1 in
-	llama_fa_*.ir*)
-		grep -Eq "operator '(SwigluGrad|FlashAttentionScoreGrad|RotaryPositionEmbeddingGrad)' is not simulated" "$2" &&
-			echo "no simulator kernels yet for the grad operators of Swiglu, FlashAttentionScore and RotaryPositionEmbedding"
-		;;
-	*) false ;;
-	esac
-}
-
 # run_case LABEL INPUT N SEED [EXTRA FLAGS...]
 run_case() {
 	local label=$1 input=$2 N=$3 seed=$4 S=1 a
@@ -61,8 +48,6 @@ run_case() {
 			# a forward (predict) graph, e.g. one that returns no scalar loss, has no gradients to compare
 			! "$sappc" -q -n "$N" --parallel-mode=semi_auto "$@" "$tmp/in.ir" 2>/dev/null | grep -q 'Gradients/'; }; then
 		ok "$label: N=$N seed=$seed $*"
-	elif known=$(known_bug "$label" "$tmp/err"); then
-		n=$((n + 1)); echo "not ok $n - $label: N=$N seed=$seed $* # TODO $known"
 	else
 		grep -E '^simulate: (first|output)' "$tmp/out" >>"$tmp/err" 2>/dev/null
 		cp "$tmp/in.ir" "$tmp/failed-$n.ir"

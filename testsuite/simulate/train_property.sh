@@ -26,19 +26,6 @@ notok() {
 	grep -v '^   ' "$tmp/err" 2>/dev/null | sed -e 's/^/# /' | head -6
 }
 
-# Failures the simulation found in the training step the passes build
-# (/work/TRAINSIM-FINDINGS.md, reported to the train branch): expected
-# failures (TAP TODO) while they last, any other failure fails.
-known_bug() {
-	case $1 in
-	llama_fa_*.ir)
-		grep -Eq "operator '(SwigluGrad|FlashAttentionScoreGrad|RotaryPositionEmbeddingGrad)' is not simulated" "$2" &&
-			echo "no simulator kernels yet for the grad operators of Swiglu, FlashAttentionScore and RotaryPositionEmbedding"
-		;;
-	*) false ;;
-	esac
-}
-
 # run_case LABEL INPUT N [EXTRA FLAGS...]
 run_case() {
 	local label=$1 input=$2 N=$3
@@ -52,8 +39,6 @@ run_case() {
 		fi
 	elif grep -q 'uses [0-9]* devices, but there are only' "$tmp/err"; then
 		ok "$label: N=$N $* # SKIP the sample's own strategies need more devices"
-	elif known=$(known_bug "$label" "$tmp/err"); then
-		n=$((n + 1)); echo "not ok $n - $label: N=$N $* # TODO $known"
 	else
 		notok "$label: N=$N $*"
 	fi

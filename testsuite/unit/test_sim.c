@@ -738,6 +738,50 @@ static void test_backward_kernels(void **state)
 	                        "  %1(g) = MaximumGrad(%para1_x, %para2_y, %para9_dy)\n" LOSS("%0", 2);
 	fd_case(mx, "x", 1, 0, 1e-4, 3e-3);
 	fd_case(mx, "y", 1, 1, 1e-4, 3e-3);
+	/* Swiglu along the last axis and along axis 0 */
+	fd_case("%para1_x: <Tensor[Float32], (2, 6)>\n%para9_dy: <Tensor[Float32], (2, 3)>\n"
+	        "  %0(y) = Swiglu(%para1_x, I64(-1))\n  %1(g) = SwigluGrad(%para9_dy, %para1_x, I64(-1))\n" LOSS("%0", 2),
+	        "x", 1, -1, 1e-3, 3e-3);
+	fd_case("%para1_x: <Tensor[Float32], (4, 3)>\n%para9_dy: <Tensor[Float32], (2, 3)>\n"
+	        "  %0(y) = Swiglu(%para1_x, I64(0))\n  %1(g) = SwigluGrad(%para9_dy, %para1_x, I64(0))\n" LOSS("%0", 2),
+	        "x", 1, -1, 1e-3, 3e-3);
+	/* RotaryPositionEmbedding, both modes, cos and sin broadcast over the batch */
+	for (int mode = 0; mode < 2; mode++) {
+		snprintf(text, sizeof text,
+		         "%%para1_x: <Tensor[Float32], (2, 3, 4)>\n%%para2_c: <Tensor[Float32], (1, 3, 4)>\n"
+		         "%%para3_s: <Tensor[Float32], (1, 3, 4)>\n%%para9_dy: <Tensor[Float32], (2, 3, 4)>\n"
+		         "  %%0(y) = RotaryPositionEmbedding(%%para1_x, %%para2_c, %%para3_s, I64(%d))\n"
+		         "  %%1(g) = RotaryPositionEmbeddingGrad(%%para9_dy, %%para2_c, %%para3_s, %%para1_x, I64(%d))\n%s",
+		         mode, mode, LOSS("%0", 2));
+		fd_case(text, "x", 1, 0, 1e-3, 3e-3);
+		fd_case(text, "c", 1, 1, 1e-3, 3e-3);
+		fd_case(text, "s", 1, 2, 1e-3, 3e-3);
+	}
+	/* FlashAttentionScore: BNSD with real_shift, and BSH, both with two
+	 * query heads over one key/value head (dk, dv summed over the group) */
+	static const char *fa[2] = {
+	    "%para1_q: <Tensor[Float32], (1, 2, 3, 2)>\n%para2_k: <Tensor[Float32], (1, 1, 4, 2)>\n"
+	    "%para3_v: <Tensor[Float32], (1, 1, 4, 2)>\n%para4_p: <Tensor[Float32], (1, 2, 3, 4)>\n"
+	    "%para9_dy: <Tensor[Float32], (1, 2, 3, 2)>\n"
+	    "  %0(t) = FlashAttentionScore(%para1_q, %para2_k, %para3_v, %para4_p, None, None, None, None) "
+	    "primitive_attrs: {head_num: I64(2), input_layout: \"BNSD\", scale_value: F32(0.5), keep_prob: F32(1)}\n",
+	    "%para1_q: <Tensor[Float32], (2, 3, 4)>\n%para2_k: <Tensor[Float32], (2, 4, 2)>\n"
+	    "%para3_v: <Tensor[Float32], (2, 4, 2)>\n%para9_dy: <Tensor[Float32], (2, 3, 4)>\n"
+	    "  %0(t) = FlashAttentionScore(%para1_q, %para2_k, %para3_v, None, None, None, None, None) "
+	    "primitive_attrs: {head_num: I64(2), input_layout: \"BSH\", scale_value: F32(0.7), keep_prob: F32(1)}\n",
+	};
+	for (int l = 0; l < 2; l++) {
+		snprintf(text, sizeof text,
+		         "%s  %%1(y) = TupleGetItem(%%0, I64(3))\n  %%2(m) = TupleGetItem(%%0, I64(0))\n"
+		         "  %%3(m) = TupleGetItem(%%0, I64(1))\n  %%4(m) = TupleGetItem(%%0, I64(2))\n"
+		         "  %%5(g) = FlashAttentionScoreGrad(%%para1_q, %%para2_k, %%para3_v, %%para9_dy, %s, None, None, "
+		         "None, %%2, %%3, %%4, %%1, None, None, None, I64(2), F32(1), F32(%s), I64(65536), I64(65536), "
+		         "I64(0), I64(%d), I64(0))\n%s",
+		         fa[l], l ? "None" : "%para4_p", l ? "0.7" : "0.5", l ? 0 : 1, LOSS("%1", 6));
+		fd_case(text, "q", 5, 0, 1e-3, 3e-3);
+		fd_case(text, "k", 5, 1, 1e-3, 3e-3);
+		fd_case(text, "v", 5, 2, 1e-3, 3e-3);
+	}
 	/* BroadcastTo, its gradient SumExt over the broadcast axis kept */
 	fd_case("%para1_x: <Tensor[Float32], (1, 3)>\n%para9_dy: <Tensor[Float32], (2, 3)>\n"
 	        "  %0(y) = BroadcastTo(%para1_x, (I64(2), I64(3)))\n"
