@@ -132,6 +132,7 @@ typedef enum {
 	FAM_TILE,       /* Tile(x, multiples): the repeated dimensions whole */
 	FAM_SORT,       /* TopK, Sort: (values, indices), the sorted axis whole */
 	FAM_LPNORM,     /* LpNorm: a p-norm reduction, the reduced axes whole */
+	FAM_GETNEXT,    /* GetNext: the dataset's tensors, each split on dimension 0 like a dataset input */
 } OpFamily;
 
 /* Shape rules used by verify and by the lowering to re-infer local shapes. */

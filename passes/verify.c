@@ -544,6 +544,22 @@ static void check_dataset_strategy(Module *m, const Options *o)
 					      p ? sym_str(p->name) : "?", a->shape.rank);
 			k++;
 		}
+		/* dataset sink mode: GetNext's outputs are the dataset inputs */
+		const Node *gn = NULL;
+		for (uint32_t i = 0; !vd && !k && !gn && i < g->nodes.n; i++)
+			if (ir_node_is_op(g->nodes.a[i], OP_GetNext) && g->nodes.a[i]->out.shape.kind == SK_TUPLE)
+				gn = g->nodes.a[i];
+		for (int j = 0; gn && j < gn->out.shape.rank; j++) {
+			const Shape *sh = &gn->out.shape.sub[j];
+			if (sh->kind != SK_DIMS)
+				continue;
+			if (round && o->ds_rank[k] != sh->rank)
+				diag_error_at(gn->loc,
+				              "--dataset-strategy: strategy %d has %d entr%s, but GetNext output %d has "
+				              "rank %d",
+				              k + 1, o->ds_rank[k], o->ds_rank[k] == 1 ? "y" : "ies", j, sh->rank);
+			k++;
+		}
 		if (!round && k != o->ds_n) {
 			diag_error_at(vd ? vd->loc : g->loc,
 				      "--dataset-strategy gives %d strateg%s, but %s has %d dataset input%s", o->ds_n,

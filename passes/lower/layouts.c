@@ -127,7 +127,8 @@ static int dims_of(const Abs *a, const int64_t **d)
 /* A dataset input with a given strategy s (--dataset-strategy=TUPLE, an
  * explicit _VirtualDataset's in_strategy): the device matrix is s's split
  * entries, then the repeat; 1 done, 0 when s does not fit (reported). */
-static int given_dataset_layout(LowerCtx *c, Node *p, const int64_t *s, const int64_t *d, int r)
+static int given_dataset_layout(LowerCtx *c, Loc loc, const char *what, TLay *out, const int64_t *s, const int64_t *d,
+                                int r)
 {
 	int32_t dev[LAYOUT_MAX_DIM + 1];
 	int8_t map[LAYOUT_MAX_DIM];
@@ -135,8 +136,8 @@ static int given_dataset_layout(LowerCtx *c, Node *p, const int64_t *s, const in
 	int64_t prod = 1;
 	for (int i = 0; i < r; i++) {
 		if (d[i] % s[i]) {
-			diag_error_at(p->loc, "dataset input %s: its strategy splits dimension %d (%lld) %lld ways",
-				      sym_str(p->name), i, (long long)d[i], (long long)s[i]);
+			diag_error_at(loc, "%s: its strategy splits dimension %d (%lld) %lld ways", what, i,
+			              (long long)d[i], (long long)s[i]);
 			return 0;
 		}
 		prod *= s[i];
@@ -144,15 +145,15 @@ static int given_dataset_layout(LowerCtx *c, Node *p, const int64_t *s, const in
 			dev[nd++] = (int32_t)s[i];
 	}
 	if (prod > c->per_stage || c->per_stage % prod) {
-		diag_error_at(p->loc, "dataset input %s: its strategy uses %lld devices, which does not divide the stage's %d",
-			      sym_str(p->name), (long long)prod, c->per_stage);
+		diag_error_at(loc, "%s: its strategy uses %lld devices, which does not divide the stage's %d", what,
+		              (long long)prod, c->per_stage);
 		return 0;
 	}
 	if (prod < c->per_stage)
 		dev[nd++] = (int32_t)(c->per_stage / prod);
 	for (int i = 0, j = 0; i < r; i++)
 		map[i] = s[i] > 1 ? (int8_t)(nd - 1 - j++) : -1;
-	tlay_set(c, &p->lay->out[0], dev, nd, map, d, r);
+	tlay_set(c, out, dev, nd, map, d, r);
 	return 1;
 }
 
@@ -168,7 +169,9 @@ static int param_layout(LowerCtx *c, const Users *u, Node *p, const Node *vd, ui
 	p->lay = l;
 	int64_t s[LAYOUT_MAX_DIM];
 	if (ir_is_dataset_input(p) && ir_dataset_split(c->o, vd, k, r, s)) {
-		if (given_dataset_layout(c, p, s, d, r))
+		char what[256];
+		snprintf(what, sizeof what, "dataset input %s", sym_str(p->name));
+		if (given_dataset_layout(c, p->loc, what, &l->out[0], s, d, r))
 			return 0;
 		tlay_replicated(c, &l->out[0], c->per_stage, d, r);
 		return -1;
@@ -189,6 +192,48 @@ static int param_layout(LowerCtx *c, const Users *u, Node *p, const Node *vd, ui
 	}
 	tlay_replicated(c, &l->out[0], c->per_stage, d, r);
 	return 0;
+}
+
+/* GetNext (dataset sink mode) hands out the batch the dataset inputs would
+ * otherwise be: MindSpore's GetNextInfo (mindspore-ai/mindspore,
+ * mindspore/ccsrc/frontend/parallel/ops_info/get_next_info.cc) splits each
+ * output by the dataset strategy, dimension 0 over the stage's devices
+ * unless full_batch.  Output k takes the strategy of dataset input k
+ * (--dataset-strategy); its TupleGetItem users then see the local shapes.
+ * -1 when a given strategy does not fit (reported). */
+static int getnext_layout(LowerCtx *c, Node *n)
+{
+	const Shape *os = &n->out.shape;
+	if (os->kind != SK_TUPLE || os->rank < 1)
+		return 0;
+	for (int k = 0; k < os->rank; k++)
+		if (os->sub[k].kind != SK_DIMS)
+			return 0;
+	NodeLayout *l = lay_new(c->m, n->nargs, (uint32_t)os->rank);
+	int bad = 0;
+	for (int k = 0; k < os->rank; k++) {
+		const int64_t *d = os->sub[k].dims;
+		int r = os->sub[k].rank;
+		int64_t s[LAYOUT_MAX_DIM];
+		if (r <= LAYOUT_MAX_DIM && ir_dataset_split(c->o, NULL, (uint32_t)k, r, s)) {
+			char what[256];
+			snprintf(what, sizeof what, "GetNext (%%%d) output %d", n->local, k);
+			if (!given_dataset_layout(c, n->loc, what, &l->out[k], s, d, r)) {
+				tlay_replicated(c, &l->out[k], c->per_stage, d, r);
+				bad = 1;
+			}
+		} else if (!c->o->full_batch && r >= 1 && d[0] % c->per_stage == 0) {
+			int32_t dev[1] = {c->per_stage};
+			int8_t map[LAYOUT_MAX_DIM];
+			memset(map, -1, sizeof map);
+			map[0] = 0;
+			tlay_set(c, &l->out[k], dev, 1, map, d, r);
+		} else {
+			tlay_replicated(c, &l->out[k], c->per_stage, d, r);
+		}
+	}
+	n->lay = l;
+	return bad ? -1 : 0;
 }
 
 static void reshape_layout(LowerCtx *c, const Users *u, Node *n)
@@ -400,7 +445,10 @@ int pass_layouts(Module *m, const Options *o)
 		Node *n = g->nodes.a[i];
 		if (ir_node_is_op(n, OP_Reshape) && !n->lay)
 			reshape_layout(&c, &u, n);
-		else
+		else if (ir_node_is_op(n, OP_GetNext) && !n->lay) {
+			if (getnext_layout(&c, n) < 0)
+				bad = 1;
+		} else
 			structural_layout(&c, n);
 	}
 	users_free(&u);

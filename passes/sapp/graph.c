@@ -66,6 +66,10 @@ static const uint8_t family_rectype[] = {
 	[FAM_TILE] = REC_ElmWiseOp,         [FAM_LPNORM] = REC_BatchParallel,
 	[FAM_DENSE] = REC_UnknownType,      [FAM_SLICE] = REC_UnknownType,
 	[FAM_SORT] = REC_UnknownType,
+	/* DictOpType maps GetNext to kRecUnknownType (sapp-search.md §1);
+	 * without tensor operands it is no operator of the search anyway: its
+	 * outputs are the implicit VirtualDataset's inputs (sapp_build) */
+	[FAM_GETNEXT] = REC_UnknownType,
 };
 
 int sapp_rectype_of(const Node *n)
@@ -207,6 +211,17 @@ static int is_strategy_op(const Node *n)
 
 /* the operator producing operand v (-1: none); *param: the parameter
  * with a value it reads, as node id + 1 (0: none) */
+/* A GetNext whose outputs are all tensors of known shape: the dataset */
+int sapp_getnext_node(const Node *n)
+{
+	if (!n || n->dead || !ir_node_is_op(n, OP_GetNext) || n->out.shape.kind != SK_TUPLE || n->out.shape.rank < 1)
+		return 0;
+	for (int i = 0; i < n->out.shape.rank; i++)
+		if (n->out.shape.sub[i].kind != SK_DIMS || n->out.shape.sub[i].rank > MAX_RANK)
+			return 0;
+	return 1;
+}
+
 static int32_t producer_of(const Sapp *S, const Value *v, uint32_t *param)
 {
 	*param = 0;
@@ -220,6 +235,8 @@ static int32_t producer_of(const Sapp *S, const Value *v, uint32_t *param)
 			*param = p->id + 1;
 		return sapp_dataset_param(p) ? S->vd : -1;
 	}
+	if (p == S->getnext)
+		return S->vd;
 	return p->id < S->m->next_id ? S->op_of_node[p->id] : -1;
 }
 
@@ -247,6 +264,12 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 				total += onehot && !nin ? onehot->rank : ab->shape.rank;
 				nin++;
 			}
+		}
+	} else if (S->getnext) {
+		const Shape *os = &S->getnext->out.shape;
+		for (int i = 0; i < os->rank; i++) {
+			nin++;
+			total += os->sub[i].rank;
 		}
 	} else {
 		const Graph *g = ir_entry(S->m);
@@ -297,6 +320,18 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 			X->tb = (uint8_t)(sapp_attr_bool(S, n, 3, SA_transpose_b, 0) ||
 					  sapp_attr_bool(S, n, -1, SA_transpose_x2, 0));
 		}
+	} else if (S->getnext) {
+		/* X->arg[k]: the GetNext output k */
+		const Shape *os = &S->getnext->out.shape;
+		for (int i = 0; i < os->rank; i++, k++) {
+			X->arg[k] = (uint32_t)i;
+			X->rank[k] = (uint8_t)os->sub[i].rank;
+			X->dims[k] = os->sub[i].dims;
+			X->off[k] = off;
+			off += os->sub[i].rank;
+		}
+		X->orank = os->sub[0].rank;
+		X->odims = os->sub[0].dims;
 	} else {
 		const Graph *g = ir_entry(S->m);
 		for (uint32_t i = 0; g && i < g->params.n; i++) {
@@ -352,6 +387,13 @@ int sapp_build(Sapp *S)
 	const Graph *eg = ir_entry(m);
 	for (uint32_t i = 0; eg && i < eg->params.n; i++)
 		have_inputs |= sapp_dataset_param(eg->params.a[i]);
+	/* dataset sink mode: GetNext hands out the batch, and MindSpore puts
+	 * the VirtualDataset on its outputs (sapp-search.md §2) */
+	S->getnext = NULL;
+	for (uint32_t i = 0; eg && !have_inputs && !S->getnext && i < eg->nodes.n; i++)
+		if (sapp_getnext_node(eg->nodes.a[i]))
+			S->getnext = eg->nodes.a[i];
+	have_inputs |= S->getnext != NULL;
 	int implicit_vd = have_inputs && !explicit_vd;
 	S->nops = opn.n + (uint32_t)implicit_vd;
 	S->ops = arena_alloc(S->arena, (S->nops + 1) * sizeof *S->ops);

@@ -40,6 +40,8 @@ static Sym input_dtype(const Sapp *S, const SappOp *X, uint32_t i)
 			return n->args[a].u.node->out.dtype;
 		return 0;
 	}
+	if (S->getnext)
+		return S->getnext->out.dtype;
 	const Graph *g = ir_entry(S->m);
 	return g && X->arg[i] < g->params.n ? g->params.a[X->arg[i]]->out.dtype : 0;
 }

@@ -1503,7 +1503,7 @@ void sapp_dataset_given(const Sapp *S, SappOp *X)
 	uint32_t ord = 0, p = 0;
 	for (uint32_t i = 0; i < X->nin; i++) {
 		uint32_t k = X->arg[i];
-		if (!X->n) {
+		if (!X->n && !S->getnext) {
 			/* implicit: X->arg[i] is a parameter index; k its place
 			 * among the dataset inputs */
 			for (; g && p < X->arg[i] && p < g->params.n; p++)

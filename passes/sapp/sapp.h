@@ -246,6 +246,7 @@ typedef struct Sapp {
 	SappOp *ops;
 	uint32_t nops;
 	int32_t vd;          /* the VirtualDataset operator, -1 if the graph has no inputs */
+	const Node *getnext; /* dataset sink mode: the implicit VirtualDataset reads GetNext's outputs */
 	int32_t *op_of_node; /* node id -> operator index, -1 */
 	RecNode *rec;        /* one per operator */
 	uint32_t *kept;      /* kept rec nodes in index order */
@@ -282,6 +283,7 @@ void sapp_rec_build(Sapp *S); /* rec graph, then elimination */
 void sapp_free(Sapp *S);
 int sapp_rectype_of(const Node *n);
 int sapp_dataset_param(const Node *p);
+int sapp_getnext_node(const Node *n);
 int sapp_map_reshape(const int64_t *in, int rin, const int64_t *out, int rout, RecMap *m);
 RecMap sapp_map_identity(void);
 RecMap sapp_map_transpose(const int64_t *perm, int r);

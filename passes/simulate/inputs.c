@@ -62,6 +62,8 @@ static int passes_value(const Node *n, uint32_t i)
 	}
 }
 
+static Dist narrow(const Module *m, const Node *src, int start, Dist d);
+
 /* Walk the graph once in order, following where p's values flow
  * (flow[id] = 1: the node's value is p's values; 2 + k: element k of the
  * node's tuple is), and narrow the distribution at each consumer. */
@@ -82,11 +84,18 @@ static Dist derive(const Module *m, const Node *p)
 		double a = fan > 0 ? sqrt(6.0 / fan) : 1;
 		d = (Dist){0, -a, a};
 	}
+	return narrow(m, p, 1, d);
+}
+
+/* derive()'s walk from src, whose value is flow value start (1: src's
+ * values; 2 + k: element k of its tuple), starting from d */
+static Dist narrow(const Module *m, const Node *src, int start, Dist d)
+{
 	Graph *g = ir_entry((Module *)m);
 	int *flow = xcalloc(m->next_id + 1, sizeof *flow);
 	int64_t hi = -1;
 	int positive = 0;
-	flow[p->id] = 1;
+	flow[src->id] = start;
 	for (uint32_t k = 0; g && k < g->nodes.n; k++) {
 		const Node *n = g->nodes.a[k];
 		if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
@@ -139,6 +148,8 @@ static Dist derive(const Module *m, const Node *p)
 		d = (Dist){0, 0.5, 1.5};
 	return d;
 }
+
+static void fill_block(SimTensor *t, const Dist *d, uint64_t key, const int64_t *off, const Shape *gs);
 
 static float draw(const Dist *d, uint64_t key, int64_t i)
 {
@@ -256,27 +267,118 @@ static int make_param(SimRun *r, RankState *s, Node *p)
 	Module *gm = G ? r->o.global : s->m;
 	if (!G)
 		G = p;
-	int64_t off[MAX_RANK], gst[MAX_RANK], idx[MAX_RANK] = {0};
+	int64_t off[MAX_RANK];
 	if (param_slice(r, s, p, G, off) < 0)
 		return -1;
 	Dist d = derive(gm, G);
 	if (d.isint && d.hi <= d.lo)
 		return sim_errorf(r, s, p, "no valid integer value: a consumer accepts only [0, %.0f)", d.hi);
 	const char *nm = sym_str(p->name);
-	uint64_t key = sim_mix64(r->o.seed ^ std_hash_bytes(nm, strlen(nm)));
-	sim_strides(G->out.shape.rank, G->out.shape.dims, gst);
+	fill_block(t, &d, sim_mix64(r->o.seed ^ std_hash_bytes(nm, strlen(nm))), off, &G->out.shape);
+	return 0;
+}
+
+/* t is the block at off of a global tensor of shape gs: element i of the
+ * global tensor is draw(d, key, i) */
+static void fill_block(SimTensor *t, const Dist *d, uint64_t key, const int64_t *off, const Shape *gs)
+{
+	int64_t gst[MAX_RANK], idx[MAX_RANK] = {0};
+	sim_strides(gs->rank, gs->dims, gst);
 	for (int64_t i = 0; i < t->numel; i++) {
 		int64_t gi = 0;
 		for (int k = 0; k < t->ndim; k++)
 			gi += (off[k] + idx[k]) * gst[k];
-		t->data[i] = draw(&d, key, gi);
+		t->data[i] = draw(d, key, gi);
 		for (int k = t->ndim - 1; k >= 0; k--) {
 			if (++idx[k] < t->shape[k])
 				break;
 			idx[k] = 0;
 		}
 	}
-	return 0;
+}
+
+/* the TupleGetItem of g that reads element k of n, or NULL */
+static Node *item_user(const Graph *g, const Node *n, int64_t k)
+{
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		Node *u = g->nodes.a[i];
+		int64_t j;
+		if (ir_node_is_op(u, OP_TupleGetItem) && u->nargs >= 2 && u->args[0].kind == V_NODE &&
+		    u->args[0].u.node == n && value_get_int(&u->args[1], &j) && j == k)
+			return u;
+	}
+	return NULL;
+}
+
+static Node *find_getnext(Module *m, const char *fullname)
+{
+	Graph *g = ir_entry(m);
+	for (uint32_t i = 0; g && i < g->nodes.n; i++)
+		if (ir_node_is_op(g->nodes.a[i], OP_GetNext) && strcmp(ir_node_fullname(g->nodes.a[i]), fullname) == 0)
+			return g->nodes.a[i];
+	return NULL;
+}
+
+/* GetNext (dataset sink mode): output k is drawn as a dataset input would
+ * be, keyed by GetNext's scope name and k, its distribution from what
+ * consumes the element in the single-device graph.  A rank holds the
+ * block of each output that its TupleGetItem user's layout names (the
+ * slice hook describes one tensor per node). */
+SimValue *sim_getnext(Ctx *c)
+{
+	SimRun *r = c->r;
+	RankState *s = c->s;
+	Node *n = c->n;
+	const Shape *os = &n->out.shape;
+	const char *fn = ir_node_fullname(n);
+	Node *G = r->o.global && r->o.global != s->m ? find_getnext(r->o.global, fn) : n;
+	Module *gm = G == n ? s->m : r->o.global;
+	if (os->kind != SK_TUPLE)
+		return sim_errorf(r, s, n, "GetNext's outputs have no static shapes"), (SimValue *)NULL;
+	if (!G || G->out.shape.kind != SK_TUPLE || G->out.shape.rank != os->rank)
+		return sim_errorf(r, s, n, "no GetNext '%s' with as many outputs in the single-device graph", fn),
+		       (SimValue *)NULL;
+	SimValue *v = sim_val_tuple(r, (uint32_t)os->rank);
+	for (int k = 0; k < os->rank; k++) {
+		const Shape *ls = &os->sub[k], *gs = &G->out.shape.sub[k];
+		Node *u = item_user(s->g, n, k), *gu = item_user(ir_entry(gm), G, k);
+		if (ls->kind != SK_DIMS || gs->kind != SK_DIMS || ls->rank != gs->rank)
+			return sim_errorf(r, s, n, "GetNext output %d has no static shape matching the single device's",
+			                  k),
+			       (SimValue *)NULL;
+		int64_t off[MAX_RANK] = {0};
+		if (!shape_equal(ls, gs)) {
+			SimSlice sl = {0};
+			int rc = u && r->o.slice ? r->o.slice(r->o.slice_ctx, u, gu, s->rank, &sl) : 0;
+			if (rc != 1 || sl.rank != ls->rank)
+				return sim_errorf(r, s, n, "GetNext output %d: no slice is known for its local shape",
+				                  k),
+				       (SimValue *)NULL;
+			for (int i = 0; i < ls->rank; i++) {
+				if (sl.shape[i] != ls->dims[i] || sl.offset[i] < 0 ||
+				    sl.offset[i] + sl.shape[i] > gs->dims[i])
+					return sim_errorf(r, s, n, "GetNext output %d: its slice does not fit", k),
+					       (SimValue *)NULL;
+				off[i] = sl.offset[i];
+			}
+		}
+		Sym dtype = gu ? gu->out.dtype : G->out.dtype;
+		int dt = sim_dtype_of(dtype);
+		SimTensor *t = sim_tensor_new(r, dt, ls->rank, ls->dims);
+		if (!t)
+			return NULL;
+		Dist d = dt == SD_BOOL ? (Dist){1, 0, 2} : dt == SD_INT ? (Dist){1, 0, 16} : (Dist){0, -1, 1};
+		if (dt != SD_BOOL)
+			d = narrow(gm, G, 2 + k, d);
+		if (d.isint && d.hi <= d.lo)
+			return sim_errorf(r, s, n, "GetNext output %d: a consumer accepts only [0, %.0f)", k, d.hi),
+			       (SimValue *)NULL;
+		char nm[512];
+		snprintf(nm, sizeof nm, "%s#%d", fn, k);
+		fill_block(t, &d, sim_mix64(r->o.seed ^ std_hash_bytes(nm, strlen(nm))), off, gs);
+		v->elems[k] = sim_val_tensor(r, t);
+	}
+	return v;
 }
 
 int sim_make_inputs(SimRun *r, RankState *s)

@@ -1239,6 +1239,8 @@ static SimValue *dispatch(Ctx *c)
 		return k_lpnorm(c);
 	case FAM_VIRTUAL:
 		return n->op == OP_VirtualDataset ? virtual_dataset(c) : sim_arg(c, 0);
+	case FAM_GETNEXT:
+		return sim_getnext(c);
 	default:
 		if (n->op == OP_UNKNOWN)
 			return FAILV("operator '%s' has no simulation semantics", sym_str(n->prim));

@@ -172,6 +172,7 @@ int sim_ref_operands(const Node *n, uint32_t *pos);
 
 /* ------------------------------------------------------------- inputs.c */
 int sim_make_inputs(SimRun *r, RankState *s);
+SimValue *sim_getnext(Ctx *c); /* GetNext's outputs, drawn like dataset inputs */
 
 /* --------------------------------------------------------------- exec.c */
 int sim_group_of(SimRun *r, RankState *s, Node *n, int64_t *ranks, int max); /* count, -1 error */

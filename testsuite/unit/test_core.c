@@ -356,6 +356,43 @@ static void test_infer(void **state)
 	ir_module_free(m);
 }
 
+/* GetNext (dataset sink mode): a modelled source whose outputs are the
+ * declared tuple; at most a monad as operand. */
+static void test_getnext(void **state)
+{
+	(void)state;
+	static const char *const text[2] = {
+		"  %0(b) = GetNext(U) primitive_attrs: {types: [Float32, Float32], shapes: [(32, 16), (32, 4)], "
+		"output_num: I64(2), shared_name: \"ds\"}\n"
+		"      : (<UMonad, NoShape>) -> (<Tuple[Tensor[Float32]*2], TupleShape((32, 16), (32, 4))>)\n"
+		"  %1(x) = TupleGetItem(%0, I64(1))\n"
+		"      : (<Tuple[Tensor[Float32]*2], TupleShape((32, 16), (32, 4))>, <Int64, NoShape>) -> "
+		"(<Tensor[Float32], (32, 4)>)\n"
+		"  Return(%1)\n"
+		"      : (<Tensor[Float32], (32, 4)>)\n",
+		"  %0(b) = GetNext(U, U)\n"
+		"      : (<UMonad, NoShape>, <UMonad, NoShape>) -> (<Tuple[Tensor[Float32]*1], TupleShape((32, 16))>)\n"
+		"  Return(%0)\n"
+		"      : (<Tuple[Tensor[Float32]*1], TupleShape((32, 16))>)\n",
+	};
+	assert_int_equal(op_lookup("GetNext", 7), OP_GetNext);
+	assert_int_equal(op_table[OP_GetNext].family, FAM_GETNEXT);
+	diag_set_quiet(1);
+	Module *m = parse(text[0], 0);
+	assert_non_null(m);
+	Node *n = ir_entry(m)->nodes.a[0];
+	assert_false(op_is_opaque(n));
+	assert_int_equal(pass_verify(m, NULL), 0);
+	assert_int_equal(n->out.shape.kind, SK_TUPLE);
+	assert_int_equal(n->out.shape.rank, 2);
+	assert_int_equal(n->out.shape.sub[1].dims[1], 4);
+	ir_module_free(m);
+	m = parse(text[1], 0);
+	assert_non_null(m);
+	assert_int_equal(pass_verify(m, NULL), 1);
+	ir_module_free(m);
+}
+
 /* FlashAttentionScore / PromptFlashAttention (ir_attention_info): each
  * layout's batch/sequence/heads positions, grouped key/value heads, the
  * output shapes, and the operands it refuses. */
@@ -636,6 +673,7 @@ int main(void)
 		cmocka_unit_test(test_std_hash), cmocka_unit_test(test_intern),
 		cmocka_unit_test(test_ops),      cmocka_unit_test(test_parse_minimal),
 		cmocka_unit_test(test_infer),    cmocka_unit_test(test_attention_shapes), cmocka_unit_test(test_values),
+		cmocka_unit_test(test_getnext),
 		cmocka_unit_test(test_fragment), cmocka_unit_test(test_keymap),
 		cmocka_unit_test(test_fmt_int),  cmocka_unit_test(test_defer),
 		cmocka_unit_test(test_output_set), cmocka_unit_test(test_clone),
