@@ -671,18 +671,10 @@ static SimValue *k_rope_grad(Ctx *c)
 static SimValue *k_swiglu_grad(Ctx *c)
 {
 	SimTensor *dy = sim_arg_tensor(c, 0), *x = dy ? sim_arg_tensor(c, 1) : NULL;
-	int64_t axv = -1, outer, inner;
+	int64_t outer, inner, sh[MAX_RANK];
 	int a;
-	if (!x)
+	if (!x || sim_swiglu_halves(c, x, 2, &a, sh) < 0)
 		return NULL;
-	sim_ints(c, 2, "dim", &axv, 1);
-	if (sim_axis(c, axv, x->ndim, &a) < 0)
-		return NULL;
-	int64_t sh[MAX_RANK];
-	memcpy(sh, x->shape, sizeof sh);
-	if (sh[a] % 2)
-		return FAILV("Swiglu of an odd dimension");
-	sh[a] /= 2;
 	if (!sim_same_shape(dy, x->ndim, sh))
 		return FAILV("dy must have the shape of Swiglu's output");
 	SimTensor *dx = like(c, x);
@@ -822,6 +814,27 @@ static SimValue *k_strided_slice_grad(Ctx *c)
 	return sim_val_tensor(c->r, o);
 }
 
+/* Slice's block of x from operands `at` (begin) and at + 1 (size), a size
+ * of -1 running to the end: 0, or -1 with the failure set */
+static int slice_block(Ctx *c, const SimTensor *x, int at, int64_t *b, int64_t *sz)
+{
+	int kb = sim_ints(c, at, "begin", b, MAX_RANK), ks = sim_ints(c, at + 1, "size", sz, MAX_RANK);
+	if (kb != x->ndim || ks != x->ndim) {
+		sim_fail(c, "begin and size need %d entries", x->ndim);
+		return -1;
+	}
+	for (int i = 0; i < x->ndim; i++) {
+		if (sz[i] == -1)
+			sz[i] = x->shape[i] - b[i];
+		if (b[i] < 0 || sz[i] < 0 || b[i] + sz[i] > x->shape[i]) {
+			sim_fail(c, "block [%lld, +%lld) outside dimension %d of size %lld", (long long)b[i],
+			         (long long)sz[i], i, (long long)x->shape[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* Slice(x, begin, size): the block; a size of -1 runs to the end */
 static SimValue *k_slice(Ctx *c)
 {
@@ -829,16 +842,8 @@ static SimValue *k_slice(Ctx *c)
 	int64_t b[MAX_RANK], sz[MAX_RANK];
 	if (!x)
 		return NULL;
-	int kb = sim_ints(c, 1, "begin", b, MAX_RANK), ks = sim_ints(c, 2, "size", sz, MAX_RANK);
-	if (kb != x->ndim || ks != x->ndim)
-		return FAILV("begin and size need %d entries", x->ndim);
-	for (int i = 0; i < x->ndim; i++) {
-		if (sz[i] == -1)
-			sz[i] = x->shape[i] - b[i];
-		if (b[i] < 0 || sz[i] < 0 || b[i] + sz[i] > x->shape[i])
-			return FAILV("block [%lld, +%lld) outside dimension %d of size %lld", (long long)b[i],
-			             (long long)sz[i], i, (long long)x->shape[i]);
-	}
+	if (slice_block(c, x, 1, b, sz) < 0)
+		return NULL;
 	return sim_val_tensor(c->r, sim_extract(c->r, x, b, sz));
 }
 
@@ -852,16 +857,8 @@ static SimValue *k_slice_grad(Ctx *c)
 	int64_t b[MAX_RANK], sz[MAX_RANK], st[MAX_RANK], gst[MAX_RANK];
 	if (!x)
 		return NULL;
-	int kb = sim_ints(c, 2, "begin", b, MAX_RANK), ks = sim_ints(c, 3, "size", sz, MAX_RANK);
-	if (kb != x->ndim || ks != x->ndim)
-		return FAILV("begin and size need %d entries", x->ndim);
-	for (int i = 0; i < x->ndim; i++) {
-		if (sz[i] == -1)
-			sz[i] = x->shape[i] - b[i];
-		if (b[i] < 0 || sz[i] < 0 || b[i] + sz[i] > x->shape[i])
-			return FAILV("block [%lld, +%lld) outside dimension %d of size %lld", (long long)b[i],
-			             (long long)sz[i], i, (long long)x->shape[i]);
-	}
+	if (slice_block(c, x, 2, b, sz) < 0)
+		return NULL;
 	if (!sim_same_shape(g, x->ndim, sz)) {
 		char gs[160], bs[160];
 		sim_fmt_shape(gs, sizeof gs, g->ndim, g->shape);

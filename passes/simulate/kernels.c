@@ -988,22 +988,32 @@ SimValue *k_rope(Ctx *c)
 	return sim_val_tensor(c->r, o);
 }
 
+/* Swiglu's split of x (its dim in operand `at`): the axis *a and sh, x's
+ * shape with that axis halved (the output's shape); 0, or -1 with the
+ * failure set.  Shared by k_swiglu and its grad (backward.c). */
+int sim_swiglu_halves(Ctx *c, const SimTensor *x, int at, int *a, int64_t *sh)
+{
+	int64_t ax = -1;
+	sim_ints(c, at, "dim", &ax, 1);
+	if (sim_axis(c, ax, x->ndim, a) < 0)
+		return -1;
+	memcpy(sh, x->shape, sizeof x->shape);
+	if (sh[*a] % 2) {
+		sim_fail(c, "Swiglu of an odd dimension");
+		return -1;
+	}
+	sh[*a] /= 2;
+	return 0;
+}
+
 /* Swiglu(x, dim): a, b = the halves of x along dim; a * sigmoid(a) * b */
 SimValue *k_swiglu(Ctx *c)
 {
 	SimTensor *x = sim_arg_tensor(c, 0);
-	int64_t ax = -1, outer, inner;
+	int64_t outer, inner, sh[MAX_RANK];
 	int a;
-	if (!x)
+	if (!x || sim_swiglu_halves(c, x, 1, &a, sh) < 0)
 		return NULL;
-	sim_ints(c, 1, "dim", &ax, 1);
-	if (sim_axis(c, ax, x->ndim, &a) < 0)
-		return NULL;
-	int64_t sh[MAX_RANK];
-	memcpy(sh, x->shape, sizeof sh);
-	if (sh[a] % 2)
-		return FAILV("Swiglu of an odd dimension");
-	sh[a] /= 2;
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, sh);
 	if (!o)
 		return NULL;

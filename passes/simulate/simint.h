@@ -153,6 +153,7 @@ SimValue *k_attention(Ctx *c);
 SimValue *k_attention_grad(Ctx *c); /* FlashAttentionScoreGrad, named in backward.c */
 SimValue *k_rope(Ctx *c);
 SimValue *k_swiglu(Ctx *c);
+int sim_swiglu_halves(Ctx *c, const SimTensor *x, int at, int *a, int64_t *sh);
 SimValue *k_prelu(Ctx *c);
 SimValue *k_l2normalize(Ctx *c);
 SimValue *k_cum(Ctx *c);
