@@ -615,18 +615,11 @@ static SimValue *k_rope_grad(Ctx *c)
 	if (same_pair(c, 0, 3, &dy, &x) < 0 || !(in[1] = sim_arg_tensor(c, 1)) || !(in[2] = sim_arg_tensor(c, 2)))
 		return NULL;
 	in[0] = x;
-	int64_t mode = 0;
-	sim_ints(c, 4, "mode", &mode, 1);
 	int nd;
-	int64_t shape[MAX_RANK], st[3][MAX_RANK];
-	if (sim_broadcast(c, 3, in, &nd, shape, st) < 0)
+	int64_t mode, shape[MAX_RANK], st[3][MAX_RANK];
+	if (sim_rope_operands(c, in, 4, &mode, &nd, shape, st) < 0)
 		return NULL;
-	if (nd != x->ndim || !sim_same_shape(x, nd, shape) || nd < 1)
-		return FAILV("cos and sin must broadcast to the input's shape");
 	int64_t D = x->shape[nd - 1];
-	if (D % 2 || (mode != 0 && mode != 1))
-		return FAILV("rotation needs an even last axis and mode 0 or 1 (D %lld, mode %lld)", (long long)D,
-		             (long long)mode);
 	SimTensor *dx = like(c, x), *dc = dx ? like(c, in[1]) : NULL, *dsn = dc ? like(c, in[2]) : NULL;
 	if (!dsn)
 		return NULL;

@@ -941,6 +941,31 @@ SimValue *k_attention_grad(Ctx *c)
 	return t;
 }
 
+/* RoPE's operands in[] = x, cos, sin (mode in operand mode_at): cos and
+ * sin broadcast to x's shape (nd, shape, strides st), an even last axis,
+ * mode 0 or 1; 0, or -1 with the failure set.  Shared by k_rope and its
+ * grad (backward.c). */
+int sim_rope_operands(Ctx *c, SimTensor **in, uint32_t mode_at, int64_t *mode, int *nd, int64_t *shape,
+                      int64_t (*st)[MAX_RANK])
+{
+	const SimTensor *x = in[0];
+	*mode = 0;
+	sim_ints(c, mode_at, "mode", mode, 1);
+	if (sim_broadcast(c, 3, in, nd, shape, st) < 0)
+		return -1;
+	if (*nd != x->ndim || !sim_same_shape(x, *nd, shape) || *nd < 1) {
+		sim_fail(c, "cos and sin must broadcast to the input's shape");
+		return -1;
+	}
+	int64_t D = x->shape[*nd - 1];
+	if (D % 2 || (*mode != 0 && *mode != 1)) {
+		sim_fail(c, "rotation needs an even last axis and mode 0 or 1 (D %lld, mode %lld)", (long long)D,
+		         (long long)*mode);
+		return -1;
+	}
+	return 0;
+}
+
 /* RotaryPositionEmbedding(x, cos, sin, mode): out = x cos + rot(x) sin with
  * cos/sin broadcast to x.  mode 0 rotates halves (rot(x) = (-x2, x1)),
  * mode 1 interleaved pairs (rot(x)_2i = -x_2i+1, rot(x)_2i+1 = x_2i). */
@@ -950,19 +975,12 @@ SimValue *k_rope(Ctx *c)
 	for (uint32_t i = 0; i < 3; i++)
 		if (!(in[i] = sim_arg_tensor(c, i)))
 			return NULL;
-	int64_t mode = 0;
-	sim_ints(c, 3, "mode", &mode, 1);
 	SimTensor *x = in[0];
 	int nd;
-	int64_t shape[MAX_RANK], st[3][MAX_RANK];
-	if (sim_broadcast(c, 3, in, &nd, shape, st) < 0)
+	int64_t mode, shape[MAX_RANK], st[3][MAX_RANK];
+	if (sim_rope_operands(c, in, 3, &mode, &nd, shape, st) < 0)
 		return NULL;
-	if (nd != x->ndim || !sim_same_shape(x, nd, shape) || nd < 1)
-		return FAILV("cos and sin must broadcast to the input's shape");
 	int64_t D = x->shape[nd - 1];
-	if (D % 2 || (mode != 0 && mode != 1))
-		return FAILV("rotation needs an even last axis and mode 0 or 1 (D %lld, mode %lld)", (long long)D,
-		             (long long)mode);
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, nd, shape);
 	if (!o)
 		return NULL;

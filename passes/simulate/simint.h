@@ -153,6 +153,8 @@ SimValue *k_attention(Ctx *c);
 SimValue *k_attention_grad(Ctx *c); /* FlashAttentionScoreGrad, named in backward.c */
 SimValue *k_rope(Ctx *c);
 SimValue *k_swiglu(Ctx *c);
+int sim_rope_operands(Ctx *c, SimTensor **in, uint32_t mode_at, int64_t *mode, int *nd, int64_t *shape,
+		      int64_t (*st)[MAX_RANK]);
 int sim_swiglu_halves(Ctx *c, const SimTensor *x, int at, int *a, int64_t *sh);
 SimValue *k_prelu(Ctx *c);
 SimValue *k_l2normalize(Ctx *c);
