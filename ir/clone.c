@@ -159,6 +159,7 @@ Module *ir_module_clone(const Module *m)
 	r->has_attrs = m->has_attrs;
 	r->next_id = m->next_id;
 	r->next_param = m->next_param;
+	r->micro = m->micro;
 	r->fragment = m->fragment;
 	r->lead = dup_lines(&c, m->lead, m->nlead);
 	r->nlead = m->nlead;

@@ -455,6 +455,7 @@ struct Module {
 	Sym *op_syms;        /* OP_* -> its interned name, made as ir_cnode_new needs them */
 	struct KeyMap *dims_pool; /* shape_shared(): one dims array per distinct shape */
 	struct TrainInfo *train; /* what autodiff found for gradcomm and optimizer (NULL: forward graph) */
+	int32_t micro;       /* micro-batches the micro pass made of the step (0: none) */
 };
 
 Module *ir_module_new(const char *filename);

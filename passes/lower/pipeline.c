@@ -143,6 +143,15 @@ static void drop_foreign_order(Module *m, Graph *g, Node *n, const int32_t *st, 
 		n->in_types = types;
 }
 
+/* the micro-batch of a node (its primal attribute micro, set by the micro
+ * pass), 0 without micro-batches */
+static int64_t micro_of(const Node *n)
+{
+	int64_t v;
+	const Value *a = ir_attr_get(&ir_node_ext(n)->primal, "micro");
+	return a && value_get_int(a, &v) ? v : 0;
+}
+
 static Value f16_placeholder(Module *m)
 {
 	Value e[3], one = value_int(1, NT_BARE);
@@ -414,9 +423,9 @@ int pass_pipeline(Module *m, const Options *o)
 				p2p_attrs(&c, r, "src_rank", peer, tags[(size_t)tagbase[j] + me], p);
 				NodeExt *x = ir_node_ext_mut(m, r);
 				ir_attr_set(m, &x->primal, "SRC_RANK", value_int(st[j], NT_I64));
-				ir_attr_set(m, &x->primal, "micro", value_int(0, NT_I64));
+				ir_attr_set(m, &x->primal, "micro", value_int(micro_of(p), NT_I64));
 				ir_attr_set(m, &x->primal, load_weight(p) ? "pipeline_param" : "pipeline_begin",
-				            value_int(tags[(size_t)tagbase[j] + me], NT_I64));
+				            value_int(load_weight(p) ? tags[(size_t)tagbase[j] + me] : micro_of(p), NT_I64));
 				x->has_primal = 1;
 				lower_order_attrs(&x->primal);
 				r->lay = lay_new(m, 1, 1);
@@ -447,9 +456,9 @@ int pass_pipeline(Module *m, const Options *o)
 			p2p_attrs(&c, s, "dest_rank", peer, tags[(size_t)tagbase[i] + b], n);
 			NodeExt *x = ir_node_ext_mut(m, s);
 			ir_attr_set(m, &x->primal, "DEST_RANK", value_int(b, NT_I64));
-			ir_attr_set(m, &x->primal, "micro", value_int(0, NT_I64));
+			ir_attr_set(m, &x->primal, "micro", value_int(micro_of(n), NT_I64));
 			ir_attr_set(m, &x->primal, load_weight(n) ? "pipeline_param" : "pipeline_end",
-			            value_int(tags[(size_t)tagbase[i] + b], NT_I64));
+			            value_int(load_weight(n) ? tags[(size_t)tagbase[i] + b] : micro_of(n), NT_I64));
 			x->has_primal = 1;
 			lower_order_attrs(&x->primal);
 			s->lay = lay_new(m, 1, 1);

@@ -38,6 +38,7 @@
  * stages make ranks differ); the tensors the ranks then allocate are
  * bounded by what is left.
  */
+#include <math.h>
 #include <string.h>
 
 #include "simint.h"
@@ -376,9 +377,20 @@ static int reference_step(Module *ref, const Options *o, const PassManagerOption
  * (not of the reference), to see --simulate catch it: SIM_FAULT_* */
 static unsigned test_faults(void)
 {
-	const char *a = getenv("SAPPC_TEST_DROP_GRAD_MEAN"), *b = getenv("SAPPC_TEST_BREAK_RS_BPROP");
-	return (a && *a && strcmp(a, "0") != 0 ? SIM_FAULT_DROP_GRAD_MEAN : 0) |
-	       (b && *b && strcmp(b, "0") != 0 ? SIM_FAULT_RS_BPROP : 0);
+	static const struct {
+		const char *env;
+		unsigned bit;
+	} t[] = {{"SAPPC_TEST_DROP_GRAD_MEAN", SIM_FAULT_DROP_GRAD_MEAN},
+	         {"SAPPC_TEST_BREAK_RS_BPROP", SIM_FAULT_RS_BPROP},
+	         {"SAPPC_TEST_DROP_MICRO_GRAD", SIM_FAULT_DROP_MICRO},
+	         {"SAPPC_TEST_BAD_SR_TAG", SIM_FAULT_BAD_SR_TAG}};
+	unsigned f = 0;
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		const char *v = getenv(t[i].env);
+		if (v && *v && strcmp(v, "0") != 0)
+			f |= t[i].bit;
+	}
+	return f;
 }
 
 /* The optimizer's hyper-parameters, which the dump names but does not
@@ -489,6 +501,87 @@ static int check_fd(Module *ref, const SimRun *G, const SimOptions *so, FILE *ou
 	return 1;
 }
 
+/* every tensor whole: two single-device runs */
+static int whole(void *ctx, const Node *local, const Node *global, int rank, SimSlice *out)
+{
+	(void)ctx, (void)local, (void)global, (void)rank, (void)out;
+	return 0;
+}
+
+static double loss_value(const SimRun *r)
+{
+	const SimValue *v = sim_result(r, 0);
+	while (v && v->kind == SV_TUPLE && v->n)
+		v = v->elems[0];
+	return v && v->kind == SV_TENSOR && v->t && v->t->numel == 1 ? v->t->data[0] : NAN;
+}
+
+/* The ranks agree with the micro-batched single-device step (the same
+ * pipeline at one device, micro pass included); that step must in turn be
+ * the full batch's: the summed loss over K is the full batch's loss, the
+ * gradients (the micro-batches' sum times 1/K) and the parameters after the
+ * step are the full batch's.  Both runs here take no --gradients-mean
+ * scale, so that they update alike.  0 ok, 1 not (reported). */
+static int check_micro(Module *ref, const SimRun *G, const char *buf, size_t len, const Options *o,
+                       const PassManagerOptions *pm, const SimOptions *so, int step, FILE *out)
+{
+	int K = ref->micro, rc = 1;
+	Options fo = *o;
+	fo.micro_batch_num = 1;
+	fo.device_num = 1;
+	fo.rank = 0;
+	PassManagerOptions vpm;
+	diag_set_quiet(1);
+	Module *full = ir_parse(ref->filename, buf, len, o->fragment);
+	if (full && (step ? reference_step(full, &fo, pm) != 0 : verify_only(pm, &vpm) && pm_run(full, &fo, &vpm) != 0))
+		full = (ir_module_free(full), NULL);
+	diag_set_quiet(o->quiet);
+	if (!full || diag_errors()) {
+		if (full)
+			ir_module_free(full);
+		return 1;
+	}
+	SimOptions fs = *so;
+	fs.grad_scale = NULL;
+	fs.grad_scale_ctx = NULL;
+	SimRun *F = sim_run(full, &fs), *M = NULL;
+	if (sim_error(F)) {
+		report_error(F, "single device, full batch: ");
+		goto done;
+	}
+	if (G->o.grad_scale) {
+		M = sim_run(ref, &fs);
+		if (sim_error(M)) {
+			report_error(M, "single device, micro-batches: ");
+			goto done;
+		}
+	}
+	const SimRun *Mr = M ? M : G;
+	double lm = loss_value(Mr), lf = loss_value(F);
+	int loss_ok = !isnan(lm) && !isnan(lf) && fabs(lm / K - lf) <= 1e-4 * fmax(1.0, fabs(lf));
+	fprintf(out, "simulate: micro-batches: the %d micro-batch losses add up to %g, / %d = %g; the full batch's loss is %g%s\n",
+	        K, lm, K, lm / K, lf, loss_ok ? "" : " (differs)");
+	int srep = 0;
+	if (step) {
+		SimStepReport st;
+		srep = sim_compare_step(F, Mr, whole, NULL, 1e-4, &st);
+		fprintf(out, "simulate: micro-batches against the full batch, on one device:\n");
+		sim_print_step_report(out, &st);
+	}
+	if (!loss_ok || srep != 0) {
+		diag_error("simulate: the step over %d micro-batches is not the full batch's step (%s); see the report on "
+		           "standard output",
+		           K, !loss_ok ? "the loss" : "the gradients or the parameters after the step");
+		goto done;
+	}
+	rc = 0;
+done:
+	sim_free(F);
+	sim_free(M);
+	ir_module_free(full);
+	return rc;
+}
+
 int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, const PassManagerOptions *pm,
                    const SimOptions *so, FILE *out)
 {
@@ -588,6 +681,8 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	sim_free(R);
 	R = NULL;
 	if (step && check_fd(ref, G, &go2, out) != 0)
+		goto out;
+	if (ref->micro > 1 && check_micro(ref, G, buf, len, o, pm, &go2, step, out) != 0)
 		goto out;
 	fprintf(out, "simulate: ok\n");
 	rc = 0;

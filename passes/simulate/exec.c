@@ -169,8 +169,10 @@ static int send(SimRun *r, RankState *s)
 	SimValue *v = sim_arg(&c, 0);
 	if (!v)
 		return -1;
-	SimMsg msg = {s->rank, (int)int_attr(s->wait, "dest_rank", -1, NULL), int_attr(s->wait, "sr_tag", 0, NULL), v,
-	              s->wait};
+	int64_t tag = int_attr(s->wait, "sr_tag", 0, NULL);
+	if ((r->o.faults & SIM_FAULT_BAD_SR_TAG) && sim_micro_of(s->wait) == 1)
+		tag++; /* test fault: micro-batch 1's Sends carry the next tag */
+	SimMsg msg = {s->rank, (int)int_attr(s->wait, "dest_rank", -1, NULL), tag, v, s->wait};
 	vec_push(&r->mail, msg);
 	return finish(r, s, v) < 0 ? -1 : 1;
 }

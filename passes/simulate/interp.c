@@ -1134,6 +1134,14 @@ static int is_grad_mean(const Node *n)
 	       (strncmp(inst, "grad_mirror", 11) == 0 || strncmp(inst, "grad_parallel_optimizer", 23) == 0);
 }
 
+/* the micro-batch a node belongs to (its primal attribute micro), -1 none */
+int sim_micro_of(const Node *n)
+{
+	int64_t v;
+	const Value *a = ir_attr_get(&ir_node_ext(n)->primal, "micro");
+	return a && value_get_int(a, &v) ? (int)v : -1;
+}
+
 static SimValue *dispatch(Ctx *c)
 {
 	Node *n = c->n;
@@ -1262,6 +1270,14 @@ int sim_eval_node(Ctx *c)
 		v = dispatch(c);
 		if (v && sim_check_declared(c, v) < 0)
 			return -1;
+		if (v && v->kind == SV_TENSOR && (c->r->o.faults & SIM_FAULT_DROP_MICRO) && sim_micro_of(n) == 1 &&
+		    ir_node_phase(n) == IR_PHASE_BWD) {
+			/* test fault: micro-batch 1's backward contributes nothing */
+			SimTensor *z = sim_tensor_new(c->r, v->t->dtype, v->t->ndim, v->t->shape);
+			if (!z)
+				return -1;
+			v = sim_val_tensor(c->r, z);
+		}
 	}
 	if (c->r->failed)
 		return -1;

@@ -114,14 +114,17 @@ typedef struct SimOptions {
 } SimOptions;
 
 /* Test-only faults a run can inject into the programs it runs (sappc reads
- * them from SAPPC_TEST_DROP_GRAD_MEAN and SAPPC_TEST_BREAK_RS_BPROP, see
- * driver.c):
+ * them from SAPPC_TEST_DROP_GRAD_MEAN, SAPPC_TEST_BREAK_RS_BPROP,
+ * SAPPC_TEST_DROP_MICRO_GRAD and SAPPC_TEST_BAD_SR_TAG, see driver.c):
  *   DROP_GRAD_MEAN - the x 1/n after a gradient's AllReduce or ReduceScatter
  *                    (--gradients-mean) passes its input through;
  *   RS_BPROP       - a backward ReduceScatter (the bprop of an AllGather)
  *                    hands each rank its own block of its own input, without
- *                    adding the other ranks' contributions. */
-enum { SIM_FAULT_DROP_GRAD_MEAN = 1, SIM_FAULT_RS_BPROP = 2 };
+ *                    adding the other ranks' contributions;
+ *   DROP_MICRO     - every backward value of micro-batch 1 is zero (its
+ *                    gradient is dropped from the accumulation);
+ *   BAD_SR_TAG     - the Sends of micro-batch 1 carry sr_tag + 1. */
+enum { SIM_FAULT_DROP_GRAD_MEAN = 1, SIM_FAULT_RS_BPROP = 2, SIM_FAULT_DROP_MICRO = 4, SIM_FAULT_BAD_SR_TAG = 8 };
 
 typedef struct SimRun SimRun;
 

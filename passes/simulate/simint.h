@@ -103,6 +103,7 @@ int sim_errorf(SimRun *r, const RankState *s, const Node *n, const char *fmt, ..
 /* ------------------------------------------------------------- interp.c */
 int sim_eval_node(Ctx *c);      /* computes c->s->vals[c->n->id]; 0 ok, -1 error */
 int sim_is_comm(const Node *n); /* evaluated by the executor, not by sim_eval_node */
+int sim_micro_of(const Node *n); /* its micro-batch (primal attribute micro), -1 none */
 SimValue *sim_arg(Ctx *c, uint32_t i);
 SimTensor *sim_arg_tensor(Ctx *c, uint32_t i);
 /* attribute-like operand i (literal or computed), else the attribute key:

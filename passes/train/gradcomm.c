@@ -16,6 +16,10 @@
  *               instance grad_parallel_optimizer_allgather_not_recompute,
  *               fusion 1, after the partial-shard mirror (§3.3 step 3),
  *               then x 1/rank_size with --gradients-mean (mean_flag).
+ *             - with micro-batches (the micro pass), the accumulated
+ *               gradient times 1/K once per step, as MindSpore's
+ *               _TrainGradAccuStepCell divides by micro_size
+ *               (training-step.md §4.6); this runs at one device too.
  *             Module.train's gradients become the communicated ones.
  *   What a weight's gradient then equals (sappc(1) "TRAINING STEP"): the
  *   loss's _VirtualDiv divides the seed by the number of devices holding the
@@ -105,7 +109,8 @@ static const Node *first_user(Graph *g, const Node *p)
 int pass_gradcomm(Module *m, const Options *o)
 {
 	TrainInfo *ti = m->train;
-	if (!ti || !train_wanted(m, o) || o->device_num <= 1 || !ti->nw)
+	int micro = m->micro > 1 ? m->micro : 1;
+	if (!ti || !train_wanted(m, o) || (o->device_num <= 1 && micro == 1) || !ti->nw)
 		return 0;
 	TrainEmit e;
 	if (train_emit_init(&e, m, o) < 0)
@@ -133,7 +138,7 @@ int pass_gradcomm(Module *m, const Options *o)
 		Node *gr = ti->grad[w];
 		start[w] = e.out.n;
 		int nopt = 0, nm = 0;
-		int rep = lower_param_shard(&e.lc, p, opt, &nopt, grp, &nm);
+		int rep = o->device_num > 1 ? lower_param_shard(&e.lc, p, opt, &nopt, grp, &nm) : 1;
 		const Node *u = user[w] ? user[w] : first_user(g, p);
 		if (nm > 1) {
 			train_emit_bprop_of(&e, u, "_MirrorOperator", 1);
@@ -153,6 +158,8 @@ int pass_gradcomm(Module *m, const Options *o)
 				gr = mean(&e, gr, nopt);
 		}
 		e.ext = NULL;
+		if (micro > 1) /* the micro-batches' sum, averaged (micro.c) */
+			gr = mean(&e, gr, micro);
 		ti->grad[w] = gr;
 	}
 	start[ti->nw] = e.out.n;
