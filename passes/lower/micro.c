@@ -55,7 +55,6 @@ typedef struct Micro {
 	Node **map;    /* per original node index, this micro-batch's copy */
 	Node **slice;  /* per parameter index, this micro-batch's slice */
 	int64_t *old0; /* per original node index: its output's old dimension 0 (-1: none) */
-	Value **args0; /* per original node index: its operands as written (micro-batch 0 rewrites them) */
 	Vec(Node *) out;
 } Micro;
 
@@ -151,11 +150,6 @@ static Node *make_slice(Micro *mc, LowerCtx *lc, Node *p, int i, int nth)
 	n->out = lower_abs_like(m, &p->out, d, r);
 	n->stage = -1; /* the stage of its first user (pipeline.c) */
 	n->loc = p->loc;
-	/* in_strategy: all 1s (pipeline_split_utils.cc SetStridedSliceStrategy) */
-	Value in = *value_tuple_ints(m->arena, one, r, NT_BARE);
-	Value outer = value_tuple_of(m->arena, &in, 1);
-	lower_attr_put(m, &n->strat, "in_strategy", outer);
-	n->has_strat = 1;
 	wrapper_name(n, "Default/micro_inputs-CellList/%d-_MicroBatch/StridedSlice-op%d", i, nth);
 	set_primal(m, n, "micro", i);
 	set_primal(m, n, "pipeline_begin", i);
@@ -258,12 +252,10 @@ cannot:
 	return 1;
 }
 
-int pass_micro(Module *m, const Options *o)
+/* the graph's loss (what Return returns), or NULL when it returns
+ * something else than one tensor (reported) */
+static Node *the_loss(Graph *g, int K)
 {
-	int K = o->micro_batch_num;
-	Graph *g = ir_entry(m);
-	if (K <= 1 || !g || !g->nodes.n)
-		return 0;
 	Node *ret = g->nodes.a[g->nodes.n - 1];
 	if (ret->kind != NK_RETURN || !ret->nargs || ret->args[0].kind != V_NODE ||
 	    ret->args[0].u.node->kind != NK_CNODE || ret->args[0].u.node->out.shape.kind != SK_DIMS) {
@@ -271,9 +263,20 @@ int pass_micro(Module *m, const Options *o)
 		              "--micro-batch-num=%d: the graph must return one tensor, the loss the micro-batches "
 		              "add up",
 		              K);
-		return 1;
+		return NULL;
 	}
-	int S = sapp_plan_stages(m, o);
+	return ret->args[0].u.node;
+}
+
+int pass_micro(Module *m, const Options *o)
+{
+	int K = o->micro_batch_num;
+	Graph *g = ir_entry(m);
+	if (K <= 1 || !g || !g->nodes.n || m->micro)
+		return 0;
+	if (!the_loss(g, K))
+		return 1;
+	int S = o->pipeline_stages > 1 ? o->pipeline_stages : 1;
 	if (S > 1 && K < S && !o->forward_only && o->phase != PHASE_PREDICT) {
 		diag_error("--micro-batch-num=%d: a pipelined training step needs at least as many micro-batches as "
 		           "stages (%d)",
@@ -299,56 +302,136 @@ int pass_micro(Module *m, const Options *o)
 	LowerCtx lc;
 	if (lower_ctx_init(&lc, m, o) < 0)
 		return 1;
-	Micro mc = {.m = m, .g = g, .K = K, .nn = g->nodes.n - 1};
-	mc.map = xcalloc(mc.nn + 1, sizeof *mc.map);
+	Micro mc = {.m = m, .g = g, .K = K, .nn = g->nodes.n};
 	mc.slice = xcalloc(g->params.n + 1, sizeof *mc.slice);
 	mc.old0 = xmalloc((mc.nn + 1) * sizeof *mc.old0);
-	mc.args0 = xmalloc((mc.nn + 1) * sizeof *mc.args0);
 	for (uint32_t i = 0; i < mc.nn; i++) {
 		Node *n = g->nodes.a[i];
 		n->mark = i + 1;
-		mc.args0[i] = n->nargs ? arena_dup(m->arena, n->args, n->nargs * sizeof *n->args) : NULL;
 		mc.old0[i] = n->out.shape.kind == SK_DIMS && n->out.shape.rank ? n->out.shape.dims[0] : -1;
 	}
-	Node *loss = ret->args[0].u.node, *sum = NULL;
-	for (int i = 0; i < K && !bad; i++) {
-		for (uint32_t k = 0, ns = 0; k < g->params.n; k++) {
-			Node *p = g->params.a[k];
-			mc.slice[k] = NULL;
-			if (p->mark) {
-				mc.slice[k] = make_slice(&mc, &lc, p, i, (int)ns++);
-				vec_push(&mc.out, mc.slice[k]);
+	vec_grow(&mc.out, mc.nn + g->params.n);
+	for (uint32_t k = 0, ns = 0; k < g->params.n; k++) {
+		Node *p = g->params.a[k];
+		if (p->mark) {
+			mc.slice[k] = make_slice(&mc, &lc, p, 0, (int)ns++);
+			vec_push(&mc.out, mc.slice[k]);
+		}
+	}
+	for (uint32_t j = 0; j < mc.nn && !bad; j++) {
+		Node *n = g->nodes.a[j];
+		int changed = 0;
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+			if (p && p->kind == NK_PARAM && p->g == g && p->mark) {
+				n->args[k].u.node = mc.slice[p->mark - 1];
+				p = n->args[k].u.node;
+			}
+			if (p && k < n->nin_types && (p->kind == NK_CNODE || p->kind == NK_RETURN) &&
+			    !abs_equal(&n->in_types[k], &p->out)) {
+				n->in_types[k] = p->out;
+				changed = 1;
 			}
 		}
-		for (uint32_t j = 0; j < mc.nn && !bad; j++) {
+		if (n->kind == NK_RETURN) {
+			if (changed && n->nargs && n->args[0].kind == V_NODE)
+				n->out = n->args[0].u.node->out;
+		} else {
+			bad = reshape_node(&mc, n, changed);
+			label(m, n, 0);
+		}
+		vec_push(&mc.out, n);
+	}
+	if (!bad) {
+		ir_graph_set_nodes(g, mc.out.a, mc.out.n, mc.out.cap);
+		m->micro = K;
+	} else {
+		vec_free(&mc.out);
+	}
+	free(mc.slice);
+	free(mc.old0);
+	lower_ctx_free(&lc);
+	ir_clear_marks(m);
+	return bad;
+}
+
+/* Is n a micro-batch StridedSlice of the micro pass? */
+static int is_micro_slice(const Node *n)
+{
+	return ir_node_is_op(n, OP_StridedSlice) && ir_attr_get(&ir_node_ext(n)->primal, "pipeline_begin") &&
+	       n->nargs == 9 && n->args[0].kind == V_NODE && n->args[0].u.node->kind == NK_PARAM;
+}
+
+/* a micro StridedSlice of micro-batch i: begin and end of dimension 0
+ * moved to the i-th slice, its labels and name set */
+static void retarget_slice(Micro *mc, Node *c, int i, int nth)
+{
+	Module *m = mc->m;
+	const Shape *s = &c->args[0].u.node->out.shape;
+	int64_t b = s->dims[0] / mc->K;
+	for (int k = 1; k <= 2; k++) {
+		Value v = value_clone(m->arena, &c->args[k]);
+		v.u.elems[0].u.i = b * (i + (k == 2));
+		c->args[k] = v;
+	}
+	wrapper_name(c, "Default/micro_inputs-CellList/%d-_MicroBatch/StridedSlice-op%d", i, nth);
+	set_primal(m, c, "pipeline_begin", i);
+}
+
+/* in_strategy all 1s (pipeline_split_utils.cc SetStridedSliceStrategy) */
+static void replicated_strategy(Module *m, Node *n)
+{
+	int64_t one[MAX_RANK];
+	int r = n->out.shape.kind == SK_DIMS ? n->out.shape.rank : 0;
+	for (int k = 0; k < r; k++)
+		one[k] = 1;
+	Value in = *value_tuple_ints(m->arena, one, r, NT_BARE);
+	AttrList l = {0};
+	lower_attr_put(m, &l, "in_strategy", value_tuple_of(m->arena, &in, 1));
+	n->strat = l;
+	n->has_strat = 1;
+}
+
+int pass_unroll(Module *m, const Options *o)
+{
+	int K = m->micro;
+	Graph *g = ir_entry(m);
+	if (K <= 1 || !g || !g->nodes.n)
+		return 0;
+	Node *loss = the_loss(g, K), *ret = g->nodes.a[g->nodes.n - 1];
+	if (!loss)
+		return 1;
+	LowerCtx lc;
+	if (lower_ctx_init(&lc, m, o) < 0)
+		return 1;
+	Micro mc = {.m = m, .g = g, .K = K, .nn = g->nodes.n - 1};
+	mc.map = xcalloc(mc.nn + 1, sizeof *mc.map);
+	for (uint32_t i = 0; i < mc.nn; i++) {
+		Node *n = g->nodes.a[i];
+		n->mark = i + 1;
+		if (is_micro_slice(n))
+			replicated_strategy(m, n);
+	}
+	vec_grow(&mc.out, (size_t)mc.nn * K + K + 1);
+	Node *sum = NULL;
+	for (int i = 0; i < K; i++) {
+		for (uint32_t j = 0, ns = 0; j < mc.nn; j++) {
 			Node *n = g->nodes.a[j];
-			Node *c = i ? copy(m, n, mc.args0[j]) : n;
-			int changed = 0;
-			for (uint32_t k = 0; k < c->nargs; k++) {
-				Node *p = c->args[k].kind == V_NODE ? c->args[k].u.node : NULL;
-				Node *q = NULL;
-				if (p && p->kind == NK_CNODE && p->g == g && p->mark)
-					q = i ? mc.map[p->mark - 1] : p;
-				else if (p && p->kind == NK_PARAM && p->g == g && p->mark)
-					q = mc.slice[p->mark - 1];
-				if (!q)
-					continue;
-				c->args[k].u.node = q;
-				if (k < c->nin_types && !abs_equal(&c->in_types[k], &q->out)) {
-					c->in_types[k] = q->out;
-					changed = 1;
+			Node *c = n;
+			if (i) {
+				c = copy(m, n, n->args);
+				for (uint32_t k = 0; k < c->nargs; k++) {
+					Node *p = c->args[k].kind == V_NODE ? c->args[k].u.node : NULL;
+					if (p && p->kind == NK_CNODE && p->g == g && p->mark)
+						c->args[k].u.node = mc.map[p->mark - 1];
 				}
+				if (is_micro_slice(n))
+					retarget_slice(&mc, c, i, (int)ns++);
+				label(m, c, i);
 			}
-			/* the copy's index is its original's: marks stay the originals' */
-			if (i)
-				c->mark = 0;
-			bad = reshape_node(&mc, c, changed);
-			label(m, c, i);
 			mc.map[j] = c;
 			vec_push(&mc.out, c);
 		}
-		if (bad)
-			break;
 		Node *li = mc.map[loss->mark - 1];
 		if (!sum) {
 			sum = li;
@@ -366,36 +449,26 @@ int pass_micro(Module *m, const Options *o)
 		a->stage = li->stage;
 		lower_attr_put(m, &a->pattrs, "pipeline_end", value_int(i, NT_I64));
 		a->has_pattrs = 1;
-		Value sv = *value_tuple_ints(m->arena, NULL, 0, NT_BARE);
-		Value both[2] = {sv, sv};
-		if (li->out.shape.rank) {
-			int64_t one[MAX_RANK];
-			for (int k = 0; k < li->out.shape.rank; k++)
-				one[k] = 1;
-			both[0] = both[1] = *value_tuple_ints(m->arena, one, li->out.shape.rank, NT_BARE);
-		}
+		int64_t one[MAX_RANK];
+		int r = li->out.shape.rank;
+		for (int k = 0; k < r; k++)
+			one[k] = 1;
+		Value in = *value_tuple_ints(m->arena, one, r, NT_BARE);
+		Value both[2] = {in, in};
 		lower_attr_put(m, &a->strat, "in_strategy", value_tuple_of(m->arena, both, 2));
 		a->has_strat = 1;
 		label(m, a, i);
 		vec_push(&mc.out, a);
 		sum = a;
 	}
-	if (!bad) {
-		ret->args[0] = value_node(sum);
-		if (ret->nin_types)
-			ret->in_types[0] = sum->out;
-		ret->out = sum->out;
-		vec_push(&mc.out, ret);
-		ir_graph_set_nodes(g, mc.out.a, mc.out.n, mc.out.cap);
-		m->micro = K;
-	} else {
-		vec_free(&mc.out);
-	}
+	ret->args[0] = value_node(sum);
+	if (ret->nin_types)
+		ret->in_types[0] = sum->out;
+	ret->out = sum->out;
+	vec_push(&mc.out, ret);
+	ir_graph_set_nodes(g, mc.out.a, mc.out.n, mc.out.cap);
 	free(mc.map);
-	free(mc.slice);
-	free(mc.old0);
-	free(mc.args0);
 	lower_ctx_free(&lc);
 	ir_clear_marks(m);
-	return bad;
+	return 0;
 }

@@ -112,10 +112,19 @@ static void partial_group(const NodeLayout *l, uint32_t dims, int64_t pos, int c
 
 /* A data-parallel loss is its rank's local mean (lower_local_mean_dims);
  * a scalar that an affine step makes of it - loss + c, loss - c, loss * c,
- * loss / c, -loss, Cast, Depend, loss1 + loss2 of the same loss - is one
+ * loss / c, -loss, Cast, Depend, loss1 + loss2 of the same loss (or of
+ * its micro-batch copies, whose means are over the same ranks) - is one
  * too: the mean over the loss's group of ranks is still the reference
  * value.  Only scalars, whose other operands are whole on every rank (a
  * partial one has its AllReduce before it).  The loss node, else NULL. */
+/* two local-mean losses whose means are over the same ranks (the
+ * micro-batches' copies of one loss) */
+static int same_mean(const Node *a, const Node *b)
+{
+	return a == b || (a->lay && b->lay && a->lay->nin && b->lay->nin && tlay_equal(&a->lay->in[0], &b->lay->in[0]) &&
+	                  lower_local_mean_dims(a) == lower_local_mean_dims(b));
+}
+
 static const Node *mean_source(const Node *n, int depth)
 {
 	if (!n || n->kind != NK_CNODE || depth > 32 || n->out.shape.kind != SK_DIMS || n->out.shape.rank != 0)
@@ -154,7 +163,7 @@ static const Node *mean_source(const Node *n, int depth)
 			for (uint32_t j = 0; j < a->nargs; j++) {
 				const Node *e = a->args[j].kind == V_NODE ? a->args[j].u.node : NULL;
 				const Node *s2 = e ? mean_source(e, depth + 1) : NULL;
-				if (s2 && src && s2 != src)
+				if (s2 && src && !same_mean(s2, src))
 					return NULL;
 				if (s2) {
 					src = s2;
@@ -168,7 +177,7 @@ static const Node *mean_source(const Node *n, int depth)
 		const Node *s2 = mean_source(a, depth + 1);
 		if (!s2)
 			continue;
-		if ((src && s2 != src) || (one >= 0 && (int)i != one))
+		if ((src && !same_mean(s2, src)) || (one >= 0 && (int)i != one))
 			return NULL;
 		src = s2;
 		npartial++;
@@ -228,11 +237,12 @@ static int lower_slice(void *ctx, const Node *local, const Node *global, int ran
 	return 1;
 }
 
-static int verify_only(const PassManagerOptions *pm, PassManagerOptions *v)
+static int reference_passes(const PassManagerOptions *pm, PassManagerOptions *v)
 {
 	memset(v, 0, sizeof *v);
 	for (int i = 0; i < pm->npasses; i++)
-		if (strcmp(pm->passes[i]->name, "verify") == 0)
+		if (strcmp(pm->passes[i]->name, "verify") == 0 || strcmp(pm->passes[i]->name, "micro") == 0 ||
+		    strcmp(pm->passes[i]->name, "unroll") == 0)
 			v->passes[v->npasses++] = pm->passes[i];
 	return v->npasses;
 }
@@ -530,10 +540,12 @@ static int check_micro(Module *ref, const SimRun *G, const char *buf, size_t len
 	fo.micro_batch_num = 1;
 	fo.device_num = 1;
 	fo.rank = 0;
+	fo.pipeline_stages = 1;
+	fo.auto_pipeline = 0;
 	PassManagerOptions vpm;
 	diag_set_quiet(1);
 	Module *full = ir_parse(ref->filename, buf, len, o->fragment);
-	if (full && (step ? reference_step(full, &fo, pm) != 0 : verify_only(pm, &vpm) && pm_run(full, &fo, &vpm) != 0))
+	if (full && (step ? reference_step(full, &fo, pm) != 0 : reference_passes(pm, &vpm) && pm_run(full, &fo, &vpm) != 0))
 		full = (ir_module_free(full), NULL);
 	diag_set_quiet(o->quiet);
 	if (!full || diag_errors()) {
@@ -599,7 +611,9 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	Options go = *o;
 	go.device_num = 1;
 	go.rank = 0;
-	if (ref && (step ? reference_step(ref, o, pm) != 0 : verify_only(pm, &vpm) && pm_run(ref, &go, &vpm) != 0))
+	go.pipeline_stages = 1;
+	go.auto_pipeline = 0;
+	if (ref && (step ? reference_step(ref, o, pm) != 0 : reference_passes(pm, &vpm) && pm_run(ref, &go, &vpm) != 0))
 		ref = (ir_module_free(ref), NULL);
 	diag_set_quiet(o->quiet);
 	if (!ref || diag_errors())
