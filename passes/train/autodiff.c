@@ -86,6 +86,13 @@ struct Ad {
 	Vec(int64_t) akey;
 	Vec(Attr *) aheap; /* the lists attr_put is building (heap, until interned) */
 	KeyMap ints;       /* c_ints(): int tuple -> its Value in the module */
+	/* micro-batches (Module.micro > 1): each weight's contributions go to
+	 * its buffer accu_grads.<w> by AssignAdd as they are made */
+	int micro;
+	Node **accu;   /* by parameter index */
+	Value accu_u;  /* the monad state of the accumulation chain */
+	Abs accu_ua;
+	int32_t next_local;
 };
 
 #define SCRATCH 65536
@@ -445,11 +452,51 @@ static void give(Ad *a, Node *n, uint32_t k, GV g)
 	give_node(a, t, g);
 }
 
+/* A micro-batch's gradient of weight t (index i): AssignAdd into its
+ * buffer, then UpdateState - the bprop of the _VirtualAssignAdd that
+ * MindSpore puts between a weight and each of its forward users with
+ * micro-batches (pipeline_split_utils.cc InsertVirtualAssignAdd;
+ * training-step.md §4.6), named after the user whose bprop gives it. */
+static void accumulate(Ad *a, Node *t, uint32_t i, GV g)
+{
+	Module *m = a->m;
+	if (!a->accu[i]) {
+		char buf[1024];
+		snprintf(buf, sizeof buf, "accu_grads.%s", sym_str(t->name));
+		Abs ga = tensor_abs(&g);
+		a->accu[i] = train_new_param(m, a->g, a->next_local++, buf, ga.dtype, &ga.shape,
+		                             ga.shape.rank == t->out.shape.rank && shape_equal(&ga.shape, &t->out.shape)
+		                                 ? t->lay
+		                                 : NULL);
+	}
+	Node *buf = a->accu[i];
+	Node tm = a->e.tmpl;
+	train_emit_bprop_of(&a->e, a->cur ? a->cur : t, "_VirtualAssignAdd", 1);
+	Abs va = train_abs_value(&buf->out);
+	Node *n = train_op(&a->e, OP_AssignAdd, 3, &va);
+	train_arg_node(&a->e, n, 0, buf);
+	set(n, 1, g);
+	train_arg(&a->e, n, 2, a->accu_u, &a->accu_ua);
+	lower_attr_put(m, &n->pattrs, "side_effect_mem", value_bool(1));
+	n->has_pattrs = 1;
+	Abs ua = train_abs_monad();
+	Node *u = train_op(&a->e, OP_UpdateState, 2, &ua);
+	train_arg(&a->e, u, 0, a->accu_u, &a->accu_ua);
+	train_arg_node(&a->e, u, 1, n);
+	a->accu_u = value_node(u);
+	a->accu_ua = u->out;
+	a->e.tmpl = tm;
+}
+
 static void give_node(Ad *a, Node *t, GV g)
 {
 	uint32_t i = idx(a, t);
 	if (i == UINT32_MAX || !a->needs[i])
 		return;
+	if (a->micro > 1 && g.set && train_is_trainable(t)) {
+		accumulate(a, t, i, g);
+		return;
+	}
 	acc(a, &a->dout[i], g, t);
 }
 
@@ -2286,6 +2333,27 @@ int pass_autodiff(Module *m, const Options *o)
 		g->params.a[i]->mark = i + 1;
 	for (uint32_t i = 0; i < g->nodes.n; i++)
 		g->nodes.a[i]->mark = g->params.n + i + 1;
+	/* the monad the forward Loads use: the update (and the accumulation
+	 * of micro-batches) starts from it */
+	a.accu_u = value_word("U");
+	a.accu_ua = train_abs_monad();
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		Node *n = g->nodes.a[i];
+		if (n->kind == NK_CNODE && n->op == OP_Load && n->nargs == 2 && n->args[1].kind != V_NODE) {
+			a.accu_u = n->args[1];
+			if (n->nin_types == 2)
+				a.accu_ua = n->in_types[1];
+			break;
+		}
+	}
+	a.micro = m->micro;
+	if (a.micro > 1) {
+		a.accu = xcalloc(g->params.n + 1, sizeof *a.accu);
+		a.next_local = 1;
+		for (uint32_t i = 0; i < g->params.n; i++)
+			if (g->params.a[i]->local >= a.next_local)
+				a.next_local = g->params.a[i]->local + 1;
+	}
 	int rc = analyse(&a, root);
 	if (!rc) {
 		/* the loss's _VirtualDiv, when it is not a node (§3.6) */
@@ -2318,6 +2386,19 @@ int pass_autodiff(Module *m, const Options *o)
 			if (n->kind == NK_CNODE && !n->dead && a.needs[j] && a.reach[j] && rule_kind(n) == RULE_BPROP)
 				run_rule(&a, n, j);
 		}
+		/* with micro-batches a weight's gradient is its buffer, read once
+		 * every micro-batch has added to it */
+		for (uint32_t i = 0; a.accu && i < np; i++) {
+			if (!a.accu[i])
+				continue;
+			Abs va = train_abs_value(&a.accu[i]->out);
+			train_emit_bprop_of(&a.e, g->params.a[i], "_VirtualAssignAdd", 1);
+			a.e.ext = NULL;
+			Node *l = train_op(&a.e, OP_Load, 2, &va);
+			train_arg_node(&a.e, l, 0, a.accu[i]);
+			train_arg(&a.e, l, 1, a.accu_u, &a.accu_ua);
+			slot_put(&a, &a.dout[i], gv_node(l));
+		}
 		/* the weights' gradients, in # Params order */
 		uint32_t nw = 0;
 		for (uint32_t i = 0; i < np; i++)
@@ -2326,27 +2407,20 @@ int pass_autodiff(Module *m, const Options *o)
 		ti->weight = arena_alloc(m->arena, (nw + 1) * sizeof(Node *));
 		ti->grad = arena_alloc(m->arena, (nw + 1) * sizeof(Node *));
 		ti->gather = arena_alloc(m->arena, (nw + 1) * sizeof(Node *));
+		ti->accu = a.accu ? arena_alloc(m->arena, (nw + 1) * sizeof(Node *)) : NULL;
 		for (uint32_t i = 0; i < np; i++)
 			if (a.needs[i] && a.dout[i].a && a.dout[i].v.kind == V_NODE) {
 				ti->weight[ti->nw] = g->params.a[i];
 				ti->grad[ti->nw] = a.dout[i].v.u.node;
 				ti->gather[ti->nw] = a.gather[i];
+				if (ti->accu)
+					ti->accu[ti->nw] = a.accu[i];
 				ti->nw++;
 			}
 		ti->nkeep = a.keep.n;
 		ti->keep = a.keep.n ? arena_dup(m->arena, a.keep.a, a.keep.n * sizeof(Node *)) : NULL;
-		/* the monad the forward Loads use */
-		ti->monad = value_word("U");
-		ti->monad_abs = train_abs_monad();
-		for (uint32_t i = 0; i < g->nodes.n; i++) {
-			Node *n = g->nodes.a[i];
-			if (n->kind == NK_CNODE && n->op == OP_Load && n->nargs == 2 && n->args[1].kind != V_NODE) {
-				ti->monad = n->args[1];
-				if (n->nin_types == 2)
-					ti->monad_abs = n->in_types[1];
-				break;
-			}
-		}
+		ti->monad = a.accu_u;
+		ti->monad_abs = a.accu_ua;
 		if (root && !is_send(root) && !ti->nw && !ti->nkeep) {
 			diag_error_at(root->loc.line ? root->loc : ret->loc,
 			              "no trainable weight (a parameter with a default value) reaches the loss the graph "
@@ -2372,6 +2446,7 @@ int pass_autodiff(Module *m, const Options *o)
 	free(a.needs);
 	free(a.reach);
 	free(a.gather);
+	free(a.accu);
 	vec_free(&a.keep);
 	train_emit_free(&a.e);
 	return rc;

@@ -141,9 +141,13 @@ int pass_gradcomm(Module *m, const Options *o)
 		int rep = o->device_num > 1 ? lower_param_shard(&e.lc, p, opt, &nopt, grp, &nm) : 1;
 		const Node *u = user[w] ? user[w] : first_user(g, p);
 		if (nm > 1) {
-			train_emit_bprop_of(&e, u, "_MirrorOperator", 1);
-			e.ext = virtual_ext(m, "_MirrorOperator", p->id);
-			gr = grad_comm(&e, OP_AllReduce, gr, &gr->out, grp, nm, "grad_mirror_MirrorOperator");
+			/* with micro-batches the mirror is _MirrorMicroStepOperator
+			 * (parallel_processer.cc DoInsertMirrorOps), reducing the buffer */
+			const char *mp = micro > 1 ? "_MirrorMicroStepOperator" : "_MirrorOperator";
+			train_emit_bprop_of(&e, u, mp, 1);
+			e.ext = virtual_ext(m, mp, p->id);
+			gr = grad_comm(&e, OP_AllReduce, gr, &gr->out, grp, nm,
+			               micro > 1 ? "grad_mirror_MirrorMicroStepOperator" : "grad_mirror_MirrorOperator");
 			if (o->gradients_mean)
 				gr = mean(&e, gr, nm);
 		}

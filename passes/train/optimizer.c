@@ -41,27 +41,7 @@ typedef struct Opt {
 
 static Node *new_param(Opt *s, const char *name, Sym dtype, const Shape *sh, NodeLayout *lay)
 {
-	Module *m = s->m;
-	Node *p = ir_node_new(m, s->g, NK_PARAM);
-	p->name = intern_cstr(name);
-	p->has_default = 1;
-	p->nargs = 1; /* the "  :  has_default" tail */
-	p->args = arena_alloc(m->arena, sizeof(Value));
-	p->args[0] = value_word("has_default");
-	p->local = s->next_local++;
-	char buf[96];
-	snprintf(buf, sizeof buf, "Ref[Tensor[%s]]", sym_str(dtype));
-	p->out.tstr = intern_cstr(buf);
-	p->out.dtype = dtype;
-	p->out.is_ref = 1;
-	p->out.is_tensor = 1;
-	p->out.shape = *sh;
-	AbsExt *x = arena_alloc(m->arena, sizeof *x);
-	x->ref_key = p->name;
-	p->out.x = x;
-	p->lay = lay;
-	vec_push(&s->g->params, p);
-	return p;
+	return train_new_param(s->m, s->g, s->next_local++, name, dtype, sh, lay);
 }
 
 static Node *scalar_param(Opt *s, const char *name, Sym dtype, int one)
@@ -258,6 +238,22 @@ int pass_optimizer(Module *m, const Options *o)
 		}
 		lower_order_attrs(&c->pattrs);
 		update_state(&s, c);
+		if (ti->accu && ti->accu[w]) {
+			/* the micro-batches' buffer starts the next step at zero:
+			 * Assign(accu, accu x 0) (training-step.md §4.6) */
+			Node *acc = ti->accu[w], *al = load(&s, acc);
+			Node *z = train_op(&s.e, OP_Mul, 2, &al->out);
+			train_arg_node(&s.e, z, 0, al);
+			Abs sa = train_abs_tensor(m, al->out.dtype, NULL, 0, 1);
+			train_arg(&s.e, z, 1, train_float_tensor(m, al->out.dtype, 0), &sa);
+			Node *as = train_op(&s.e, OP_Assign, 3, &al->out);
+			train_arg_node(&s.e, as, 0, acc);
+			train_arg_node(&s.e, as, 1, z);
+			train_arg(&s.e, as, 2, s.u, &s.ua);
+			lower_attr_put(m, &as->pattrs, "side_effect_mem", value_bool(1));
+			as->has_pattrs = 1;
+			update_state(&s, as);
+		}
 	}
 	/* Return(Depend(loss, state)) */
 	Node *ret = g->nodes.a[g->nodes.n - 1];

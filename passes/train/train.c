@@ -1,4 +1,5 @@
 /* train.c - helpers shared by the training-step passes (train.h). */
+#include <stdio.h>
 #include <string.h>
 
 #include "train.h"
@@ -217,4 +218,29 @@ void train_splice(TrainEmit *e)
 		out.a[out.n++] = e->out.a[i];
 	out.a[out.n++] = ret;
 	ir_graph_set_nodes(g, out.a, out.n, out.cap);
+}
+
+Node *train_new_param(Module *m, Graph *g, int32_t local, const char *name, Sym dtype, const Shape *sh,
+                      NodeLayout *lay)
+{
+	Node *p = ir_node_new(m, g, NK_PARAM);
+	p->name = intern_cstr(name);
+	p->has_default = 1;
+	p->nargs = 1; /* the "  :  has_default" tail */
+	p->args = arena_alloc(m->arena, sizeof(Value));
+	p->args[0] = value_word("has_default");
+	p->local = local;
+	char buf[96];
+	snprintf(buf, sizeof buf, "Ref[Tensor[%s]]", sym_str(dtype));
+	p->out.tstr = intern_cstr(buf);
+	p->out.dtype = dtype;
+	p->out.is_ref = 1;
+	p->out.is_tensor = 1;
+	p->out.shape = *sh;
+	AbsExt *x = arena_alloc(m->arena, sizeof *x);
+	x->ref_key = p->name;
+	p->out.x = x;
+	p->lay = lay;
+	vec_push(&g->params, p);
+	return p;
 }

@@ -22,7 +22,8 @@ typedef struct TrainInfo {
 	uint32_t nkeep;
 	Value ret;     /* what the forward graph returned (the loss, or a stage's Send) */
 	Abs ret_abs;
-	Value monad;   /* the UMonad operand the forward Loads use */
+	Node **accu;   /* with micro-batches: each weight's accu_grads.<w> buffer, else NULL */
+	Value monad;   /* the UMonad state the update starts from (the forward Loads', or the last accumulation's) */
 	Abs monad_abs;
 } TrainInfo;
 
@@ -43,6 +44,9 @@ typedef struct TrainEmit {
 } TrainEmit;
 
 int train_emit_init(TrainEmit *e, Module *m, const Options *o); /* 0, -1 reported */
+/* a trainable Parameter appended to g's: Ref[Tensor[dtype]] of shape sh, %para<local>_<name> */
+Node *train_new_param(Module *m, Graph *g, int32_t local, const char *name, Sym dtype, const Shape *sh,
+                      NodeLayout *lay);
 void train_emit_free(TrainEmit *e);
 /* the emitted nodes go before the entry graph's Return */
 void train_splice(TrainEmit *e);
