@@ -75,6 +75,7 @@ enum {
 	/* the training step (passes/train/) */
 	OPT_FORWARD_ONLY,
 	OPT_OPTIMIZER,
+	OPT_PIPELINE_SCHEDULER,
 	OPT_LEARNING_RATE,
 	OPT_MOMENTUM,
 	OPT_BETA1,
@@ -140,6 +141,7 @@ static const struct option longopts[] = {
 	{"strict", no_argument, NULL, OPT_STRICT},
 	{"forward-only", no_argument, NULL, OPT_FORWARD_ONLY},
 	{"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+	{"pipeline-scheduler", required_argument, NULL, OPT_PIPELINE_SCHEDULER},
 	{"learning-rate", required_argument, NULL, OPT_LEARNING_RATE},
 	{"momentum", required_argument, NULL, OPT_MOMENTUM},
 	{"beta1", required_argument, NULL, OPT_BETA1},
@@ -178,7 +180,10 @@ static void usage(FILE *f)
 	      "      --parallel-mode=MODE  auto (SAPP search, the default; also recursive_programming)\n"
 	      "                          or semi_auto (keep given strategies, batch-parallel default)\n"
 	      "      --pipeline-stages=S pipeline stages, 1 to 64 (default 1); S must divide N\n"
-	      "      --micro-batch-num=K micro-batches per step with pipeline stages (default 1)\n"
+	      "      --micro-batch-num=K micro-batches per step (default 1): inputs sliced, the network\n"
+	      "                          once per micro-batch, gradients accumulated\n"
+	      "      --pipeline-scheduler=1f1b|gpipe\n"
+	      "                          order of the micro-batches on each stage (default 1f1b)\n"
 	      "      --dataset-strategy=data_parallel|full_batch|TUPLE\n"
 	      "                          how graph inputs are split (default data_parallel), or one\n"
 	      "                          strategy per input as MindSpore writes it: ((1, 8), (8,))\n"
@@ -1078,6 +1083,14 @@ int main(int argc, char **argv)
 			break;
 		case OPT_FORWARD_ONLY:
 			o.forward_only = 1;
+			break;
+		case OPT_PIPELINE_SCHEDULER:
+			if (strcmp(optarg, "1f1b") == 0)
+				o.pipeline_scheduler = SCHED_1F1B;
+			else if (strcmp(optarg, "gpipe") == 0)
+				o.pipeline_scheduler = SCHED_GPIPE;
+			else
+				bad_usage("invalid value '%s' for --pipeline-scheduler (expected 1f1b or gpipe)", optarg);
 			break;
 		case OPT_OPTIMIZER:
 			if (strcmp(optarg, "momentum") == 0)

@@ -621,6 +621,7 @@ typedef struct Options {
 	int interfered;
 	int pipeline_stages;
 	int micro_batch_num;
+	int pipeline_scheduler; /* --pipeline-scheduler: SCHED_* */
 	int enable_parallel_optimizer;
 	int optimizer_weight_shard_size;
 	int semi_auto;
@@ -651,6 +652,15 @@ typedef struct Options {
 } Options;
 
 enum { OPTIM_MOMENTUM, OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW };
+enum { SCHED_1F1B, SCHED_GPIPE };
+/* one step of a pipeline stage's order: the forward or backward of a micro-batch */
+typedef struct SchedStep {
+	uint8_t bwd;
+	int32_t micro;
+} SchedStep;
+/* the order of stage `stage` of `stages` for `micro` micro-batches
+ * (passes/train/schedule.c): 2 * micro steps written to out */
+int sched_order(int stages, int stage, int micro, int scheduler, SchedStep *out);
 
 enum { PHASE_AUTO, PHASE_TRAIN, PHASE_PREDICT };
 

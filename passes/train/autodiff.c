@@ -2281,6 +2281,61 @@ static void run_rule(Ad *a, Node *n, uint32_t j)
 		free(g);
 }
 
+/* The micro-batch of every forward node (its micro label, else the
+ * largest of its operands', else -1), and the order the backward walk
+ * takes them in with micro-batches: order[k] is the node index walked
+ * k-th from the end.  The sum of the micro-batches' losses (PipelineCell's
+ * Adds, pipeline_end) is walked first, then micro-batch 0 whole, then 1,
+ * ...: each micro-batch's backward is emitted in one piece and in micro-batch
+ * order, which the accumulation chain then follows and the 1F1B schedule
+ * (schedule.c) needs.  Micro-batches share no forward value, so the walk is
+ * still a reverse topological one. */
+static uint32_t *micro_order(Ad *a)
+{
+	Graph *g = a->g;
+	uint32_t nn = g->nodes.n, np = g->params.n;
+	int K = a->micro;
+	int32_t *mic = xmalloc((nn + 1) * sizeof *mic);
+	uint32_t *cnt = xcalloc((size_t)K + 3, sizeof *cnt);
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		int64_t v;
+		const Value *lv = n->kind == NK_CNODE ? ir_attr_get(&ir_node_ext(n)->primal, "micro") : NULL;
+		int b = -1;
+		if (lv && value_get_int(lv, &v) && v >= 0 && v < K)
+			b = (int)v;
+		else
+			for (uint32_t k = 0; k < n->nargs; k++) {
+				Node *p = arg_node(n, k);
+				uint32_t j = p ? idx(a, p) : UINT32_MAX;
+				if (j != UINT32_MAX && j >= np && mic[j - np] > b)
+					b = mic[j - np];
+			}
+		if (ir_node_is_op(n, OP_Add) && ir_attr_get(&n->pattrs, "pipeline_end"))
+			b = K; /* the losses' sum: walked first */
+		else if (b < 0)
+			b = K + 1; /* no micro-batch: walked last */
+		mic[i] = b;
+		cnt[b + 1]++;
+	}
+	uint32_t *order = xmalloc((nn + 1) * sizeof *order), *pos = xcalloc((size_t)K + 3, sizeof *pos);
+	/* bucket sequence from the front: K+1, K-1, ..., 1, 0, K */
+	uint32_t at = 0;
+	pos[K + 1] = at;
+	at += cnt[K + 2];
+	for (int b = K - 1; b >= 0; b--) {
+		pos[b] = at;
+		at += cnt[b + 1];
+	}
+	pos[K] = at;
+	for (uint32_t i = 0; i < nn; i++)
+		order[pos[mic[i]]++] = i;
+	free(pos);
+	free(cnt);
+	free(mic);
+	return order;
+}
+
 int pass_autodiff(Module *m, const Options *o)
 {
 	Graph *g = ir_entry(m);
@@ -2380,12 +2435,15 @@ int pass_autodiff(Module *m, const Options *o)
 			(void)la;
 		}
 		uint32_t np = g->params.n;
-		for (uint32_t i = g->nodes.n; i-- > 0;) {
+		uint32_t *order = a.micro > 1 ? micro_order(&a) : NULL;
+		for (uint32_t k = g->nodes.n; k-- > 0;) {
+			uint32_t i = order ? order[k] : k;
 			Node *n = g->nodes.a[i];
 			uint32_t j = np + i;
 			if (n->kind == NK_CNODE && !n->dead && a.needs[j] && a.reach[j] && rule_kind(n) == RULE_BPROP)
 				run_rule(&a, n, j);
 		}
+		free(order);
 		/* with micro-batches a weight's gradient is its buffer, read once
 		 * every micro-batch has added to it */
 		for (uint32_t i = 0; a.accu && i < np; i++) {
