@@ -19,6 +19,8 @@ enum {
 	LAY_LOCAL = 2,    /* type lines rewritten to local shapes */
 	LAY_INSERTED = 4, /* created by the lowering */
 	LAY_REPLACED = 8, /* the node was replaced (Reshape, row-split Gather) */
+	LAY_NOGRAD = 16,  /* a stage boundary's Send/Receive whose value no trainable weight reaches: no
+	                     gradient goes back (both sides know it, pipeline.c) */
 };
 
 

@@ -7,7 +7,10 @@
  *             python/mindspore/parallel/nn/parallel_cell_wrapper.py
  *             PipelineCell.construct, nn/wrap/cell_wrapper.py _MicroBatch):
  *             - every dataset input (a parameter without a default value)
- *               is cut into K slices of dimension 0 by StridedSlice, begin
+ *               but those of dimension 0 = 1, which every micro-batch
+ *               reads whole (MindSpore's _MicroBatch would cut them too,
+ *               into nothing; a dump that feeds RoPE tables as inputs has
+ *               them), is cut into K slices of dimension 0 by StridedSlice, begin
  *               (b·i, 0, ...), end (b·(i+1), rest), strides 1, b = B/K,
  *               in_strategy all 1s, primal attributes micro: I64(i),
  *               pipeline_begin: I64(i), segment: I64(0) (pipeline_transformer.cc
@@ -189,6 +192,17 @@ static int reshape_node(Micro *mc, Node *c, int changed)
 		if (v && !scale_literal(m, v, mc->K))
 			goto cannot;
 	}
+	if (ir_node_is_op(c, OP_TupleGetItem) && c->nargs == 2 && c->nin_types >= 1 &&
+	    c->in_types[0].shape.kind == SK_TUPLE) {
+		/* the element of the producer's (new) tuple */
+		int64_t e;
+		const Abs *t = &c->in_types[0];
+		if (value_get_int(&c->args[1], &e) && e >= 0 && e < t->shape.rank &&
+		    t->shape.sub[e].kind == SK_DIMS) {
+			c->out = lower_abs_like(m, &c->out, t->shape.sub[e].dims, t->shape.sub[e].rank);
+			return 0;
+		}
+	}
 	int64_t d[MAX_RANK];
 	int r = 0;
 	char why[256] = "";
@@ -287,8 +301,8 @@ int pass_micro(Module *m, const Options *o)
 	for (uint32_t i = 0; i < g->params.n; i++) {
 		Node *p = g->params.a[i];
 		p->mark = 0;
-		if (!lower_is_dataset(p) || !p->out.shape.rank)
-			continue;
+		if (!lower_is_dataset(p) || !p->out.shape.rank || p->out.shape.dims[0] == 1)
+			continue; /* a broadcast input (RoPE tables of dimension 0 = 1): every micro-batch reads it whole */
 		if (p->out.shape.dims[0] % K) {
 			diag_error_at(p->loc,
 			              "%%para%d_%s: --micro-batch-num=%d does not divide its batch dimension (%lld)",
@@ -446,7 +460,7 @@ int pass_unroll(Module *m, const Options *o)
 		a->args[1] = value_node(li);
 		a->in_types[1] = li->out;
 		a->out = li->out;
-		a->stage = li->stage;
+		a->stage = -1; /* the stage of its user, the Return: the last */
 		lower_attr_put(m, &a->pattrs, "pipeline_end", value_int(i, NT_I64));
 		a->has_pattrs = 1;
 		int64_t one[MAX_RANK];

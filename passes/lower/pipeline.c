@@ -347,6 +347,20 @@ int pass_pipeline(Module *m, const Options *o)
 				umask[p->mark - 1] |= 1ull << st[i];
 		}
 	}
+	/* which values a trainable weight reaches (through values, not order
+	 * edges): only those get a gradient back across a boundary, and both
+	 * sides of a transfer must agree on it (LAY_NOGRAD) */
+	uint8_t *wdep = xcalloc(nn + 1, 1);
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		for (uint32_t k = 0; k < n->nargs && !wdep[i]; k++) {
+			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+			if (!p || order_edge(n, k))
+				continue;
+			if (p->kind == NK_PARAM ? p->has_default : p->kind == NK_CNODE && p->g == g && wdep[p->mark - 1])
+				wdep[i] = 1;
+		}
+	}
 	/* transfer tags: the k-th value stage a sends to stage b has tag k on both sides */
 	int32_t *cnt = xcalloc((size_t)S * S, sizeof *cnt);
 	int32_t *tagbase = xmalloc((nn + 1) * sizeof *tagbase); /* tag of (P, b): tags[P*S + b] */
@@ -430,7 +444,7 @@ int pass_pipeline(Module *m, const Options *o)
 				lower_order_attrs(&x->primal);
 				r->lay = lay_new(m, 1, 1);
 				r->lay->out[0] = p->lay->out[0];
-				r->lay->flags = LAY_INSERTED;
+				r->lay->flags = LAY_INSERTED | (wdep[j] ? 0 : LAY_NOGRAD);
 				vec_push(&out, r);
 				recv[j] = r;
 			}
@@ -463,7 +477,7 @@ int pass_pipeline(Module *m, const Options *o)
 			lower_order_attrs(&x->primal);
 			s->lay = lay_new(m, 1, 1);
 			s->lay->in[0] = s->lay->out[0] = n->lay->out[0];
-			s->lay->flags = LAY_INSERTED;
+			s->lay->flags = LAY_INSERTED | (wdep[i] ? 0 : LAY_NOGRAD);
 			vec_push(&out, s);
 			last_send = s;
 		}
@@ -497,6 +511,7 @@ int pass_pipeline(Module *m, const Options *o)
 		vec_free(&out);
 	}
 	free(dropped);
+	free(wdep);
 	free(cnt);
 	free(tagbase);
 	free(tags);

@@ -2159,9 +2159,14 @@ static void bp_send(Ad *a, Node *n, const GV *g, int gop)
  * placeholder operand gets no gradient */
 static void bp_receive(Ad *a, Node *n, const GV *g, int gop)
 {
-	if (!g[0].set)
-		return;
-	Node *c = op1(a, gop, g[0], &g[0].a);
+	GV d = g[0];
+	if (!d.set) {
+		/* the producer waits for a gradient this stage does not make
+		 * (a weight only a no-gradient operand reads): zeros */
+		Abs va = train_abs_value(&n->out);
+		d = gv_node(op1(a, OP_ZerosLike, gv_node(n), &va));
+	}
+	Node *c = op1(a, gop, d, &d.a);
 	put_from(a, c, n, "sr_tag", NULL);
 	put_from(a, c, n, "src_rank", "dest_rank");
 	put_from(a, c, n, "group_back", "group");
@@ -2174,6 +2179,12 @@ static void bp_receive(Ad *a, Node *n, const GV *g, int gop)
 }
 
 /* ------------------------------------------------------------ the pass */
+
+/* a stage boundary transfer that no gradient comes back through (pipeline.c) */
+static int no_grad_back(const Node *n)
+{
+	return n->lay && (n->lay->flags & LAY_NOGRAD);
+}
 
 static int is_send(const Node *n)
 {
@@ -2194,7 +2205,8 @@ static int analyse(Ad *a, Node *root)
 		uint32_t j = np + i;
 		if (n->kind != NK_CNODE || n->dead)
 			continue;
-		if (n->callee_kind == CK_PRIM && n->op == OP_Receive) {
+		if (n->callee_kind == CK_PRIM && (n->op == OP_Receive || n->op == OP_Send) && !no_grad_back(n)) {
+			/* a gradient crosses this boundary: both sides build its transfer */
 			a->needs[j] = 1;
 			continue;
 		}
@@ -2216,7 +2228,9 @@ static int analyse(Ad *a, Node *root)
 		a->reach[idx(a, root)] = 1;
 	for (uint32_t i = g->nodes.n; i-- > 0;) {
 		Node *n = g->nodes.a[i];
-		if (is_send(n))
+		/* every boundary transfer with a gradient back builds its half of it,
+		 * even when nothing here reads the value (the other rank waits) */
+		if (is_send(n) || (n->kind == NK_CNODE && n->op == OP_Receive && !no_grad_back(n)))
 			a->reach[np + i] = 1;
 		if (!a->reach[np + i] || n->kind != NK_CNODE)
 			continue;
@@ -2248,7 +2262,7 @@ static void run_rule(Ad *a, Node *n, uint32_t j)
 	const Slot *s = tuple ? a->tup[j]->g : &a->dout[j];
 	if (!is_send(n) && !s[0].a && !tuple && n->op != OP_Receive)
 		return;
-	if (n->op == OP_Receive && !s[0].a)
+	if (n->op == OP_Receive && no_grad_back(n))
 		return;
 	uint32_t ns = 1;
 	if (tuple) {
