@@ -853,7 +853,7 @@ int main(int argc, char **argv)
 	const char *out = "-", *dot = NULL, *svg = NULL, *html = NULL;
 	int passes_given = 0, out_given = 0, simulate = 0, report_json = 0, strict = 0;
 	const char *report = NULL;
-	ReportConfig rc_cfg = {0, 0, 8, 100.0, 12.5, 2.0, 10.0, NULL};
+	ReportConfig rc_cfg = {0, 0, 8, 100.0, 12.5, 2.0, 10.0, NULL, 1, SCHED_1F1B};
 	SimOptions so = {0};
 	so.max_mb = 2048;
 	so.gradcheck_mb = 4;
@@ -1233,6 +1233,8 @@ int main(int argc, char **argv)
 		rc_cfg.world = o.device_num;
 		rc_cfg.rank = o.rank;
 		rc_cfg.world_group = o.world_group;
+		rc_cfg.stages = sapp_plan_stages(m, &o);
+		rc_cfg.scheduler = o.pipeline_scheduler;
 	}
 	if (rc == 0 && ckpt_out)
 		rc = ckpt_write(m, &o, ckpt_out, (CkptFormat)strategy_format);

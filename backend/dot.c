@@ -620,7 +620,7 @@ static const char *stage_cluster_label(int s, char *buf, size_t n)
 	return buf;
 }
 
-static void add_legend(Agraph_t *g, const Options *o, int phased)
+static void add_legend(Agraph_t *g, const Module *m, const Options *o, int phased)
 {
 	Agraph_t *lg = agsubg(g, (char *)"cluster_legend", 1);
 	set(lg, "label", "legend");
@@ -654,6 +654,27 @@ static void add_legend(Agraph_t *g, const Options *o, int phased)
 		snprintf(name, sizeof name, "legend_e%s", phase_style[ph].name);
 		set(agedge(lg, prev, ln, name, 1), "style", "invis");
 		prev = ln;
+	}
+	int S = o ? sapp_plan_stages(m, o) : 1;
+	if (S > 1 && m->micro > 1 && m->train && o->device_num >= S) {
+		/* the rank's pipeline stage runs its micro-batches in this order (schedule.c) */
+		int stage = o->rank / (o->device_num / S), M = m->micro;
+		SchedStep *ord = xmalloc((size_t)2 * M * sizeof *ord);
+		int n = sched_order(S, stage, M, o->pipeline_scheduler, ord);
+		size_t cap = (size_t)n * 8 + 96, len = 0;
+		char *lab = xmalloc(cap);
+		len += (size_t)snprintf(lab, cap, "schedule of stage %d (%s):", stage,
+		                        o->pipeline_scheduler == SCHED_GPIPE ? "gpipe" : "1f1b");
+		for (int k = 0; k < n && len < cap; k++)
+			len += (size_t)snprintf(lab + len, cap - len, "%s%c%d", k % 8 ? " " : "\n", ord[k].bwd ? 'B' : 'F',
+			                        ord[k].micro);
+		Agnode_t *ln = agnode(lg, (char *)"legend_schedule", 1);
+		set(ln, "label", lab);
+		set(ln, "shape", "note");
+		set(agedge(lg, prev, ln, (char *)"legend_eschedule", 1), "style", "invis");
+		prev = ln;
+		free(lab);
+		free(ord);
 	}
 	static const char *const how[] = {"searched", "propagated", "pinned"};
 	static const char *const what[] = {"strategy searched", "strategy propagated\n(eliminated operator)",
@@ -766,6 +787,7 @@ static Agraph_t *new_graph(void)
 	disc.id = &seq_iddisc;
 	Agraph_t *g = agopen((char *)"sappc", Agdirected, &disc);
 	set(g, "rankdir", "TB");
+	set(g, "newrank", "true");
 	agattr(g, AGNODE, (char *)"fontname", (char *)"Helvetica");
 	agattr(g, AGEDGE, (char *)"fontname", (char *)"Helvetica");
 	agattr(g, AGEDGE, (char *)"fontsize", (char *)"10");
@@ -953,8 +975,18 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 				} else {
 					e = agedge(g, a, b, ename, 1);
 				}
-				if (!pm && !n->mark)
+				if (ir_node_is_op(n, OP_Depend) && k >= 1 && phase_of(p) != phase_of(n)) {
+					/* an order edge of the pipeline schedule (schedule.c)
+					 * between a forward and a backward node: dashed, and
+					 * not ranked - it would close a cycle through the
+					 * forward laid down and the backward laid up, and dot
+					 * would lay it flat; Graphviz 2.43 frees memory twice
+					 * after laying out a labelled flat edge in a cluster */
+					set(e, "style", "dashed");
+					set(e, "constraint", "false");
+				} else if (!pm && !n->mark) {
 					label_edge(e, n, k);
+				}
 			}
 		}
 	}
@@ -975,7 +1007,7 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 	}
 	ir_clear_marks((Module *)m);
 	free(groups);
-	add_legend(g, o, phased);
+	add_legend(g, m, o, phased);
 	if (total > maxn) {
 		char lab[256];
 		snprintf(lab, sizeof lab, "%d operators, collapsed by scope into %d groups (--max-nodes=%d)", total,

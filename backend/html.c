@@ -348,34 +348,23 @@ static uint32_t drawn_count(const Module *m)
 	return c;
 }
 
-/* 1F1B order of each stage's forwards and backwards for S stages and M
- * micro-batches (training-step.md §4.7; MindSpore
- * mindspore/ccsrc/frontend/parallel/pipeline_transformer/pipeline_split_utils.cc
- * Reorder): S - s forwards to warm up, then one backward and one forward
- * in turn, then the remaining backwards. */
-static json_t *schedule_json(int stages, int micro)
+/* the order of each stage's forwards and backwards (sched_order,
+ * passes/train/schedule.c; training-step.md §4.7) */
+static json_t *schedule_json(int stages, int micro, int scheduler)
 {
 	json_t *all = json_array();
+	SchedStep *ord = xmalloc((size_t)(2 * micro + 1) * sizeof *ord);
 	for (int s = 0; s < stages; s++) {
 		json_t *row = json_array();
-		int warm = stages - s < micro ? stages - s : micro;
-		char step[32];
-		for (int i = 0; i < warm; i++) {
-			snprintf(step, sizeof step, "F%d", i);
-			json_array_append_new(row, json_string(step));
-		}
-		for (int i = warm; i < micro; i++) {
-			snprintf(step, sizeof step, "B%d", i - warm);
-			json_array_append_new(row, json_string(step));
-			snprintf(step, sizeof step, "F%d", i);
-			json_array_append_new(row, json_string(step));
-		}
-		for (int i = micro - warm; i < micro; i++) {
-			snprintf(step, sizeof step, "B%d", i);
+		int n = sched_order(stages, s, micro, scheduler, ord);
+		for (int k = 0; k < n; k++) {
+			char step[32];
+			snprintf(step, sizeof step, "%c%d", ord[k].bwd ? 'B' : 'F', ord[k].micro);
 			json_array_append_new(row, json_string(step));
 		}
 		json_array_append_new(all, row);
 	}
+	free(ord);
 	return all;
 }
 
@@ -487,7 +476,7 @@ int html_write(Module *m, const HtmlInputs *hin, const Options *o, const ReportC
 		for (int s = 0; s < stages; s++)
 			json_array_append_new(st, json_pack("{sisi}", "first_rank", s * per_stage, "ranks", per_stage));
 		json_object_set_new(root, "stage_ranks", st);
-		json_object_set_new(root, "schedule", schedule_json(stages, o->micro_batch_num));
+		json_object_set_new(root, "schedule", schedule_json(stages, o->micro_batch_num, o->pipeline_scheduler));
 	}
 	json_object_set_new(root, "strings", t.arr);
 	keymap_free(&t.idx);

@@ -432,6 +432,49 @@ static void print_training(FILE *f, const Report *r, const Report *dp)
 	}
 }
 
+/* the pipeline's schedule, when the step has micro-batches over stages:
+ * each stage's order and its timeline (sched_timeline), with the bubble */
+static void print_schedule(FILE *f, const Module *m, const ReportConfig *c)
+{
+	int S = c->stages, M = m->micro;
+	if (S <= 1 || M <= 1 || !m->train)
+		return;
+	int n2 = 2 * M, per = c->world / S;
+	int32_t *start = xmalloc((size_t)S * n2 * sizeof *start);
+	SchedStep *ord = xmalloc((size_t)n2 * sizeof *ord);
+	int span = sched_timeline(S, M, c->scheduler, start);
+	fprintf(f, "\nPipeline schedule (%s, %d stages x %d micro-batches; a backward takes two forwards' time)\n",
+	        c->scheduler == SCHED_GPIPE ? "gpipe" : "1f1b", S, M);
+	int w = M > 10 ? (M > 100 ? 4 : 3) : 2; /* a cell: F or B and the micro-batch */
+	for (int s = 0; s < S; s++) {
+		sched_order(S, s, M, c->scheduler, ord);
+		fprintf(f, "  stage %d (ranks %d-%d):", s, s * per, s * per + per - 1);
+		for (int k = 0; k < n2; k++)
+			fprintf(f, " %c%d", ord[k].bwd ? 'B' : 'F', ord[k].micro);
+		fputc('\n', f);
+		if (span <= 0 || span > 160)
+			continue;
+		/* one cell per unit of time, "." where the stage waits */
+		fprintf(f, "    ");
+		int t = 0;
+		for (int k = 0; k < n2; k++) {
+			int t0 = start[(size_t)s * n2 + k], d = ord[k].bwd ? 2 : 1;
+			for (; t < t0; t++)
+				fprintf(f, " %*s", w, ".");
+			for (int u = 0; u < d; u++, t++)
+				fprintf(f, " %c%-*d", ord[k].bwd ? 'B' : 'F', w - 1, ord[k].micro);
+		}
+		for (; t < span; t++)
+			fprintf(f, " %*s", w, ".");
+		fputc('\n', f);
+	}
+	if (span > 0)
+		fprintf(f, "  bubble: %.1f%% of the stages' time is idle (the textbook (S-1)/(M+S-1) = %.1f%%)\n",
+		        100.0 * (1.0 - 3.0 * M / span), 100.0 * (S - 1) / (M + S - 1));
+	free(start);
+	free(ord);
+}
+
 void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Report *r, const Report *dp)
 {
 	char a[128], b[128], s1[64], s2[64];
@@ -510,6 +553,7 @@ void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Re
 		mem_line(f, "parameters", r->param_bytes, dp, dp ? dp->param_bytes : 0);
 		mem_line(f, "activations (no reuse)", r->act_bytes, dp, dp ? dp->act_bytes : 0);
 	}
+	print_schedule(f, m, c);
 	const SappSummary *ss = m->sapp;
 	if (ss && ss->searched) {
 		fprintf(f, "\nSearch: %s strategies (GenerateStrategy%s): %s\n", ss->predict ? "inference" : "training",
@@ -569,6 +613,34 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 		json_object_set_new(sp, "stages", json_integer(ss->stages));
 		json_object_set_new(sp, "auto_pipeline", ss->suggestion ? json_string(ss->suggestion) : json_null());
 		json_object_set_new(root, "search", sp);
+	}
+	if (c->stages > 1 && m->micro > 1 && m->train) {
+		int S = c->stages, M = m->micro, n2 = 2 * M;
+		int32_t *start = xmalloc((size_t)S * n2 * sizeof *start);
+		SchedStep *ord = xmalloc((size_t)n2 * sizeof *ord);
+		int span = sched_timeline(S, M, c->scheduler, start);
+		json_t *sc = json_object(), *rows = json_array();
+		json_object_set_new(sc, "scheduler", json_string(c->scheduler == SCHED_GPIPE ? "gpipe" : "1f1b"));
+		json_object_set_new(sc, "micro_batches", json_integer(M));
+		for (int st = 0; st < S; st++) {
+			sched_order(S, st, M, c->scheduler, ord);
+			json_t *row = json_array();
+			for (int k = 0; k < n2; k++) {
+				json_t *e = json_object();
+				char nm[24];
+				snprintf(nm, sizeof nm, "%c%d", ord[k].bwd ? 'B' : 'F', ord[k].micro);
+				json_object_set_new(e, "step", json_string(nm));
+				json_object_set_new(e, "start", json_integer(span > 0 ? start[(size_t)st * n2 + k] : -1));
+				json_array_append_new(row, e);
+			}
+			json_array_append_new(rows, row);
+		}
+		json_object_set_new(sc, "stages", rows);
+		json_object_set_new(sc, "makespan", json_integer(span));
+		json_object_set_new(sc, "bubble", json_real(span > 0 ? 1.0 - 3.0 * M / span : 0));
+		json_object_set_new(root, "schedule", sc);
+		free(start);
+		free(ord);
 	}
 	json_t *ops = json_array();
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {

@@ -14,6 +14,8 @@ typedef struct ReportConfig {
 	double bw_intra, bw_inter;   /* GB/s */
 	double lat_intra, lat_inter; /* microseconds */
 	const char *world_group;
+	int stages;          /* pipeline stages of the plan (1: none) */
+	int scheduler;       /* --pipeline-scheduler: SCHED_* */
 } ReportConfig;
 
 #define REPORT_MAX_COMM 100000

@@ -661,6 +661,9 @@ typedef struct SchedStep {
 /* the order of stage `stage` of `stages` for `micro` micro-batches
  * (passes/train/schedule.c): 2 * micro steps written to out */
 int sched_order(int stages, int stage, int micro, int scheduler, SchedStep *out);
+/* start times of every stage's steps (forward 1, backward 2 units):
+ * start[s * 2 * micro + k]; returns the makespan, -1 if the order stalls */
+int sched_timeline(int stages, int micro, int scheduler, int32_t *start);
 
 enum { PHASE_AUTO, PHASE_TRAIN, PHASE_PREDICT };
 

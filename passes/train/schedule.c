@@ -69,6 +69,58 @@ int sched_order(int stages, int stage, int micro, int scheduler, SchedStep *out)
 	return n;
 }
 
+/* The timeline of every stage when a forward takes one unit of time and a
+ * backward two (the usual estimate: a backward computes two products per
+ * forward one), a step starting when its stage is free and its input is
+ * there - the previous stage's forward of the micro-batch, the next
+ * stage's backward.  start[s * 2M + k] is the start of stage s's k-th
+ * step (sched_order); returns the makespan.  The idle share of the
+ * stages' time is the pipeline bubble: 1 - 3M / makespan. */
+int sched_timeline(int stages, int micro, int scheduler, int32_t *start)
+{
+	int M = micro, S = stages, n2 = 2 * M;
+	SchedStep *ord = xmalloc((size_t)S * n2 * sizeof *ord);
+	int32_t *fend = xmalloc((size_t)S * M * sizeof *fend), *bend = xmalloc((size_t)S * M * sizeof *bend);
+	int *next = xcalloc((size_t)S, sizeof *next), *free_at = xcalloc((size_t)S, sizeof *free_at);
+	for (int s = 0; s < S; s++)
+		sched_order(S, s, M, scheduler, ord + (size_t)s * n2);
+	for (size_t k = 0; k < (size_t)S * M; k++)
+		fend[k] = bend[k] = -1;
+	int left = S * n2, span = 0;
+	while (left > 0) {
+		int progress = 0;
+		for (int s = 0; s < S; s++) {
+			while (next[s] < n2) {
+				SchedStep st = ord[(size_t)s * n2 + next[s]];
+				int ready;
+				if (!st.bwd)
+					ready = s == 0 ? 0 : fend[(size_t)(s - 1) * M + st.micro];
+				else
+					ready = s == S - 1 ? fend[(size_t)s * M + st.micro] : bend[(size_t)(s + 1) * M + st.micro];
+				if (ready < 0)
+					break;
+				int t0 = ready > free_at[s] ? ready : free_at[s], t1 = t0 + (st.bwd ? 2 : 1);
+				start[(size_t)s * n2 + next[s]] = t0;
+				(st.bwd ? bend : fend)[(size_t)s * M + st.micro] = t1;
+				free_at[s] = t1;
+				if (t1 > span)
+					span = t1;
+				next[s]++;
+				left--;
+				progress = 1;
+			}
+		}
+		if (!progress)
+			break; /* cannot happen for 1F1B or GPipe */
+	}
+	free(ord);
+	free(fend);
+	free(bend);
+	free(next);
+	free(free_at);
+	return left ? -1 : span;
+}
+
 typedef struct Borders {
 	Vec(Node *) fstart, bstart; /* per micro-batch: several */
 	Node *fend, *fbefore, *bend;
