@@ -434,6 +434,61 @@ static uint32_t opt_segment(const Graph *gr, uint32_t i, Sym *dir, const char *f
  * node's directory is interned once, and the depth search and the prefix
  * of each directory work on the distinct directories only (a 150 000
  * operator graph has some 20 000), never on every node at every depth. */
+/* A step of K micro-batches repeats one network K times: micro-batch 0
+ * is drawn whole, every other micro-batch is one box per phase ("micro-batch
+ * i": its forward, its backward).  A node's micro-batch is its primal
+ * attribute micro, else the latest of its operands' (the inserted
+ * communication, the accumulation), -1 for nodes of no micro-batch (the
+ * optimizer, the update), which stay as they are.  Returns the groups. */
+static int collapse_micro(const Module *m, Group **out)
+{
+	Vec(Group) groups = {0};
+	int32_t *mic = xcalloc((size_t)m->next_id + 1, sizeof *mic);
+	int32_t *gix = xmalloc((size_t)m->micro * 3 * sizeof *gix);
+	for (int k = 0; k < m->micro * 3; k++)
+		gix[k] = -1;
+	for (uint32_t gi = 0; gi < m->graphs.n; gi++)
+		for (uint32_t i = 0; i < m->graphs.a[gi]->nodes.n; i++) {
+			Node *n = m->graphs.a[gi]->nodes.a[i];
+			n->mark = 0;
+			mic[n->id] = -1;
+			if (n->kind != NK_CNODE)
+				continue;
+			int64_t v;
+			const Value *a = ir_attr_get(&ir_node_ext(n)->primal, "micro");
+			if (a && value_get_int(a, &v) && v >= 0 && v < m->micro)
+				mic[n->id] = (int32_t)v;
+			else
+				for (uint32_t k = 0; k < n->nargs; k++)
+					if (n->args[k].kind == V_NODE && n->args[k].u.node->kind == NK_CNODE &&
+					    mic[n->args[k].u.node->id] > mic[n->id])
+						mic[n->id] = mic[n->args[k].u.node->id];
+			int ph = phase_of(n);
+			if (hidden(n) || mic[n->id] < 1 || ph == IR_PHASE_OPT)
+				continue;
+			int32_t *gx = &gix[mic[n->id] * 3 + ph];
+			if (*gx < 0) {
+				char key[64];
+				snprintf(key, sizeof key, "micro-batch %d", mic[n->id]);
+				Group g = {intern_cstr(key), 0, 0, {0}, (int)n->id, ph};
+				*gx = (int32_t)groups.n;
+				vec_push(&groups, g);
+			}
+			Group *g = &groups.a[*gx];
+			g->count++;
+			Kind kd = kind_of(n);
+			if (kd == K_COMM || kd == K_P2P || (kd == K_REDIST && ir_opinfo(n)->family == FAM_COMM)) {
+				g->comm++;
+				g->ncomm_kind[comm_kind(n)]++;
+			}
+			n->mark = (uint32_t)*gx + 1;
+		}
+	free(gix);
+	free(mic);
+	*out = groups.a;
+	return (int)groups.n;
+}
+
 static int collapse(const Module *m, const Options *o, Group **out)
 {
 	int maxn = o && o->max_nodes > 0 ? o->max_nodes : 1500;
@@ -809,6 +864,8 @@ void *dot_build_groups(const Module *m, const Options *o, DotGroups *out)
 	ir_clear_marks((Module *)m);
 	if (total > maxn)
 		ngroups = collapse(m, o, &groups);
+	else if (m->micro > 1 && !(o && o->focus))
+		ngroups = collapse_micro(m, &groups);
 	/* when collapsing, draw a parameter only if an expanded operator uses it
 	 * (params of collapsed operators are inside their group's box) */
 	if (ngroups)
