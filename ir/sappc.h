@@ -133,6 +133,8 @@ typedef enum {
 	FAM_SORT,       /* TopK, Sort: (values, indices), the sorted axis whole */
 	FAM_LPNORM,     /* LpNorm: a p-norm reduction, the reduced axes whole */
 	FAM_GETNEXT,    /* GetNext: the dataset's tensors, each split on dimension 0 like a dataset input */
+	FAM_SCATTER,    /* ScatterDiv: indices whole, updates like the variable's trailing dimensions */
+	FAM_UNSPLIT,    /* RandomChoiceWithMask, MoeInitRouting, MoeFinalizeRouting: MindSpore splits nothing */
 } OpFamily;
 
 /* Shape rules used by verify and by the lowering to re-infer local shapes. */
@@ -162,6 +164,8 @@ typedef enum {
 	SHAPE_DENSE,     /* x.shape[:-1] + (w rows) */
 	SHAPE_SLICE,     /* operand 2 = size (-1: to the end) */
 	SHAPE_TILE,      /* operand 1 = multiples */
+	SHAPE_SCATTER,   /* input 0; updates must be indices.shape + input.shape[1:] */
+	SHAPE_MOEFINALIZE, /* x1's (tokens, hidden), checked against the other operands */
 } ShapeRule;
 
 enum { OPF_ELIMINATE = 1, OPF_PRIMFUNC = 2, OPF_COMM = 4, OPF_ACTIVATION = 8, OPF_LOOKTHROUGH = 16 };

@@ -1237,6 +1237,10 @@ static SimValue *dispatch(Ctx *c)
 		return k_sort(c);
 	case FAM_LPNORM:
 		return k_lpnorm(c);
+	case FAM_UNSPLIT:
+		return n->op == OP_RandomChoiceWithMask ? k_random_choice(c)
+		       : n->op == OP_MoeInitRouting     ? k_moe_init_routing(c)
+		                                        : k_moe_finalize_routing(c);
 	case FAM_VIRTUAL:
 		return n->op == OP_VirtualDataset ? virtual_dataset(c) : sim_arg(c, 0);
 	case FAM_GETNEXT:
