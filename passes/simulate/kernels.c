@@ -1352,13 +1352,13 @@ SimValue *k_random_choice(Ctx *c)
 
 /* MoeInitRouting(x (N, H), row_idx (N, K), expert_idx (N, K), active_num)
  * -> (expanded_x (min(N, active_num) * K, H), expanded_row_idx (N*K),
- * expanded_expert_idx (N*K)): the (expert, row id) pairs sorted by expert
- * (then row id); expanded_expert_idx is the sorted experts, expanded_x row
- * i is x's row (sorted row id i) mod N, and expanded_row_idx[id] is where
- * row id went, so the row ids must be a permutation of 0..N*K-1 (MindFormers
- * passes k*N + n at (n, k)).  The operator's definition in CANN's
- * moe_init_routing documentation; the shapes from MindSpore's
- * moe_init_routing_info.cc. */
+ * expanded_expert_idx (N*K)): the (n, k) slots, in row-major order, sorted
+ * stably by expert; expanded_expert_idx is the sorted experts, expanded_x
+ * row i is x's row (row id of slot i) mod N, and expanded_row_idx[id] is
+ * where row id went, so the row ids must be a permutation of 0..N*K-1
+ * (MindFormers passes k*N + n at (n, k)).  The definition is the one the
+ * Ascend documentation of npu_moe_init_routing gives (a stable key-value
+ * sort); the shapes are MindSpore's (moe_init_routing_info.cc). */
 SimValue *k_moe_init_routing(Ctx *c)
 {
 	SimTensor *x = sim_arg_tensor(c, 0), *ri = x ? sim_arg_tensor(c, 1) : NULL,
@@ -1374,10 +1374,9 @@ SimValue *k_moe_init_routing(Ctx *c)
 	int64_t *ord = xmalloc((size_t)(NK ? NK : 1) * sizeof *ord);
 	for (int64_t j = 0; j < NK; j++)
 		ord[j] = j;
-	for (int64_t j = 1; j < NK; j++) { /* insertion sort on (expert, row id) */
+	for (int64_t j = 1; j < NK; j++) { /* stable insertion sort on the expert */
 		int64_t t = ord[j], p = j;
-		while (p > 0 && (ei->data[ord[p - 1]] > ei->data[t] ||
-		                 (ei->data[ord[p - 1]] == ei->data[t] && ri->data[ord[p - 1]] > ri->data[t]))) {
+		while (p > 0 && ei->data[ord[p - 1]] > ei->data[t]) {
 			ord[p] = ord[p - 1];
 			p--;
 		}

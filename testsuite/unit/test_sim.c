@@ -484,9 +484,10 @@ static void test_scatter_moe_ops(void **state)
 	SimRun *r = run(m, in, 8);
 	/* row 2 / (2, 4); row 0 / (0.5, 1) and then / (2, 2) */
 	EXPECT(r, m, 0, S(3, 2), S(1, 1, 3, 4, 2.5, 1.5));
-	/* (expert, row id) sorted: (0, 1) (0, 2) (1, 0) (1, 3); x's rows 1 0 0 1 */
-	EXPECT(r, m, 2, S(4, 2), S(3, 4, 1, 2, 1, 2, 3, 4));
-	EXPECT(r, m, 3, S(4), S(2, 0, 1, 3));
+	/* slots (0,0) e1 id 0, (0,1) e0 id 2, (1,0) e0 id 1, (1,1) e1 id 3,
+	 * stably by expert: ids 2 1 0 3, x's rows 0 1 0 1 */
+	EXPECT(r, m, 2, S(4, 2), S(1, 2, 3, 4, 1, 2, 3, 4));
+	EXPECT(r, m, 3, S(4), S(2, 1, 0, 3));
 	EXPECT(r, m, 4, S(4), S(0, 0, 1, 1));
 	/* token 0: x + 0.5 ((1, 2) + (30, 40)) + 0.25 ((1, 2) + (10, 20));
 	 * token 1: x + 1 ((3, 4) + (10, 20)) + 2 ((3, 4) + (30, 40)) */
