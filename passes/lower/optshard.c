@@ -7,7 +7,7 @@
  *             over rep = R ranks, or over consecutive chunks of
  *             --optimizer-weight-shard-size=K ranks when 1 < K < R divides R
  *             (a weight whose local dimension 0 does not divide is left
- *             alone).  The # Params line and the Load type line show the
+ *             alone, and so is a variable a forward ScatterDiv writes).  The # Params line and the Load type line show the
  *             shard; an AllGather named
  *             parallel_optimizer_allgather_not_recompute restores the
  *             model-parallel slice between the Load and its users.  The
