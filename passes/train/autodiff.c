@@ -86,6 +86,11 @@ struct Ad {
 	Vec(int64_t) akey;
 	Vec(Attr *) aheap; /* the lists attr_put is building (heap, until interned) */
 	KeyMap ints;       /* c_ints(): int tuple -> its Value in the module */
+	/* the NodeExt of the backward nodes, one per (forward primitive,
+	 * primal list), and the forward id of each node made (by node id) */
+	KeyMap exts;
+	FwdIds *fwd_tab;
+	Vec(uint32_t) fwd;
 };
 
 #define SCRATCH 65536
@@ -150,24 +155,50 @@ static void ensure_ext(Ad *a)
 	a->ext_built = 1;
 	Node *f = a->cur;
 	const NodeExt *fx = ir_node_ext(f);
-	NodeExt *x = arena_alloc(a->m->arena, sizeof *x);
-	/* the forward's own list, shared; the printer adds forward_node_name
-	 * and forward_unique_id from fwd_prim and fwd_id */
-	if (fx->has_primal)
-		x->primal = fx->primal;
-	x->has_fwd = 1;
-	x->fwd_prim = f->prim;
-	x->fwd_id = f->id;
-	x->has_primal = 1;
-	a->e.ext = x;
+	int64_t key[3] = {f->prim, fx->has_primal ? (int64_t)(intptr_t)fx->primal.a : 0,
+	                  fx->has_primal ? (int64_t)fx->primal.n : 0};
+	int fresh;
+	NodeExt **slot = keymap_get(&a->exts, key, 3, &fresh);
+	if (fresh) {
+		NodeExt *x = arena_alloc(a->m->arena, sizeof *x);
+		/* the forward's own list, shared; the printer adds
+		 * forward_node_name and forward_unique_id from fwd_prim and the
+		 * node's entry of fwd_tab (emit) */
+		if (fx->has_primal)
+			x->primal = fx->primal;
+		x->has_fwd = 1;
+		x->fwd_prim = f->prim;
+		x->fwd_tab = a->fwd_tab;
+		x->has_primal = 1;
+		*slot = x;
+	}
+	a->e.ext = *slot;
+}
+
+/* n is a node of the bprop of a->cur: its entry of the forward ids */
+static void note_fwd(Ad *a, const Node *n)
+{
+	uint32_t k = n->id - a->fwd_tab->base;
+	if (k >= a->fwd.n) {
+		vec_grow(&a->fwd, k + 1 - a->fwd.n);
+		memset(a->fwd.a + a->fwd.n, 0, (k + 1 - a->fwd.n) * sizeof *a->fwd.a);
+		a->fwd.n = k + 1;
+	}
+	a->fwd.a[k] = a->cur->id;
 }
 
 static Node *emit(Ad *a, int op, uint32_t nargs, const Abs *out)
 {
 	ensure_ext(a);
-	if (a->nscratch + nargs > SCRATCH)
-		return train_op(&a->e, op, nargs, out);
+	if (a->nscratch + nargs > SCRATCH) {
+		Node *n = train_op(&a->e, op, nargs, out);
+		if (a->e.ext)
+			note_fwd(a, n);
+		return n;
+	}
 	Node *n = train_op(&a->e, op, 0, out);
+	if (a->e.ext)
+		note_fwd(a, n);
 	n->nargs = n->nin_types = nargs;
 	n->args = nargs ? arena_alloc(a->m->arena, nargs * sizeof(Value)) : NULL;
 	n->in_types = nargs ? a->scratch + a->nscratch : NULL;
@@ -2281,6 +2312,9 @@ int pass_autodiff(Module *m, const Options *o)
 	keymap_init(&a.abs, sizeof(Abs));
 	keymap_init(&a.attrs, sizeof(Attr *));
 	keymap_init(&a.ints, sizeof(Value));
+	keymap_init(&a.exts, sizeof(NodeExt *));
+	a.fwd_tab = arena_alloc(m->arena, sizeof *a.fwd_tab);
+	a.fwd_tab->base = m->next_id;
 	ir_clear_marks(m);
 	for (uint32_t i = 0; i < g->params.n; i++) /* index: params, then nodes */
 		g->params.a[i]->mark = i + 1;
@@ -2358,6 +2392,10 @@ int pass_autodiff(Module *m, const Options *o)
 		}
 	}
 	ir_clear_marks(m);
+	a.fwd_tab->n = a.fwd.n;
+	a.fwd_tab->id = a.fwd.n ? arena_dup(m->arena, a.fwd.a, a.fwd.n * sizeof *a.fwd.a) : NULL;
+	vec_free(&a.fwd);
+	keymap_free(&a.exts);
 	free(a.dout);
 	for (uint32_t i = 0; i < a.nn; i++)
 		free(a.tup[i]);
