@@ -75,6 +75,7 @@ Sym sym_defer(Sym prefix, uint64_t v, Sym suffix);
 int sym_is_deferred(Sym s);
 int sym_same(Sym a, Sym b);
 size_t sym_format(Sym s, char *buf, size_t cap);
+int sym_has_prefix(Sym s, const char *p); /* s's text starts with p (a deferred one stays deferred) */
 /* pre + s's text, deferred again when s is (no interning per name) */
 Sym sym_prefixed(const char *pre, Sym s);
 void intern_free_all(void);

@@ -65,7 +65,7 @@ struct Ad {
 	Slot *dout;
 	Tup **tup;
 	uint8_t *needs, *reach;
-	Node **gather; /* per index of a weight: its optimizer-parallel AllGather */
+	Node **gather; /* per parameter: its optimizer-parallel AllGather */
 	Node *cur;     /* the forward node whose bprop is being built */
 	int ext_built;
 	Node *loss_op; /* the loss operator and its _VirtualDiv divisor */
@@ -2042,7 +2042,9 @@ static void bp_allreduce(Ad *a, Node *n, const GV *g, int gop)
 
 static int is_opt_gather(const Node *n)
 {
-	return n->instance && strncmp(sym_str(n->instance), "parallel_optimizer_allgather", 28) == 0;
+	/* not sym_str: the lowering's deferred names would be interned, a
+	 * hundred thousand of them */
+	return n->instance && sym_has_prefix(n->instance, "parallel_optimizer_allgather");
 }
 
 /* AllGather -> ReduceScatter(sum, same group), instance "grad_" + inst,
@@ -2306,7 +2308,7 @@ int pass_autodiff(Module *m, const Options *o)
 	a.tup = xcalloc(a.nn, sizeof *a.tup);
 	a.needs = xcalloc(a.nn, 1);
 	a.reach = xcalloc(a.nn, 1);
-	a.gather = xcalloc(a.nn, sizeof *a.gather);
+	a.gather = xcalloc(g->params.n + 1, sizeof *a.gather);
 	a.scratch = xmalloc(SCRATCH * sizeof *a.scratch);
 	keymap_init(&a.types, sizeof(Abs *));
 	keymap_init(&a.abs, sizeof(Abs));
@@ -2351,6 +2353,11 @@ int pass_autodiff(Module *m, const Options *o)
 			uint32_t j = np + i;
 			if (n->kind == NK_CNODE && !n->dead && a.needs[j] && a.reach[j] && rule_kind(n) == RULE_BPROP)
 				run_rule(&a, n, j);
+			/* a rule reads the tuples of its node and its operands,
+			 * never of a later node: the gradients of n's elements are
+			 * spent (a million-node graph's tuples are 37 MB) */
+			free(a.tup[j]);
+			a.tup[j] = NULL;
 		}
 		/* the weights' gradients, in # Params order */
 		uint32_t nw = 0;

@@ -205,16 +205,14 @@ Value train_int_list_tensor(Module *m, Sym dtype, const int64_t *v, uint32_t n)
 	return tensor_call(m, dtype, shape, val);
 }
 
+/* in place: a second array of two million nodes would be the pass's peak */
 void train_splice(TrainEmit *e)
 {
 	Graph *g = e->g;
 	Node *ret = g->nodes.a[g->nodes.n - 1];
-	Vec(Node *) out = {0};
-	vec_grow(&out, g->nodes.n + e->out.n);
-	for (uint32_t i = 0; i + 1 < g->nodes.n; i++)
-		out.a[out.n++] = g->nodes.a[i];
-	for (uint32_t i = 0; i < e->out.n; i++)
-		out.a[out.n++] = e->out.a[i];
-	out.a[out.n++] = ret;
-	ir_graph_set_nodes(g, out.a, out.n, out.cap);
+	vec_grow(&g->nodes, e->out.n);
+	memcpy(g->nodes.a + g->nodes.n - 1, e->out.a, e->out.n * sizeof *e->out.a);
+	g->nodes.n += e->out.n;
+	g->nodes.a[g->nodes.n - 1] = ret;
+	ir_renumber(g);
 }
