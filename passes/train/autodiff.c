@@ -442,7 +442,7 @@ static void acc(Ad *a, Slot *slot, GV g, Node *target)
 	/* AccumulateDout: hyper_add, scope Gradients/<forward scope>, no primal */
 	Node tm = a->e.tmpl;
 	const NodeExt *x = a->e.ext;
-	train_emit_bprop_of(&a->e, target, NULL, 0);
+	train_emit_bprop_of(&a->e, target, NULL, 0, OP_Add);
 	a->e.ext = NULL;
 	Node *s = train_op(&a->e, OP_Add, 2, slot->a);
 	set(s, 0, slot_get(slot));
@@ -464,7 +464,7 @@ static void give(Ad *a, Node *n, uint32_t k, GV g)
 		/* _VirtualDiv's bprop: RealDiv(dout, divisor) (grad_comm_ops.py) */
 		Node tm = a->e.tmpl;
 		const NodeExt *x = a->e.ext;
-		train_emit_bprop_of(&a->e, n, "_VirtualDiv", 1);
+		train_emit_bprop_of(&a->e, n, "_VirtualDiv", 1, OP_RealDiv);
 		a->e.ext = NULL;
 		Node *d = train_op(&a->e, OP_RealDiv, 2, &g.a);
 		set(d, 0, g);
@@ -2255,7 +2255,7 @@ static void run_rule(Ad *a, Node *n, uint32_t j)
 	a->cur = n;
 	a->ext_built = 0;
 	a->e.ext = NULL;
-	train_emit_bprop_of(&a->e, n, sym_str(n->prim), 1);
+	train_emit_bprop_of(&a->e, n, sym_str(n->prim), 1, rules[n->op].gop);
 	a->in_loss = n == a->loss_op;
 	a->rule_start = a->e.out.n;
 	rules[n->op].fn(a, n, g, rules[n->op].gop);

@@ -136,7 +136,7 @@ int pass_gradcomm(Module *m, const Options *o)
 		int rep = lower_param_shard(&e.lc, p, opt, &nopt, grp, &nm);
 		const Node *u = user[w] ? user[w] : first_user(g, p);
 		if (nm > 1) {
-			train_emit_bprop_of(&e, u, "_MirrorOperator", 1);
+			train_emit_bprop_of(&e, u, "_MirrorOperator", 1, OP_AllReduce);
 			e.ext = virtual_ext(m, "_MirrorOperator", p->id);
 			gr = grad_comm(&e, OP_AllReduce, gr, &gr->out, grp, nm, "grad_mirror_MirrorOperator");
 			if (o->gradients_mean)
@@ -144,7 +144,7 @@ int pass_gradcomm(Module *m, const Options *o)
 		}
 		if (ti->gather[w] && rep > 1) {
 			Node *ag = ti->gather[w];
-			train_emit_bprop_of(&e, ag, "AllGather", 1);
+			train_emit_bprop_of(&e, ag, "AllGather", 1, OP_ReduceScatter);
 			e.ext = virtual_ext(m, "AllGather", ag->id);
 			Abs sa = train_abs_value(&p->out);
 			gr = grad_comm(&e, OP_ReduceScatter, gr, &sa, opt, nopt,
@@ -165,16 +165,25 @@ int pass_gradcomm(Module *m, const Options *o)
 			next[w] = gl->mark;
 			gl->mark = w + 1;
 		}
-		Vec(Node *) out = {0};
-		vec_grow(&out, g->nodes.n + e.out.n);
-		for (uint32_t i = 0; i < g->nodes.n; i++) {
+		/* in place, from the end: a node moves up by the nodes spliced
+		 * before it, so it is read before its slot is written (a second
+		 * array of two million nodes would be the pass's peak) */
+		uint32_t n0 = g->nodes.n, pos = n0 + e.out.n;
+		vec_grow(&g->nodes, e.out.n);
+		for (uint32_t i = n0; i-- > 0;) {
 			Node *n = g->nodes.a[i];
-			out.a[out.n++] = n;
+			uint32_t cnt = 0;
+			for (uint32_t w = n->mark; w; w = next[w - 1])
+				cnt += start[w] - start[w - 1];
+			pos -= cnt;
+			uint32_t q = pos;
 			for (uint32_t w = n->mark; w; w = next[w - 1])
 				for (uint32_t k = start[w - 1]; k < start[w]; k++)
-					out.a[out.n++] = e.out.a[k];
+					g->nodes.a[q++] = e.out.a[k];
+			g->nodes.a[--pos] = n;
 		}
-		ir_graph_set_nodes(g, out.a, out.n, out.cap);
+		g->nodes.n = n0 + e.out.n;
+		ir_renumber(g);
 	}
 	ir_clear_marks(m);
 	free(user);
