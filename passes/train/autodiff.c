@@ -2419,5 +2419,6 @@ int pass_autodiff(Module *m, const Options *o)
 	free(a.gather);
 	vec_free(&a.keep);
 	train_emit_free(&a.e);
+	xmalloc_trim();
 	return rc;
 }

@@ -192,5 +192,6 @@ int pass_gradcomm(Module *m, const Options *o)
 	free(grp);
 	free(opt);
 	train_emit_free(&e);
+	xmalloc_trim();
 	return 0;
 }
