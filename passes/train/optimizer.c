@@ -88,9 +88,9 @@ static Node *state_param(Opt *s, const char *prefix, const Node *w)
 /* the same fields: equal abstracts print the same */
 static int same_abs(const Abs *a, const Abs *b)
 {
-	return a->tstr == b->tstr && a->dtype == b->dtype && a->is_ref == b->is_ref &&
-	       a->is_tensor == b->is_tensor && a->has_value == b->has_value && a->shape.kind == b->shape.kind &&
-	       a->shape.rank == b->shape.rank && a->shape.dims == b->shape.dims && a->x == b->x;
+	return a->tstr == b->tstr && a->dtype == b->dtype && a->is_ref == b->is_ref && a->is_tensor == b->is_tensor &&
+	       a->has_value == b->has_value && a->shape.kind == b->shape.kind && a->shape.rank == b->shape.rank &&
+	       a->shape.dims == b->shape.dims && a->x == b->x;
 }
 
 static Node *load(Opt *s, Node *p)
