@@ -194,6 +194,15 @@ NodeExt *ir_node_ext_mut(Module *m, Node *n)
 	return n->x;
 }
 
+uint32_t ir_node_fwd_id(const Node *n)
+{
+	const NodeExt *x = ir_node_ext(n);
+	if (!x->fwd_tab)
+		return x->fwd_id;
+	uint32_t k = n->id - x->fwd_tab->base;
+	return k < x->fwd_tab->n ? x->fwd_tab->id[k] : 0;
+}
+
 const char *ir_node_fullname(const Node *n)
 {
 	static char buf[1024];

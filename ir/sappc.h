@@ -39,6 +39,7 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t m);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+void xmalloc_trim(void); /* give freed heap pages back to the system (after a pass's tables) */
 
 /* Growable array with a small header: Vec(T) v = {0}; vec_push(&v, x). */
 #define Vec(T) struct { T *a; uint32_t n, cap; }
@@ -75,6 +76,7 @@ Sym sym_defer(Sym prefix, uint64_t v, Sym suffix);
 int sym_is_deferred(Sym s);
 int sym_same(Sym a, Sym b);
 size_t sym_format(Sym s, char *buf, size_t cap);
+int sym_has_prefix(Sym s, const char *p); /* s's text starts with p (a deferred one stays deferred) */
 /* pre + s's text, deferred again when s is (no interning per name) */
 Sym sym_prefixed(const char *pre, Sym s);
 void intern_free_all(void);
@@ -358,6 +360,13 @@ typedef struct Loc {
 typedef struct NodeLayout NodeLayout; /* defined by the lowering */
 typedef struct StratInfo StratInfo;   /* defined by sapp */
 
+/* The forward node of each backward node a pass made, by node id: a
+ * NodeExt shared by many backward nodes finds its node's entry here. */
+typedef struct FwdIds {
+	uint32_t base, n;   /* node ids base .. base + n - 1 */
+	const uint32_t *id; /* id[k]: the forward node's id for node base + k */
+} FwdIds;
+
 /* What only some nodes have: text of the dump kept verbatim, the callee of
  * a call, the rarer attribute groups.  A rank graph has about a million
  * nodes the lowering inserted and none of them needs this, so a Node holds
@@ -377,10 +386,15 @@ typedef struct NodeExt {
 	 * with forward_node_name "<fwd_prim>_<fwd_id>" and forward_unique_id
 	 * "<fwd_id>" of the forward node it differentiates, formed by the
 	 * printer (half a million forward nodes would each need two attributes
-	 * and two names otherwise) */
+	 * and two names otherwise).  fwd_tab set: the NodeExt is shared by the
+	 * backward nodes of every forward node of primitive fwd_prim with this
+	 * primal list (a NodeExt per forward node was 50 MB on a 4096-layer
+	 * rank graph), and the forward id is the node's entry of fwd_tab; read
+	 * it with ir_node_fwd_id() */
 	uint8_t has_fwd;
 	uint32_t fwd_id;
 	Sym fwd_prim;
+	const FwdIds *fwd_tab;
 } NodeExt;
 
 struct Node {
@@ -477,6 +491,7 @@ void ir_attr_set(Module *m, AttrList *l, const char *key, Value v);
 int ir_node_is_op(const Node *n, int op);
 const NodeExt *ir_node_ext(const Node *n);     /* n's NodeExt, or an empty one: never NULL */
 NodeExt *ir_node_ext_mut(Module *m, Node *n); /* n's NodeExt, made on first use */
+uint32_t ir_node_fwd_id(const Node *n);       /* the forward node a backward node differentiates (has_fwd) */
 /* Names a pass may leave unformed (inserted operators: one interned string
  * each would cost more than the node).  Both return the interned text when
  * there is one, else text formed in a static buffer that the next call of

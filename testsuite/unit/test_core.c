@@ -79,6 +79,26 @@ static void test_intern(void **state)
 /* deferred symbols: sym_format writes the text, sym_str forms (and
  * interns) it on demand, sym_same is text equality across deferred and
  * interned Syms */
+/* sym_has_prefix: a deferred name's prefix may end inside its number or
+ * its suffix */
+static void test_has_prefix(void **state)
+{
+	(void)state;
+	Sym pre = intern_cstr("parallel_"), sfx = intern_cstr("AllGather");
+	Sym d = sym_defer(pre, 4096, sfx); /* parallel_4096AllGather */
+	assert_true(sym_has_prefix(d, "parallel_"));
+	assert_true(sym_has_prefix(d, "parallel_40"));
+	assert_true(sym_has_prefix(d, "parallel_4096All"));
+	assert_true(sym_has_prefix(d, "parallel_4096AllGather"));
+	assert_false(sym_has_prefix(d, "parallel_4096AllGatherX"));
+	assert_false(sym_has_prefix(d, "parallel_5"));
+	assert_false(sym_has_prefix(d, "paralel"));
+	assert_true(sym_has_prefix(sfx, "All"));
+	assert_true(sym_has_prefix(sfx, ""));
+	assert_false(sym_has_prefix(sfx, "AllGathers"));
+	assert_false(sym_has_prefix(0, "A"));
+}
+
 static void test_defer(void **state)
 {
 	(void)state;
@@ -747,13 +767,13 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_std_hash),    cmocka_unit_test(test_intern),
-	    cmocka_unit_test(test_ops),         cmocka_unit_test(test_parse_minimal),
-	    cmocka_unit_test(test_infer),       cmocka_unit_test(test_attention_shapes),
-	    cmocka_unit_test(test_values),      cmocka_unit_test(test_getnext),
-	    cmocka_unit_test(test_scatter_moe), cmocka_unit_test(test_fragment),
-	    cmocka_unit_test(test_keymap),      cmocka_unit_test(test_fmt_int),
-	    cmocka_unit_test(test_defer),       cmocka_unit_test(test_output_set),
-	    cmocka_unit_test(test_clone),
+	    cmocka_unit_test(test_has_prefix),  cmocka_unit_test(test_ops),
+	    cmocka_unit_test(test_parse_minimal), cmocka_unit_test(test_infer),
+	    cmocka_unit_test(test_attention_shapes), cmocka_unit_test(test_values),
+	    cmocka_unit_test(test_getnext),     cmocka_unit_test(test_scatter_moe),
+	    cmocka_unit_test(test_fragment),    cmocka_unit_test(test_keymap),
+	    cmocka_unit_test(test_fmt_int),     cmocka_unit_test(test_defer),
+	    cmocka_unit_test(test_output_set),  cmocka_unit_test(test_clone),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();
