@@ -31,7 +31,9 @@
  *             (primitive attr recompute false, §5.4) is thus never
  *             recomputed; forward communication inside a recomputed cell
  *             is, as MindSpore recomputes it unless mp_comm_recompute=False
- *             gave it recompute: Bool(0).
+ *             gave it recompute: Bool(0) (the lowering turns an operator's
+ *             recompute_comm_op into that attribute: comm.c,
+ *             redistribute.c).
  *             Then, as recompute.cc InsertRecomputedNodes: each maximal
  *             connected set of recomputed nodes (through operands and
  *             users, not through UpdateState) that holds a node read by the
