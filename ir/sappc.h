@@ -500,7 +500,9 @@ typedef struct OpaqueUse {
 int op_is_opaque(const Node *n);
 uint32_t op_opaque_uses(const Module *m, OpaqueUse **out);
 /* which part of a training step n belongs to, from its full name:
- * "Gradients/..." backward, "Default/optimizer-..." optimizer, else forward */
+ * "Gradients/..." backward, "Default/optimizer-..." optimizer, else forward;
+ * what the recompute pass made (duplicates, their Depend and its
+ * MakeTuple of backward values) is backward */
 typedef enum { IR_PHASE_FWD, IR_PHASE_BWD, IR_PHASE_OPT } IrPhase;
 IrPhase ir_node_phase(const Node *n);
 /* tensor operand shapes: the declared type-line input i (NULL if absent) */

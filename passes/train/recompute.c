@@ -428,7 +428,7 @@ static Node *duplicate(Rc *r, uint32_t i, uint32_t s, const Node *const *fti, ui
 	d->has_strat = o->has_strat;
 	d->out = o->out;
 	d->loc = o->loc;
-	d->stage = o->stage;
+	d->stage = -1; /* with the backward, which has no stage (train.c) */
 	d->si = o->si;
 	d->lay = o->lay; /* the same tensor, computed again */
 	d->autoname = 1;
