@@ -27,7 +27,9 @@
  *             recompute().  A cell whose every operator is an output
  *             recomputes nothing, with a warning, as MindSpore warns.
  *             The tuple elements (TupleGetItem) of a recomputed node are
- *             recomputed with it.  The optimizer-parallel AllGather
+ *             recomputed with it, those of its bprop too: a TupleGetItem
+ *             counts as backward only when what it reads does
+ *             (IsBpropNode), so the bprop reads their duplicates.  The optimizer-parallel AllGather
  *             (primitive attr recompute false, §5.4) is thus never
  *             recomputed; forward communication inside a recomputed cell
  *             is, as MindSpore recomputes it unless mp_comm_recompute=False
@@ -88,7 +90,7 @@ typedef struct Rc {
 	LowerCtx lc;
 	uint32_t n;             /* entry graph nodes (Return included) */
 	uint32_t *uoff, *users; /* users of node i: users[uoff[i] .. uoff[i+1]) */
-	uint8_t *bp, *rec, *ckpt, *scoped, *gin, *fwd_out, *out_of_cell;
+	uint8_t *bp, *bpn, *rec, *ckpt, *scoped, *gin, *fwd_out, *out_of_cell;
 	Sym *cell;                   /* the recomputed cell instance of node i, 0 none */
 	int32_t *sg;                 /* sub-graph of node i, -1 none */
 	uint32_t *orig, *tgt, *memo; /* stamps: sub-graph + 1 */
@@ -199,17 +201,21 @@ static void index_graph(Rc *r)
 		}
 	}
 	free(fill);
-	/* backward nodes: a TupleGetItem is one when what it reads is */
+	/* backward nodes (IsBpropNode): named "Gradients..."; a TupleGetItem
+	 * is one when what it reads is, so the bprop's TupleGetItems of a
+	 * forward tuple are not (bpn: by the name alone) */
 	r->bp = xcalloc(r->n + 1, 1);
+	r->bpn = xcalloc(r->n + 1, 1);
 	for (uint32_t i = 0; i < r->n; i++) {
 		Node *n = g->nodes.a[i];
 		if (n->kind != NK_CNODE)
 			continue;
 		uint32_t p = pos(r, arg_node(n, 0));
+		r->bpn[i] = starts(ir_node_fullname(n), "Gradients");
 		if (ir_node_is_op(n, OP_TupleGetItem))
 			r->bp[i] = p != UINT32_MAX && r->bp[p];
 		else
-			r->bp[i] = ir_node_phase(n) == IR_PHASE_BWD;
+			r->bp[i] = r->bpn[i];
 	}
 }
 
@@ -221,7 +227,7 @@ static void find_cells(Rc *r)
 	r->scoped = xcalloc(r->n + 1, 1);
 	r->out_of_cell = xcalloc(r->n + 1, 1);
 	for (uint32_t i = 0; i < r->n; i++)
-		if (!r->bp[i])
+		if (!r->bpn[i])
 			r->cell[i] = cell_of(r, g->nodes.a[i]);
 	for (uint32_t i = 0; i < r->n; i++) {
 		Node *n = g->nodes.a[i];
@@ -231,7 +237,7 @@ static void find_cells(Rc *r)
 			continue;
 		for (uint32_t u = r->uoff[i]; u < r->uoff[i + 1] && !r->out_of_cell[i]; u++) {
 			Node *un = g->nodes.a[r->users[u]];
-			if (r->bp[r->users[u]])
+			if (r->bpn[r->users[u]])
 				continue;
 			for (uint32_t k = 0; k < un->nargs; k++)
 				if (arg_node(un, k) == n && !order_edge(un, k) &&
@@ -617,7 +623,7 @@ static void set_attrs(Rc *r)
 			continue;
 		int32_t bsg = -1; /* a backward node of a forward node in a sub-graph */
 		const NodeExt *ox = ir_node_ext(n);
-		if (r->bp[i] && ox->has_fwd && ox->fwd_id < r->nid)
+		if (ox->has_fwd && ox->fwd_id < r->nid)
 			bsg = r->sg_of_id[ox->fwd_id];
 		int cse = r->cell[i] != 0;
 		if (!r->rec[i] && !r->ckpt[i] && !r->is_target[i] && bsg < 0 && !cse && r->sg[i] < 0)
@@ -679,6 +685,7 @@ static void rc_free(Rc *r)
 	free(r->uoff);
 	free(r->users);
 	free(r->bp);
+	free(r->bpn);
 	free(r->rec);
 	free(r->ckpt);
 	free(r->scoped);
