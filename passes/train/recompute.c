@@ -22,9 +22,11 @@
  *             the dump gives them); the cell's outputs - nodes whose value
  *             a forward node outside the cell instance, or the Return,
  *             reads - are not recomputed (§5.1; recompute_prepare.h
- *             SetCellOutputNoRecompute).  All `recompute_` scopes count as
- *             one cell, since the scope does not say which cell called
- *             recompute().  A cell whose every operator is an output
+ *             SetCellOutputNoRecompute).  The `recompute_` scopes do not
+ *             say which cell called recompute(): their deepest common
+ *             scope is taken as that cell, or each numbered child of it
+ *             when it has no operator of its own (every layer of a
+ *             CellList recomputed, prefix_cells).  A cell whose every operator is an output
  *             recomputes nothing, with a warning, as MindSpore warns.
  *             The tuple elements (TupleGetItem) of a recomputed node are
  *             recomputed with it, those of its bprop too: a TupleGetItem
@@ -219,6 +221,74 @@ static void index_graph(Rc *r)
 	}
 }
 
+/* length of the directory of full name s (up to its last '/') */
+static size_t dir_len(const char *s)
+{
+	const char *slash = strrchr(s, '/');
+	return slash ? (size_t)(slash - s) : 0;
+}
+
+/* The cells of the `recompute` scopes (cell_of gave them "recompute_"):
+ * the scope says that some cell called recompute(), not which.  Their
+ * directories' deepest common scope A is that cell, unless A holds no
+ * operator of its own and every scope below it goes through a numbered
+ * child (a CellList or SequentialCell: "0-Block", "1-Block"), the usual
+ * recompute() of every layer: then each child is a cell, whose output the
+ * next layer reads and the backward keeps. */
+static void prefix_cells(Rc *r)
+{
+	Sym mark = lower_sym("recompute_");
+	char *a = NULL; /* A, as the first node's directory cut down */
+	size_t al = 0;
+	for (uint32_t i = 0; i < r->n; i++) {
+		if (r->cell[i] != mark)
+			continue;
+		const char *s = ir_node_fullname(r->g->nodes.a[i]);
+		size_t dl = dir_len(s);
+		if (!a) {
+			a = xmalloc(dl + 1);
+			memcpy(a, s, dl);
+			a[al = dl] = 0;
+			continue;
+		}
+		size_t k = 0; /* the common segments */
+		while (k < al && k < dl && a[k] == s[k])
+			k++;
+		if (k == al && (k == dl || s[k] == '/'))
+			continue; /* A is a scope of this directory */
+		if (k == dl && a[k] == '/') {
+			al = k; /* this directory is a scope of A */
+		} else {
+			while (k > 0 && a[k - 1] != '/')
+				k--;
+			al = k ? k - 1 : 0;
+		}
+		a[al] = 0;
+	}
+	if (!a)
+		return;
+	int split = 1;
+	for (uint32_t i = 0; i < r->n && split; i++) {
+		if (r->cell[i] != mark)
+			continue;
+		const char *s = ir_node_fullname(r->g->nodes.a[i]);
+		split = dir_len(s) > al && s[al] == '/' && s[al + 1] >= '0' && s[al + 1] <= '9';
+	}
+	Sym whole = intern(a, al);
+	for (uint32_t i = 0; i < r->n; i++) {
+		if (r->cell[i] != mark)
+			continue;
+		if (!split) {
+			r->cell[i] = whole;
+			continue;
+		}
+		const char *s = ir_node_fullname(r->g->nodes.a[i]);
+		const char *e = strchr(s + al + 1, '/');
+		r->cell[i] = intern(s, (size_t)(e - s));
+	}
+	free(a);
+}
+
 /* the cells, their outputs, and the warning for a cell of outputs only */
 static void find_cells(Rc *r)
 {
@@ -229,6 +299,7 @@ static void find_cells(Rc *r)
 	for (uint32_t i = 0; i < r->n; i++)
 		if (!r->bpn[i])
 			r->cell[i] = cell_of(r, g->nodes.a[i]);
+	prefix_cells(r);
 	for (uint32_t i = 0; i < r->n; i++) {
 		Node *n = g->nodes.a[i];
 		uint32_t p = pos(r, arg_node(n, 0));
