@@ -7,72 +7,68 @@
  *             the backward and the update exist, so the pass runs last.
  *   Provides: the recompute flag of every forward CNode, decided as
  *             MindSpore's SetRecomputedAttr decides it (mindspore-ai/
- *             mindspore mindspore/ccsrc/utils/recompute_helper.cc): not
- *             for a node whose cnode attr `recompute` is false, a backward
- *             node (full name "Gradients..."), DropoutGenMask, Load,
- *             TupleGetItem, Send, Receive, a node no forward node reads or
- *             one that reads the backward (Depend's attached operand
- *             aside); otherwise for a node whose primitive attr `recompute`
- *             is true, whose cnode attr already is, or that lies in a
- *             recomputed cell and whose primitive attr is not false.  A
- *             recomputed cell is a scope starting `recompute` (what
- *             Cell.recompute() does to the scope) or a cell instance
- *             matched by --recompute=PATTERN (a cell path matched as
- *             --stage matches, lower_match_cell; the full names stay as
- *             the dump gives them); the cell's outputs - nodes whose value
- *             a forward node outside the cell instance, or the Return,
+ *             mindspore mindspore/ccsrc/utils/recompute_helper.cc): not for a
+ *             node whose cnode attr `recompute` is false, a backward node
+ *             (full name "Gradients..."), DropoutGenMask, Load, TupleGetItem,
+ *             Send, Receive, a node no forward node reads or one that reads
+ *             the backward (Depend's attached operand aside); otherwise for a
+ *             node whose primitive attr `recompute` is true, whose cnode attr
+ *             already is, or that lies in a recomputed cell and whose
+ *             primitive attr is not false. A recomputed cell is a scope
+ *             starting `recompute` (what Cell.recompute() does to the scope)
+ *             or a cell instance matched by --recompute=PATTERN (a cell path
+ *             matched as --stage matches, lower_match_cell; the full names
+ *             stay as the dump gives them); the cell's outputs - nodes whose
+ *             value a forward node outside the cell instance, or the Return,
  *             reads - are not recomputed (§5.1; recompute_prepare.h
- *             SetCellOutputNoRecompute).  The `recompute_` scopes do not
- *             say which cell called recompute(): their deepest common
- *             scope is taken as that cell, or each numbered child of it
- *             when it has no operator of its own (every layer of a
- *             CellList recomputed, prefix_cells).  A cell whose every operator is an output
- *             recomputes nothing, with a warning, as MindSpore warns.
- *             The tuple elements (TupleGetItem) of a recomputed node are
+ *             SetCellOutputNoRecompute). The `recompute_` scopes do not say
+ *             which cell called recompute(): their deepest common scope is
+ *             taken as that cell, or each numbered child of it when it has no
+ *             operator of its own (every layer of a CellList recomputed,
+ *             prefix_cells). A cell whose every operator is an output
+ *             recomputes nothing, with a warning, as MindSpore warns. The
+ *             tuple elements (TupleGetItem) of a recomputed node are
  *             recomputed with it, those of its bprop too: a TupleGetItem
- *             counts as backward only when what it reads does
- *             (IsBpropNode), so the bprop reads their duplicates.  The optimizer-parallel AllGather
- *             (primitive attr recompute false, §5.4) is thus never
- *             recomputed; forward communication inside a recomputed cell
- *             is, as MindSpore recomputes it unless mp_comm_recompute=False
- *             gave it recompute: Bool(0) (the lowering turns an operator's
- *             recompute_comm_op into that attribute: comm.c,
- *             redistribute.c).
+ *             counts as backward only when what it reads does (IsBpropNode),
+ *             so the bprop reads their duplicates. The optimizer-parallel
+ *             AllGather (primitive attr recompute false, §5.4) is thus never
+ *             recomputed; forward communication inside a recomputed cell is,
+ *             as MindSpore recomputes it unless mp_comm_recompute=False gave
+ *             it recompute: Bool(0) (the lowering turns an operator's
+ *             recompute_comm_op into that attribute: comm.c, redistribute.c).
  *             Then, as recompute.cc InsertRecomputedNodes: each maximal
- *             connected set of recomputed nodes (through operands and
- *             users, not through UpdateState) that holds a node read by the
- *             backward gets `recompute_sub_graph: U64(k)`; its origins -
- *             the nodes the backward reads and their recomputed operands -
- *             are duplicated (same primitive, attributes and scope
- *             directory, the next -opN, the origin's abstract; `micro` and
+ *             connected set of recomputed nodes (through operands and users,
+ *             not through UpdateState) that holds a node read by the backward
+ *             gets `recompute_sub_graph: U64(k)`; its origins - the nodes the
+ *             backward reads and their recomputed operands - are duplicated
+ *             (same primitive, attributes and scope directory, the next -opN,
+ *             the origin's abstract; `micro` and
  *             `forward_comm_node_unique_id` primal attributes kept) with
  *             cnode attrs duplicated, need_cse_after_recompute,
  *             recompute_sub_graph and a `recompute_id: I64(n)` shared with
- *             the origin.  A duplicate with no duplicated operand reads
- *             its first operand through Depend(x, MakeTuple(...)) with
- *             `recompute_depend: Bool(1)`, so that it waits for the
- *             backward inputs of the first target (an UpdateState operand
- *             becomes the monad U).  Backward nodes reading an origin
- *             (targets) read its duplicate and get `target_grad: Bool(1)`;
- *             every backward node of a forward node in a sub-graph gets its
- *             recompute_sub_graph.  Nodes whose full name starts with
- *             `recompute` (or that --recompute matched) get
- *             need_cse_after_recompute.  The duplicates go just before the
- *             first target, so no forward value of an origin is live
- *             across the step any more.
- *             checkpoint: Bool(1) (§5.3): MindSpore puts it on every
- *             CNode it does not recompute, recompute or not, but the
- *             validate dumps the samples follow do not show it.  sappc
- *             prints it only when the graph has recompute (some node is
- *             recomputed), so that a step without recompute keeps the
- *             older dumps' form.
+ *             the origin. A duplicate with no duplicated operand reads its
+ *             first operand through Depend(x, MakeTuple(...)) with
+ *             `recompute_depend: Bool(1)`, so that it waits for the backward
+ *             inputs of the first target (an UpdateState operand becomes the
+ *             monad U). Backward nodes reading an origin (targets) read its
+ *             duplicate and get `target_grad: Bool(1)`; every backward node
+ *             of a forward node in a sub-graph gets its recompute_sub_graph.
+ *             Nodes whose full name starts with `recompute` (or that
+ *             --recompute matched) get need_cse_after_recompute. The
+ *             duplicates go just before the first target, so no forward value
+ *             of an origin is live across the step any more.
+ *             checkpoint: Bool(1) (§5.3): MindSpore puts it on every CNode
+ *             it does not recompute, recompute or not, but the validate dumps
+ *             the samples follow do not show it. sappc prints it only when
+ *             the graph has recompute (some node is recomputed), so that a
+ *             step without recompute keeps the older dumps' form.
  *   Simplified: the Depend waits for the first target's backward operands
  *             that no target or origin reaches (recompute_helper.cc
  *             GetFirstTargetInputs looks further into the recomputed
  *             forward's bprop nodes); with none before the first target no
- *             Depend is made (MindSpore makes one over an empty MakeTuple
- *             and warns).  The fusion id shift of a recomputed zero3
- *             AllGather is not modelled (sappc has no zero3).
+ *             Depend is made (MindSpore makes one over an empty MakeTuple and
+ *             warns). The fusion id shift of a recomputed zero3 AllGather is
+ *             not modelled (sappc has no zero3).
  *   Errors:   --recompute on an inference graph.  A --recompute pattern
  *             matching no operator is refused before the passes run
  *             (recompute_check_patterns, called by the driver on the whole
