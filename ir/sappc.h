@@ -519,7 +519,9 @@ typedef struct OpaqueUse {
 int op_is_opaque(const Node *n);
 uint32_t op_opaque_uses(const Module *m, OpaqueUse **out);
 /* which part of a training step n belongs to, from its full name:
- * "Gradients/..." backward, "Default/optimizer-..." optimizer, else forward */
+ * "Gradients/..." backward, "Default/optimizer-..." optimizer, else forward;
+ * what the recompute pass made (duplicates, their Depend and its
+ * MakeTuple of backward values) is backward */
 typedef enum { IR_PHASE_FWD, IR_PHASE_BWD, IR_PHASE_OPT } IrPhase;
 IrPhase ir_node_phase(const Node *n);
 /* tensor operand shapes: the declared type-line input i (NULL if absent) */
@@ -655,6 +657,8 @@ typedef struct Options {
 	const char *focus;  /* --focus: keep this scope expanded */
 	const char **stage_rules; /* "PATTERN=K" */
 	int nstage_rules;
+	const char **recompute_rules; /* --recompute=PATTERN: cells recomputed in the backward */
+	int nrecompute_rules;
 	int parallel_detail; /* inputs_tensor_map / device_matrix / outputs_tensor_map attributes */
 	int virtual_ops;     /* keep _MirrorOperator / _VirtualDiv (step_parallel_end view) */
 	int phase;           /* --phase: PHASE_AUTO (from the graph), PHASE_TRAIN, PHASE_PREDICT */
@@ -706,6 +710,9 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
 #define PASS(name, fn, dflt, help) int fn(Module *m, const Options *o);
 #include "../passes/passes.def"
 #undef PASS
+/* passes/train/recompute.c: every --recompute pattern matches some operator
+ * of the whole graph (before lowering keeps one stage): 0, or 1 reported */
+int recompute_check_patterns(const Module *m, const Options *o);
 
 /* ----------------------------------------------------------- passdata.c */
 /* What the passes leave on the IR for the printers, the report and the

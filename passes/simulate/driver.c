@@ -377,8 +377,10 @@ static int reference_step(Module *ref, const Options *o, const PassManagerOption
 static unsigned test_faults(void)
 {
 	const char *a = getenv("SAPPC_TEST_DROP_GRAD_MEAN"), *b = getenv("SAPPC_TEST_BREAK_RS_BPROP");
+	const char *c = getenv("SAPPC_TEST_BREAK_RECOMPUTE");
 	return (a && *a && strcmp(a, "0") != 0 ? SIM_FAULT_DROP_GRAD_MEAN : 0) |
-	       (b && *b && strcmp(b, "0") != 0 ? SIM_FAULT_RS_BPROP : 0);
+	       (b && *b && strcmp(b, "0") != 0 ? SIM_FAULT_RS_BPROP : 0) |
+	       (c && *c && strcmp(c, "0") != 0 ? SIM_FAULT_RECOMPUTE : 0);
 }
 
 /* The optimizer's hyper-parameters, which the dump names but does not
@@ -571,7 +573,13 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 		diag_error("simulate: the layout of a rank's operator does not describe its tensor");
 		goto out;
 	}
-	if (cmp > 0) {
+	if (cmp > 0 && !rep.mismatched && !rep.outputs_bad) {
+		const SimMismatch *mm = &rep.first_recomputed;
+		diag_error_at(mm->global->loc,
+		              "simulate: the recomputed duplicate of %s (%%%d) does not compute its origin's value on "
+		              "rank %d; see the report on standard output",
+		              sym_str(mm->global->prim), mm->global->local, mm->rank);
+	} else if (cmp > 0) {
 		const SimMismatch *mm = rep.mismatched ? &rep.first : &rep.first_output;
 		diag_error_at(mm->global->loc,
 		              "simulate: rank %d does not compute the single-device value of %s (%%%d)%s; see the "

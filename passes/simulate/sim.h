@@ -120,8 +120,11 @@ typedef struct SimOptions {
  *                    (--gradients-mean) passes its input through;
  *   RS_BPROP       - a backward ReduceScatter (the bprop of an AllGather)
  *                    hands each rank its own block of its own input, without
- *                    adding the other ranks' contributions. */
-enum { SIM_FAULT_DROP_GRAD_MEAN = 1, SIM_FAULT_RS_BPROP = 2 };
+ *                    adding the other ranks' contributions;
+ *   RECOMPUTE      - a recomputed duplicate whose output has its first
+ *                    operand's shape passes that operand through
+ *                    (SAPPC_TEST_BREAK_RECOMPUTE). */
+enum { SIM_FAULT_DROP_GRAD_MEAN = 1, SIM_FAULT_RS_BPROP = 2, SIM_FAULT_RECOMPUTE = 4 };
 
 typedef struct SimRun SimRun;
 
@@ -219,6 +222,11 @@ typedef struct SimReport {
 	SimOutput outputs[SIM_MAX_OUTPUTS];
 	int outputs_bad;          /* (output, rank) pairs that disagree */
 	SimMismatch first_output; /* the first of them */
+	/* recompute (training-step.md §5.2): (duplicate, run) pairs whose
+	 * value was checked against the origin's of the same recompute_id, in
+	 * the single-device run and on every rank */
+	int recomputed, recomputed_bad;
+	SimMismatch first_recomputed;
 } SimReport;
 
 /* The training step (training-step.md §1.4, §3): each weight's gradient is
