@@ -83,6 +83,7 @@ enum {
 	OPT_EPS,
 	OPT_WEIGHT_DECAY,
 	OPT_GRADIENTS_MEAN,
+	OPT_RECOMPUTE,
 };
 
 static const struct option longopts[] = {
@@ -149,6 +150,7 @@ static const struct option longopts[] = {
 	{"eps", required_argument, NULL, OPT_EPS},
 	{"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
 	{"gradients-mean", no_argument, NULL, OPT_GRADIENTS_MEAN},
+	{"recompute", required_argument, NULL, OPT_RECOMPUTE},
 	{NULL, 0, NULL, 0},
 };
 
@@ -256,6 +258,9 @@ static void usage(FILE *f)
 	      "      --weight-decay=X    weight decay of adamw (default 0)\n"
 	      "      --gradients-mean    scale each gradient AllReduce by 1/(its group size), as\n"
 	      "                          MindSpore's gradients_mean=True (off by default)\n"
+	      "      --recompute=PATTERN recompute the cells matching PATTERN (e.g. _backbone.layer1,\n"
+	      "                          matched as --stage) in the backward, as Cell.recompute();\n"
+	      "                          repeatable\n"
 	      "\n"
 	      "",
 	      f);
@@ -859,6 +864,7 @@ int main(int argc, char **argv)
 	so.gradcheck_mb = 4;
 	const char *all_ranks = NULL;
 	const char **stage_rules = NULL;
+	const char **recompute_rules = NULL;
 	int strategy_format = -1; /* CkptFormat; -1: from the file name */
 	const char *ckpt_out = NULL, *group_out = NULL;
 	o.device_num = 1;
@@ -1118,6 +1124,14 @@ int main(int argc, char **argv)
 			o.gradients_mean = 1;
 			o.optimizer_given = 1;
 			break;
+		case OPT_RECOMPUTE:
+			if (!*optarg || optarg[0] == '.' || optarg[strlen(optarg) - 1] == '.' || strstr(optarg, ".."))
+				bad_usage("--recompute=%s: expected a cell path such as _backbone.layer1", optarg);
+			recompute_rules =
+			    xrealloc(recompute_rules, (size_t)(o.nrecompute_rules + 1) * sizeof *recompute_rules);
+			recompute_rules[o.nrecompute_rules++] = optarg;
+			o.recompute_rules = recompute_rules;
+			break;
 		case OPT_VERSION:
 			printf("sappc %s\n", PACKAGE_VERSION);
 			return stdout_status();
@@ -1134,6 +1148,8 @@ int main(int argc, char **argv)
 		if (env && strcmp(env, "1") == 0)
 			o.interfered = 1;
 	}
+	if (o.nrecompute_rules && (o.forward_only || o.phase == PHASE_PREDICT))
+		bad_usage("%s: --recompute needs a training step", o.forward_only ? "--forward-only" : "--phase=predict");
 	if (o.optimizer_given && (o.forward_only || o.phase == PHASE_PREDICT))
 		bad_usage("%s: the optimizer options need a training step (--optimizer, --learning-rate, "
 			  "--momentum, --beta1, --beta2, --eps, --weight-decay, --gradients-mean)",
@@ -1189,11 +1205,13 @@ int main(int argc, char **argv)
 	}
 	/* --strict: an operator sappc does not model stops the run here */
 	int stop = plans(&pm, simulate, report) && not_modelled(m, strict);
+	stop = stop || recompute_check_patterns(m, &o);
 	if (all_ranks && !stop) {
 		ir_module_free(m);
 		int rc = write_all_ranks(all_ranks, in, buf, len, &o, &pm);
 		io_free_file(buf);
 		free(stage_rules);
+		free(recompute_rules);
 		free((void *)o.ds_rank);
 		free((void *)o.ds_val);
 		intern_free_all();
@@ -1284,6 +1302,7 @@ int main(int argc, char **argv)
 	ir_module_free(m);
 	io_free_file(buf);
 	free(stage_rules);
+	free(recompute_rules);
 	free((void *)o.ds_rank);
 	free((void *)o.ds_val);
 	intern_free_all();

@@ -618,7 +618,7 @@ static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 		print_attrs(f, &x->primal);
 		if (x->has_fwd) {
 			char id[24];
-			size_t k = fmt_u64(id, x->fwd_id);
+			size_t k = fmt_u64(id, ir_node_fwd_id(n));
 			fputs(x->primal.n ? ", forward_node_name: \"" : "forward_node_name: \"", f);
 			put_sym(f, x->fwd_prim);
 			fputc('_', f);

@@ -256,6 +256,16 @@ static int is_training(const Module *m)
 	return 0;
 }
 
+/* 1: a duplicate the recompute pass made (computed in the backward);
+ * -1: its origin, whose value the backward no longer keeps; 0: neither */
+static int recomputed(const Node *n)
+{
+	const NodeExt *x = ir_node_ext(n);
+	if (!x->cattrs.n || !ir_attr_get(&x->cattrs, "recompute_id"))
+		return 0;
+	return ir_attr_get(&x->cattrs, "duplicated") ? 1 : -1;
+}
+
 void report_collect(const Module *m, const ReportConfig *c, Report *r)
 {
 	memset(r->cat_bytes, 0, sizeof r->cat_bytes);
@@ -265,6 +275,7 @@ void report_collect(const Module *m, const ReportConfig *c, Report *r)
 	memset(r->ph_secs, 0, sizeof r->ph_secs);
 	r->param_bytes = r->act_bytes = 0;
 	r->weight_bytes = r->grad_bytes = r->state_bytes = r->bwd_bytes = 0;
+	r->saved_bytes = r->recomputed_bytes = 0;
 	r->ncomm = 0;
 	r->nops = 0;
 	int world = c->world;
@@ -331,10 +342,15 @@ void report_collect(const Module *m, const ReportConfig *c, Report *r)
 				}
 			} else if (oi->family != FAM_STRUCT && n->callee_kind == CK_PRIM && phase != IR_PHASE_OPT) {
 				/* the optimizer's outputs are its Parameters, already counted */
-				if (phase == IR_PHASE_BWD)
+				int rc = r->training ? recomputed(n) : 0;
+				if (phase == IR_PHASE_BWD || rc > 0)
 					r->bwd_bytes += tensor_bytes(&n->out);
+				else if (rc < 0)
+					r->saved_bytes += tensor_bytes(&n->out);
 				else
 					r->act_bytes += tensor_bytes(&n->out);
+				if (rc > 0)
+					r->recomputed_bytes += tensor_bytes(&n->out);
 				if (n->strat.n)
 					r->nops++;
 			}
@@ -402,6 +418,10 @@ static void print_training(FILE *f, const Report *r, const Report *dp)
 	mem_line(f, "optimizer state", r->state_bytes, dp, dp ? dp->state_bytes : 0);
 	mem_line(f, "activations (no reuse)", r->act_bytes, dp, dp ? dp->act_bytes : 0);
 	mem_line(f, "backward buffers (no reuse)", r->bwd_bytes, dp, dp ? dp->bwd_bytes : 0);
+	if (r->saved_bytes || (dp && dp->saved_bytes)) {
+		mem_line(f, "  recomputed in the backward", r->recomputed_bytes, dp, dp ? dp->recomputed_bytes : 0);
+		mem_line(f, "activations saved by recompute", r->saved_bytes, dp, dp ? dp->saved_bytes : 0);
+	}
 	mem_line(f, "memory (training step)", step_memory(r), dp, dp ? step_memory(dp) : 0);
 	fprintf(f, "\nTraining step by phase, per device%s\n", dp ? " (this plan | pure data parallel)" : "");
 	int ops = 0, dops = 0;
@@ -588,6 +608,10 @@ json_t *report_totals_json(const Report *r)
 		json_object_set_new(o, "gradients_bytes", json_integer(r->grad_bytes));
 		json_object_set_new(o, "optimizer_state_bytes", json_integer(r->state_bytes));
 		json_object_set_new(o, "backward_buffers_bytes", json_integer(r->bwd_bytes));
+		if (r->saved_bytes) {
+			json_object_set_new(o, "recomputed_bytes", json_integer(r->recomputed_bytes));
+			json_object_set_new(o, "recompute_saved_bytes", json_integer(r->saved_bytes));
+		}
 		json_object_set_new(o, "training_step_memory_bytes", json_integer(step_memory(r)));
 	}
 	return o;

@@ -41,6 +41,10 @@ typedef struct Report {
 	int ph_ops[3];
 	double ph_bytes[3], ph_secs[3];
 	int64_t weight_bytes, grad_bytes, state_bytes, bwd_bytes;
+	/* recompute (training-step.md §5.2): the forward values the backward
+	 * no longer keeps (origins, left out of act_bytes) and the duplicates
+	 * that compute them again in the backward (part of bwd_bytes) */
+	int64_t saved_bytes, recomputed_bytes;
 	ReportComm comm[REPORT_MAX_COMM];
 } Report;
 

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "sappc.h"
 
@@ -48,6 +51,17 @@ void *xrealloc(void *p, size_t n)
 	if (!p)
 		oom();
 	return p;
+}
+
+/* A pass that freed large working tables while the names it interned
+ * stayed leaves them as holes in the heap, resident until malloc reuses
+ * them: glibc's malloc_trim gives their pages back (on a 4096-layer
+ * training step, 80 MB after autodiff).  Elsewhere nothing to do. */
+void xmalloc_trim(void)
+{
+#if defined(__GLIBC__)
+	malloc_trim(0);
+#endif
 }
 
 char *xstrdup(const char *s)

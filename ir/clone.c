@@ -146,6 +146,8 @@ static void fill_node(Cloner *c, Node *x)
 		y->primal = clone_attrs(c, &e->primal);
 		y->xlines = dup_lines(c, e->xlines, e->nxlines);
 		y->debug = dup_lines(c, e->debug, e->ndebug);
+		y->fwd_id = ir_node_fwd_id(x); /* x still has n's NodeExt */
+		y->fwd_tab = NULL;
 		x->x = y;
 	}
 }

@@ -194,6 +194,15 @@ NodeExt *ir_node_ext_mut(Module *m, Node *n)
 	return n->x;
 }
 
+uint32_t ir_node_fwd_id(const Node *n)
+{
+	const NodeExt *x = ir_node_ext(n);
+	if (!x->fwd_tab)
+		return x->fwd_id;
+	uint32_t k = n->id - x->fwd_tab->base;
+	return k < x->fwd_tab->n ? x->fwd_tab->id[k] : 0;
+}
+
 const char *ir_node_fullname(const Node *n)
 {
 	static char buf[1024];
@@ -324,6 +333,22 @@ int ir_dataset_split(const Options *o, const Node *vd, uint32_t k, int rank, int
 	return 1;
 }
 
+/* what recompute made runs in the backward though it keeps forward names
+ * (training-step.md §5.2): a duplicate, the Depend delaying one, and the
+ * MakeTuple of backward values that Depend waits for */
+static int recompute_made(const Node *n)
+{
+	if (n->kind != NK_CNODE)
+		return 0;
+	const NodeExt *x = n->x;
+	if (x && x->cattrs.n && (ir_attr_get(&x->cattrs, "duplicated") || ir_attr_get(&x->cattrs, "recompute_depend")))
+		return 1;
+	if (n->op != OP_MakeTuple || !n->nargs || n->args[0].kind != V_NODE)
+		return 0;
+	const Node *a = n->args[0].u.node;
+	return a->kind == NK_CNODE && strncmp(ir_node_fullname(a), "Gradients/", 10) == 0;
+}
+
 IrPhase ir_node_phase(const Node *n)
 {
 	const char *s = ir_node_fullname(n);
@@ -331,5 +356,5 @@ IrPhase ir_node_phase(const Node *n)
 		return IR_PHASE_BWD;
 	if (strncmp(s, "Default/optimizer-", 18) == 0)
 		return IR_PHASE_OPT;
-	return IR_PHASE_FWD;
+	return recompute_made(n) ? IR_PHASE_BWD : IR_PHASE_FWD;
 }

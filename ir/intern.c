@@ -219,6 +219,22 @@ size_t sym_format(Sym s, char *buf, size_t cap)
 	return n;
 }
 
+int sym_has_prefix(Sym s, const char *p)
+{
+	size_t n = strlen(p);
+	if (!sym_is_deferred(s))
+		return sym_len(s) >= n && memcmp(sym_str(s), p, n) == 0;
+	const Deferred *d = &defs[s & ~SYM_DEFERRED];
+	char buf[512];
+	size_t cap = ents[d->prefix].len + 21 + ents[d->suffix].len;
+	char *t = cap <= sizeof buf ? buf : xmalloc(cap);
+	size_t k = sym_format(s, t, cap > sizeof buf ? cap : sizeof buf);
+	int r = k >= n && memcmp(t, p, n) == 0;
+	if (t != buf)
+		free(t);
+	return r;
+}
+
 static Sym def_real(Sym s)
 {
 	Deferred *d = &defs[s & ~SYM_DEFERRED];

@@ -39,6 +39,7 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t m);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+void xmalloc_trim(void); /* give freed heap pages back to the system (after a pass's tables) */
 
 /* Growable array with a small header: Vec(T) v = {0}; vec_push(&v, x). */
 #define Vec(T) struct { T *a; uint32_t n, cap; }
@@ -75,6 +76,7 @@ Sym sym_defer(Sym prefix, uint64_t v, Sym suffix);
 int sym_is_deferred(Sym s);
 int sym_same(Sym a, Sym b);
 size_t sym_format(Sym s, char *buf, size_t cap);
+int sym_has_prefix(Sym s, const char *p); /* s's text starts with p (a deferred one stays deferred) */
 /* pre + s's text, deferred again when s is (no interning per name) */
 Sym sym_prefixed(const char *pre, Sym s);
 void intern_free_all(void);
@@ -133,6 +135,8 @@ typedef enum {
 	FAM_SORT,       /* TopK, Sort: (values, indices), the sorted axis whole */
 	FAM_LPNORM,     /* LpNorm: a p-norm reduction, the reduced axes whole */
 	FAM_GETNEXT,    /* GetNext: the dataset's tensors, each split on dimension 0 like a dataset input */
+	FAM_SCATTER,    /* ScatterDiv: indices whole, updates like the variable's trailing dimensions */
+	FAM_UNSPLIT,    /* RandomChoiceWithMask, MoeInitRouting, MoeFinalizeRouting: MindSpore splits nothing */
 } OpFamily;
 
 /* Shape rules used by verify and by the lowering to re-infer local shapes. */
@@ -162,6 +166,8 @@ typedef enum {
 	SHAPE_DENSE,     /* x.shape[:-1] + (w rows) */
 	SHAPE_SLICE,     /* operand 2 = size (-1: to the end) */
 	SHAPE_TILE,      /* operand 1 = multiples */
+	SHAPE_SCATTER,   /* input 0; updates must be indices.shape + input.shape[1:] */
+	SHAPE_MOEFINALIZE, /* x1's (tokens, hidden), checked against the other operands */
 } ShapeRule;
 
 enum { OPF_ELIMINATE = 1, OPF_PRIMFUNC = 2, OPF_COMM = 4, OPF_ACTIVATION = 8, OPF_LOOKTHROUGH = 16 };
@@ -354,6 +360,13 @@ typedef struct Loc {
 typedef struct NodeLayout NodeLayout; /* defined by the lowering */
 typedef struct StratInfo StratInfo;   /* defined by sapp */
 
+/* The forward node of each backward node a pass made, by node id: a
+ * NodeExt shared by many backward nodes finds its node's entry here. */
+typedef struct FwdIds {
+	uint32_t base, n;   /* node ids base .. base + n - 1 */
+	const uint32_t *id; /* id[k]: the forward node's id for node base + k */
+} FwdIds;
+
 /* What only some nodes have: text of the dump kept verbatim, the callee of
  * a call, the rarer attribute groups.  A rank graph has about a million
  * nodes the lowering inserted and none of them needs this, so a Node holds
@@ -373,10 +386,15 @@ typedef struct NodeExt {
 	 * with forward_node_name "<fwd_prim>_<fwd_id>" and forward_unique_id
 	 * "<fwd_id>" of the forward node it differentiates, formed by the
 	 * printer (half a million forward nodes would each need two attributes
-	 * and two names otherwise) */
+	 * and two names otherwise).  fwd_tab set: the NodeExt is shared by the
+	 * backward nodes of every forward node of primitive fwd_prim with this
+	 * primal list (a NodeExt per forward node was 50 MB on a 4096-layer
+	 * rank graph), and the forward id is the node's entry of fwd_tab; read
+	 * it with ir_node_fwd_id() */
 	uint8_t has_fwd;
 	uint32_t fwd_id;
 	Sym fwd_prim;
+	const FwdIds *fwd_tab;
 } NodeExt;
 
 struct Node {
@@ -474,6 +492,7 @@ void ir_attr_set(Module *m, AttrList *l, const char *key, Value v);
 int ir_node_is_op(const Node *n, int op);
 const NodeExt *ir_node_ext(const Node *n);     /* n's NodeExt, or an empty one: never NULL */
 NodeExt *ir_node_ext_mut(Module *m, Node *n); /* n's NodeExt, made on first use */
+uint32_t ir_node_fwd_id(const Node *n);       /* the forward node a backward node differentiates (has_fwd) */
 /* Names a pass may leave unformed (inserted operators: one interned string
  * each would cost more than the node).  Both return the interned text when
  * there is one, else text formed in a static buffer that the next call of
@@ -501,7 +520,9 @@ typedef struct OpaqueUse {
 int op_is_opaque(const Node *n);
 uint32_t op_opaque_uses(const Module *m, OpaqueUse **out);
 /* which part of a training step n belongs to, from its full name:
- * "Gradients/..." backward, "Default/optimizer-..." optimizer, else forward */
+ * "Gradients/..." backward, "Default/optimizer-..." optimizer, else forward;
+ * what the recompute pass made (duplicates, their Depend and its
+ * MakeTuple of backward values) is backward */
 typedef enum { IR_PHASE_FWD, IR_PHASE_BWD, IR_PHASE_OPT } IrPhase;
 IrPhase ir_node_phase(const Node *n);
 /* tensor operand shapes: the declared type-line input i (NULL if absent) */
@@ -638,6 +659,8 @@ typedef struct Options {
 	const char *focus;  /* --focus: keep this scope expanded */
 	const char **stage_rules; /* "PATTERN=K" */
 	int nstage_rules;
+	const char **recompute_rules; /* --recompute=PATTERN: cells recomputed in the backward */
+	int nrecompute_rules;
 	int parallel_detail; /* inputs_tensor_map / device_matrix / outputs_tensor_map attributes */
 	int virtual_ops;     /* keep _MirrorOperator / _VirtualDiv (step_parallel_end view) */
 	int phase;           /* --phase: PHASE_AUTO (from the graph), PHASE_TRAIN, PHASE_PREDICT */
@@ -701,6 +724,9 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
 #define PASS(name, fn, dflt, help) int fn(Module *m, const Options *o);
 #include "../passes/passes.def"
 #undef PASS
+/* passes/train/recompute.c: every --recompute pattern matches some operator
+ * of the whole graph (before lowering keeps one stage): 0, or 1 reported */
+int recompute_check_patterns(const Module *m, const Options *o);
 
 /* ----------------------------------------------------------- passdata.c */
 /* What the passes leave on the IR for the printers, the report and the

@@ -538,6 +538,44 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 		}
 		return set_out(d, k, out, orank);
 	}
+	case SHAPE_SCATTER: {
+		/* ScatterDiv(var, indices, updates): var's shape, the updates one
+		 * row of var per index (indices.shape + var.shape[1:]) */
+		const Shape *ix = in_shape(n, 1), *up = in_shape(n, 2);
+		if (!x || !ix || !up)
+			return 0;
+		if (x->rank < 1 || up->rank != ix->rank + x->rank - 1)
+			return WHY("%s updates of rank %d do not match indices of rank %d and an input of rank %d",
+			           oi->name, up->rank, ix->rank, x->rank);
+		for (int i = 0; i < up->rank; i++) {
+			int64_t want = i < ix->rank ? ix->dims[i] : x->dims[i - ix->rank + 1];
+			if (want >= 0 && up->dims[i] >= 0 && up->dims[i] != want)
+				return WHY("%s updates dimension %d is %lld, the indices and input make it %lld",
+				           oi->name, i, (long long)up->dims[i], (long long)want);
+		}
+		return set_out(x->dims, x->rank, out, orank);
+	}
+	case SHAPE_MOEFINALIZE: {
+		/* MoeFinalizeRouting(expanded_x (N*K, H), x1 (N, H), x2, bias
+		 * (E, H), scales (N, K), expanded_row_idx (N*K), expanded_expert_idx
+		 * (N, K)) -> (N, H) */
+		const Shape *x1 = in_shape(n, 1), *sc = in_shape(n, 4), *ri = in_shape(n, 5), *b = in_shape(n, 3);
+		if (!x || !x1 || !sc || !ri || !b)
+			return 0;
+		if (x->rank != 2 || x1->rank != 2 || sc->rank != 2 || ri->rank != 1 || b->rank != 2)
+			return WHY(
+			    "MoeFinalizeRouting takes 2-D expanded_x, x1, bias and scales and a 1-D expanded_row_idx");
+		int64_t N = x1->dims[0], H = x1->dims[1], K = sc->dims[1];
+		if (N >= 0 && K >= 0 &&
+		    ((x->dims[0] >= 0 && x->dims[0] != N * K) || (ri->dims[0] >= 0 && ri->dims[0] != N * K) ||
+		     (sc->dims[0] >= 0 && sc->dims[0] != N)))
+			return WHY("MoeFinalizeRouting: %lld tokens with top-%lld routing need %lld expanded rows",
+			           (long long)N, (long long)K, (long long)(N * K));
+		if (H >= 0 && ((x->dims[1] >= 0 && x->dims[1] != H) || (b->dims[1] >= 0 && b->dims[1] != H)))
+			return WHY("MoeFinalizeRouting: expanded_x, x1 and bias must share the hidden size %lld",
+			           (long long)H);
+		return set_out(x1->dims, 2, out, orank);
+	}
 	case SHAPE_SWIGLU: {
 		/* Swiglu(x, dim): the halves of x along dim, swish(a) * b */
 		if (!x)

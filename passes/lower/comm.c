@@ -71,6 +71,12 @@ Node *lower_all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, i
 	static const char *const order[] = {"comm_reuse",  "group", "fusion",         "op",          "rank_list",
 	                                    "group_ranks", "index", "group_rank_ids", "no_eliminate"};
 	lower_reorder_attrs(&a->pattrs, order, 9);
+	/* mp_comm_recompute=False on the operator: its forward communication
+	 * is not recomputed (training-step.md §5.4) */
+	const Value *rcv = ir_attr_get(&origin->pattrs, "recompute_comm_op");
+	int rc;
+	if (rcv && value_truthy(rcv, &rc) && !rc)
+		lower_attr_put(m, &a->pattrs, "recompute", value_bool(0));
 	a->has_pattrs = 1;
 	char inst[64];
 	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(origin, index));

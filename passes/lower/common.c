@@ -606,6 +606,58 @@ Node *lower_new_op(LowerCtx *c, int op, const Node *like, uint32_t nargs)
 	return n;
 }
 
+/* ------------------------------------------------------------ cell paths */
+
+static int seg_name_eq(const char *seg, size_t slen, const char *pat, size_t plen)
+{
+	const char *dash = memchr(seg, '-', slen);
+	size_t n = dash ? (size_t)(dash - seg) : slen;
+	return n == plen && memcmp(seg, pat, n) == 0;
+}
+
+/* A cell path `a.b.c` (MindSpore's stage_config and cell names) against
+ * the '/'-separated segments of a scope, each compared by its name before
+ * '-' (`a-Net/b-Dense/c-ReLU`): the first run of consecutive segments that
+ * matches.  Returns the number of pattern parts matched (0: no match) and,
+ * when end is given, the length of the scope prefix through the last
+ * matched segment (the path of the cell instance). */
+int lower_match_cell(const char *scope, const char *pat, size_t plen, size_t *end)
+{
+	const char *segs[128];
+	size_t lens[128];
+	int ns = 0;
+	for (const char *p = scope; *p && ns < 128;) {
+		const char *e = strchr(p, '/');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		segs[ns] = p;
+		lens[ns++] = l;
+		p += l + (e ? 1 : 0);
+		if (!e)
+			break;
+	}
+	const char *parts[64];
+	size_t plens[64];
+	int np = 0;
+	for (const char *p = pat; p < pat + plen && np < 64;) {
+		const char *e = memchr(p, '.', (size_t)(pat + plen - p));
+		size_t l = e ? (size_t)(e - p) : (size_t)(pat + plen - p);
+		parts[np] = p;
+		plens[np++] = l;
+		p += l + 1;
+	}
+	for (int s = 0; s + np <= ns; s++) {
+		int ok = 1;
+		for (int k = 0; k < np && ok; k++)
+			ok = seg_name_eq(segs[s + k], lens[s + k], parts[k], plens[k]);
+		if (ok) {
+			if (end)
+				*end = (size_t)(segs[s + np - 1] + lens[s + np - 1] - scope);
+			return np;
+		}
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------ abstracts */
 
 static Sym tensor_tstr(Sym dtype)

@@ -86,6 +86,9 @@ uint64_t lower_hash_name(const Node *producer, int index);
 const char *lower_fullname(const Node *n, char *buf, size_t len);
 Node *lower_new_op(LowerCtx *c, int op, const Node *like, uint32_t nargs);
 void lower_set_fullname(LowerCtx *c, Node *n, const Node *like);
+/* a cell path PATTERN (`_backbone.layer1`) against a scope: parts matched,
+ * 0 none; *end: length of the matched cell instance's scope prefix */
+int lower_match_cell(const char *scope, const char *pat, size_t plen, size_t *end);
 Abs lower_abs_like(Module *m, const Abs *like, const int64_t *d, int rank);
 Abs lower_abs_int(void);
 Abs lower_abs_tuple_ints(Module *m, int n);

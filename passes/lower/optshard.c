@@ -7,7 +7,7 @@
  *             over rep = R ranks, or over consecutive chunks of
  *             --optimizer-weight-shard-size=K ranks when 1 < K < R divides R
  *             (a weight whose local dimension 0 does not divide is left
- *             alone).  The # Params line and the Load type line show the
+ *             alone, and so is a variable a forward ScatterDiv writes).  The # Params line and the Load type line show the
  *             shard; an AllGather named
  *             parallel_optimizer_allgather_not_recompute restores the
  *             model-parallel slice between the Load and its users.  The
@@ -73,10 +73,23 @@ int pass_optshard(Module *m, const Options *o)
 	Graph *g = ir_entry(m);
 	int64_t *opt = xmalloc(LOWER_MAX_GROUP * sizeof *opt), *mir = xmalloc(LOWER_MAX_GROUP * sizeof *mir);
 	Node **ag = g ? xcalloc(g->params.n + 1, sizeof *ag) : NULL;
+	/* a variable a forward operator writes in place (ScatterDiv's) is
+	 * state, not a trained weight (MindSpore shards only parameters that
+	 * require a gradient): it stays whole, written where it lives */
+	uint8_t *written = g ? xcalloc(g->params.n + 1, 1) : NULL;
+	for (uint32_t i = 0; g && i < g->params.n; i++)
+		g->params.a[i]->mark = i + 1;
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		const Node *n = g->nodes.a[i];
+		const Node *v = n->nargs && n->args[0].kind == V_NODE ? n->args[0].u.node : NULL;
+		if (n->kind == NK_CNODE && op_table[n->op].family == FAM_SCATTER && v && v->kind == NK_PARAM &&
+		    v->g == g && v->mark)
+			written[v->mark - 1] = 1;
+	}
 	for (uint32_t i = 0; g && i < g->params.n; i++) {
 		Node *p = g->params.a[i];
 		p->mark = i + 1;
-		if (!lower_is_weight(p) || !p->lay || p->out.shape.kind != SK_DIMS)
+		if (!lower_is_weight(p) || !p->lay || p->out.shape.kind != SK_DIMS || written[i])
 			continue;
 		int nopt, nm;
 		int rep = lower_param_shard(&c, p, opt, &nopt, mir, &nm);
@@ -148,6 +161,7 @@ int pass_optshard(Module *m, const Options *o)
 	lower_clear_subst(g);
 	ir_clear_marks(m);
 	free(ag);
+	free(written);
 	free(opt);
 	free(mir);
 	lower_ctx_free(&c);

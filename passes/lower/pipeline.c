@@ -36,48 +36,6 @@
 
 #define MAX_STAGES PIPELINE_MAX_STAGES
 
-static int seg_name_eq(const char *seg, size_t slen, const char *pat, size_t plen)
-{
-	const char *dash = memchr(seg, '-', slen);
-	size_t n = dash ? (size_t)(dash - seg) : slen;
-	return n == plen && memcmp(seg, pat, n) == 0;
-}
-
-/* number of pattern parts matched (0 = no match) */
-static int match_rule(const char *scope, const char *pat, size_t plen)
-{
-	const char *segs[128];
-	size_t lens[128];
-	int ns = 0;
-	for (const char *p = scope; *p && ns < 128;) {
-		const char *e = strchr(p, '/');
-		size_t l = e ? (size_t)(e - p) : strlen(p);
-		segs[ns] = p;
-		lens[ns++] = l;
-		p += l + (e ? 1 : 0);
-		if (!e)
-			break;
-	}
-	const char *parts[64];
-	size_t plens[64];
-	int np = 0;
-	for (const char *p = pat; p < pat + plen && np < 64;) {
-		const char *e = memchr(p, '.', (size_t)(pat + plen - p));
-		size_t l = e ? (size_t)(e - p) : (size_t)(pat + plen - p);
-		parts[np] = p;
-		plens[np++] = l;
-		p += l + 1;
-	}
-	for (int s = 0; s + np <= ns; s++) {
-		int ok = 1;
-		for (int k = 0; k < np && ok; k++)
-			ok = seg_name_eq(segs[s + k], lens[s + k], parts[k], plens[k]);
-		if (ok)
-			return np;
-	}
-	return 0;
-}
-
 static int rule_stage(const Options *o, const Node *n)
 {
 	if (!n->scope || !o->nstage_rules)
@@ -89,7 +47,7 @@ static int rule_stage(const Options *o, const Node *n)
 		const char *eq = strrchr(r, '=');
 		if (!eq)
 			continue;
-		int k = match_rule(scope, r, (size_t)(eq - r));
+		int k = lower_match_cell(scope, r, (size_t)(eq - r), NULL);
 		if (k > best) {
 			best = k;
 			st = atoi(eq + 1);

@@ -40,7 +40,26 @@ typedef struct PlanNames {
 	char buf[1024];
 } PlanNames;
 
-static void name_op(LowerCtx *c, PlanNames *pn, Node *n, int index, int kind)
+/* mp_comm_recompute (training-step.md §5.4; mindspore-ai/mindspore
+ * mindspore/ccsrc/frontend/parallel/parallel_processer.cc
+ * InsertRedistribution): the consumer's, else the producer's primitive
+ * attribute recompute_comm_op; -1 when neither has it */
+static int comm_recompute(const Node *user, const Node *origin)
+{
+	const Node *on[2] = {user, origin};
+	for (int k = 0; k < 2; k++) {
+		const Value *v = on[k] ? ir_attr_get(&on[k]->pattrs, "recompute_comm_op") : NULL;
+		int b;
+		if (v && value_truthy(v, &b))
+			return b;
+	}
+	return -1;
+}
+
+/* n's instance name; with recompute_comm_op (rc >= 0) it ends in
+ * _recompute or _not_recompute and n gets the primitive attribute
+ * recompute, as MindSpore's InsertNode derives it from that suffix */
+static void name_op(LowerCtx *c, PlanNames *pn, Node *n, int index, int kind, int rc)
 {
 	if (!pn->k) {
 		lower_fullname(pn->origin, pn->buf, sizeof pn->buf - 24); /* as lower_hash_name */
@@ -57,7 +76,17 @@ static void name_op(LowerCtx *c, PlanNames *pn, Node *n, int index, int kind)
 		for (int i = 0; i < RD_KINDS; i++)
 			c->rd_syms[i] = intern_cstr(rd_name[i]);
 	}
-	n->instance = sym_defer(c->inst_prefix, std_hash_finish(&pn->hs, pn->buf), c->rd_syms[kind]);
+	Sym suffix = c->rd_syms[kind];
+	if (rc >= 0) {
+		char buf[64];
+		snprintf(buf, sizeof buf, "%s_%s", rd_name[kind], rc ? "recompute" : "not_recompute");
+		suffix = intern_cstr(buf);
+		if (n->pattrs.n) /* a clone shares its template's list */
+			n->pattrs.a = arena_dup(c->m->arena, n->pattrs.a, n->pattrs.n * sizeof(Attr));
+		ir_attr_set(c->m, &n->pattrs, "recompute", value_bool(rc));
+		n->has_pattrs = 1;
+	}
+	n->instance = sym_defer(c->inst_prefix, std_hash_finish(&pn->hs, pn->buf), suffix);
 }
 
 static void keep_value(Module *m, Node *n)
@@ -148,11 +177,12 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 	int broken = break_redist();
 	if (broken)
 		tm = NULL;
+	int rc = comm_recompute(like, origin);
 	for (int i = 0; i < nops; i++) {
 		Node *T = tm ? tm[i] : NULL;
 		if (T && T->in_types[0].dtype == cur->out.dtype && abs_equal(&T->in_types[0], &cur->out)) {
 			Node *n = clone_op(c, T, like);
-			name_op(c, &pn, n, i, ops[i].kind);
+			name_op(c, &pn, n, i, ops[i].kind, rc);
 			n->args[0] = value_node(cur);
 			vec_push(out, n);
 			cur = n;
@@ -249,7 +279,7 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 		}
 		if (broken && o->kind == RD_ALLGATHER)
 			free(bo.group); /* break_op's copy */
-		name_op(c, &pn, n, i, o->kind);
+		name_op(c, &pn, n, i, o->kind, rc);
 		n->args[0] = value_node(cur);
 		n->in_types[0] = cur->out;
 		Abs t = tensor_abs(m, dt, o->out_shape, o->rank_out);

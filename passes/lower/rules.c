@@ -975,6 +975,69 @@ static int r_lpnorm(Rule *r, const Node *n)
 	return 0;
 }
 
+/* ScatterDiv(var, indices, updates) after MindSpore's ScatterMathOpsInfo
+ * (mindspore-ai/mindspore, mindspore/ccsrc/frontend/parallel/ops_info/
+ * scatter_math_ops_info.cc): the indices are never split, the updates'
+ * leading (indices) dimensions neither, and their trailing dimensions are
+ * split like var's dimensions 1.. (a rank divides its own columns).
+ * MindSpore also lets var's dimension 0 be split, by rewriting the operator
+ * into a rank-dependent mask that sends out-of-block indices to a divisor
+ * of 1; sappc does not emit that rewrite, so dimension 0 stays whole. */
+static int r_scatter(Rule *r, const Node *n)
+{
+	(void)n;
+	if (r->nt != 3)
+		return FAIL("expects the variable, the indices and the updates");
+	int rv = r->rk[0], ri = r->rk[1];
+	if (rv < 1 || r->rk[2] != ri + rv - 1)
+		return FAIL("the updates must have the indices' dimensions and then the variable's trailing ones");
+	for (int i = 0; i < ri; i++)
+		if (r->s[1][i] != 1 || r->s[2][i] != 1)
+			return FAIL("the indices (and the updates' dimension %d that follows them) must not be split",
+			            i);
+	for (int i = 1; i < rv; i++)
+		if (r->s[2][ri + i - 1] != r->s[0][i])
+			return FAIL(
+			    "the updates' dimension %d must be split like the variable's dimension %d (%lld ways, "
+			    "not %lld)",
+			    ri + i - 1, i, (long long)r->s[0][i], (long long)r->s[2][ri + i - 1]);
+	if (r->s[0][0] != 1)
+		return FAIL("the variable's dimension 0 must not be split (MindSpore rewrites that case with a "
+		            "rank-offset mask, which sappc does not model)");
+	dev_from(r, 0);
+	ident(r, 0, rv);
+	for (int i = 0; i < ri; i++)
+		r->imap[1][i] = r->imap[2][i] = -1;
+	for (int i = 1; i < rv; i++)
+		r->imap[2][ri + i - 1] = r->imap[0][i];
+	out_ident(r, 0, rv);
+	return 0;
+}
+
+/* RandomChoiceWithMask, MoeInitRouting and MoeFinalizeRouting: MindSpore's
+ * OperatorInfos for them (random_choice_with_mask_info.cc,
+ * moe_init_routing_info.cc, moe_finalize_routing_info.cc in
+ * mindspore/ccsrc/frontend/parallel/ops_info/) give every input and output
+ * an all-unsplit tensor map, and the first and last refuse any strategy
+ * that is not all ones: every rank computes the whole operator. */
+static int r_unsplit(Rule *r, const Node *n)
+{
+	(void)n;
+	for (int k = 0; k < r->nt; k++)
+		for (int i = 0; i < r->rk[k]; i++) {
+			if (r->s[k][i] != 1)
+				return FAIL("MindSpore splits no dimension of this operator (input %d, dimension %d: "
+				            "strategy %lld)",
+				            k + 1, i, (long long)r->s[k][i]);
+			r->imap[k][i] = -1;
+		}
+	r->ndev = 0;
+	for (int o = 0; o < r->nout; o++)
+		for (int i = 0; i < r->ork[o]; i++)
+			r->omap[o][i] = -1;
+	return 0;
+}
+
 /* ------------------------------------------------------------ driver */
 
 static int has_rule(const Node *n)
@@ -1018,6 +1081,8 @@ static int has_rule(const Node *n)
 	case FAM_TILE:
 	case FAM_SORT:
 	case FAM_LPNORM:
+	case FAM_SCATTER:
+	case FAM_UNSPLIT:
 		return 1;
 	default:
 		return 0;
@@ -1115,6 +1180,10 @@ static int run_rule(Rule *r, const Node *n, int *rowsplit)
 		return r_sort(r, n);
 	case FAM_LPNORM:
 		return r_lpnorm(r, n);
+	case FAM_SCATTER:
+		return r_scatter(r, n);
+	case FAM_UNSPLIT:
+		return r_unsplit(r, n);
 	default:
 		return FAIL("no layout rule for this operator");
 	}

@@ -70,6 +70,10 @@ static const uint8_t family_rectype[] = {
 	 * without tensor operands it is no operator of the search anyway: its
 	 * outputs are the implicit VirtualDataset's inputs (sapp_build) */
 	[FAM_GETNEXT] = REC_UnknownType,
+	/* ScatterDiv, RandomChoiceWithMask and the MoE routing operators are
+	 * not in DictOpType either (mindspore-ai/mindspore, mindspore/ccsrc/
+	 * frontend/parallel/auto_parallel/rec_core/rec_parse_graph.h) */
+	[FAM_SCATTER] = REC_UnknownType,    [FAM_UNSPLIT] = REC_UnknownType,
 };
 
 int sapp_rectype_of(const Node *n)

@@ -1549,7 +1549,13 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		}
 		int fam = X->n ? op_table[X->n->op].family : FAM_OPAQUE;
 		int bcast = (fam == FAM_ELEMWISE || fam == FAM_BIASADD) && X->rank[i] < maxr;
-		if (weight || bcast)
+		/* RandomChoiceWithMask clears its input's split flag and the MoE
+		 * routing operators map every tensor unsplit; ScatterDiv's
+		 * indices may not be split and its variable is a weight
+		 * (random_choice_with_mask_info.cc, moe_init_routing_info.cc,
+		 * scatter_math_ops_info.cc): their default is all ones */
+		int whole = fam == FAM_UNSPLIT || fam == FAM_SCATTER;
+		if (weight || bcast || whole)
 			continue;
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
 			v[0] = S->stage_devices;

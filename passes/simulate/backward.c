@@ -1408,6 +1408,7 @@ static const Named named[] = {
     {"AdamWeightDecay", k_adam_weight_decay, 3, {0, 1, 2}, 8},
     {"Assign", k_assign, 1, {0}, -1},
     {"AssignAdd", k_assign_add, 1, {0}, -1},
+    {"ScatterDiv", k_scatter_div, 1, {0}, -1},
 };
 
 #define NNAMED (sizeof named / sizeof named[0])

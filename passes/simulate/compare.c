@@ -25,9 +25,19 @@ typedef struct Key {
 	Node *n;
 } Key;
 
+/* the nodes the recompute pass made: a duplicate, or the Depend that
+ * delays one (their full names count on from the graph's, which differ
+ * between the single device and the ranks) */
+static int recompute_made(const Node *n)
+{
+	const NodeExt *x = ir_node_ext(n);
+	return x->cattrs.n &&
+	       (ir_attr_get(&x->cattrs, "duplicated") || ir_attr_get(&x->cattrs, "recompute_depend"));
+}
+
 static uint64_t node_key(const Node *n)
 {
-	if (n->kind != NK_CNODE)
+	if (n->kind != NK_CNODE || recompute_made(n))
 		return 0;
 	if (n->scope && sym_len(n->scope)) /* inserted ops: prefix + -op<k> (Node.scope_op) */
 		return 1ULL << 63 | (uint64_t)(n->scope_kind == SCOPE_FULLNAME ? n->scope_op : 0) << 32 | n->scope;
@@ -372,6 +382,66 @@ static int compare_outputs(const SimRun *G, const SimRun *R, SimSliceFn slice, v
 	return err ? -1 : 0;
 }
 
+static int64_t recompute_id(const Node *n)
+{
+	const Value *v = ir_attr_get(&ir_node_ext(n)->cattrs, "recompute_id");
+	int64_t id;
+	return v && value_get_int(v, &id) && id > 0 ? id : 0;
+}
+
+/* Every duplicate against its origin (the node of its recompute_id that
+ * is not a duplicate) in one run of one rank: the same operator on the
+ * same operands computes the same values, bit for bit. */
+static void check_recomputed(const SimRun *run, int rank, SimReport *rep)
+{
+	Graph *g = ir_entry(sim_module(run, rank));
+	int64_t max = 0;
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		int64_t id = recompute_id(g->nodes.a[i]);
+		max = id > max ? id : max;
+	}
+	if (!max)
+		return;
+	const Node **origin = xcalloc((size_t)max + 1, sizeof *origin);
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		const Node *n = g->nodes.a[i];
+		int64_t id = recompute_id(n);
+		if (id && !ir_attr_get(&ir_node_ext(n)->cattrs, "duplicated"))
+			origin[id] = n;
+	}
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		const Node *d = g->nodes.a[i];
+		int64_t id = recompute_id(d);
+		if (!id || !origin[id] || d == origin[id])
+			continue;
+		const SimTensor *a = sim_tensor(run, rank, origin[id]), *b = sim_tensor(run, rank, d);
+		if (!a && !b)
+			continue; /* a tuple: its elements are checked */
+		rep->recomputed++;
+		SimMismatch mm;
+		set_where(&mm, origin[id], d, rank);
+		if (!a || !b || a->numel != b->numel) {
+			snprintf(mm.why, sizeof mm.why, "the duplicate's value is not the shape of its origin's");
+		} else {
+			for (int64_t k = 0; k < a->numel; k++)
+				if (a->data[k] != b->data[k] && !(a->data[k] != a->data[k] && b->data[k] != b->data[k])) {
+					if (!mm.nbad++) {
+						mm.expected = a->data[k];
+						mm.got = b->data[k];
+						mm.ndim = 1;
+						mm.index[0] = mm.gindex[0] = k;
+					}
+				}
+			mm.numel = a->numel;
+			if (!mm.nbad)
+				continue;
+		}
+		if (!rep->recomputed_bad++)
+			rep->first_recomputed = mm;
+	}
+	free(origin);
+}
+
 int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, double rtol, SimReport *rep)
 {
 	memset(rep, 0, sizeof *rep);
@@ -403,6 +473,9 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 		if (check_node(slice, ctx, p, nr, gn, gt, rtol, rep, &t, NULL) < 0)
 			err = 1;
 	}
+	check_recomputed(G, 0, rep);
+	for (int r = 0; r < nr; r++)
+		check_recomputed(R, r, rep);
 	rep->compared = t.compared;
 	rep->mismatched = t.mismatched;
 	rep->max_err = t.max_err;
@@ -416,7 +489,7 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 	free(gk);
 	free(occ);
 	free(p);
-	return err ? -1 : rep->mismatched || rep->outputs_bad ? 1 : 0;
+	return err ? -1 : rep->mismatched || rep->outputs_bad || rep->recomputed_bad ? 1 : 0;
 }
 
 /* ------------------------------------------------------ the training step */
@@ -646,6 +719,13 @@ void sim_print_report(FILE *f, const SimReport *rep)
 	if (rep->outputs_bad) {
 		fprintf(f, "simulate: first output divergence at ");
 		print_mismatch(f, &rep->first_output);
+	}
+	if (rep->recomputed && !rep->recomputed_bad)
+		fprintf(f, "simulate: recomputed: %d duplicate values equal their origins'\n", rep->recomputed);
+	if (rep->recomputed_bad) {
+		fprintf(f, "simulate: recomputed: %d of %d duplicate values differ from their origins'; first: ",
+		        rep->recomputed_bad, rep->recomputed);
+		print_mismatch(f, &rep->first_recomputed);
 	}
 }
 

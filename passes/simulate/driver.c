@@ -393,7 +393,8 @@ static unsigned test_faults(void)
 	} t[] = {{"SAPPC_TEST_DROP_GRAD_MEAN", SIM_FAULT_DROP_GRAD_MEAN},
 	         {"SAPPC_TEST_BREAK_RS_BPROP", SIM_FAULT_RS_BPROP},
 	         {"SAPPC_TEST_DROP_MICRO_GRAD", SIM_FAULT_DROP_MICRO},
-	         {"SAPPC_TEST_BAD_SR_TAG", SIM_FAULT_BAD_SR_TAG}};
+	         {"SAPPC_TEST_BAD_SR_TAG", SIM_FAULT_BAD_SR_TAG},
+	         {"SAPPC_TEST_BREAK_RECOMPUTE", SIM_FAULT_RECOMPUTE}};
 	unsigned f = 0;
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
 		const char *v = getenv(t[i].env);
@@ -692,7 +693,13 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 		diag_error("simulate: the layout of a rank's operator does not describe its tensor");
 		goto out;
 	}
-	if (cmp > 0) {
+	if (cmp > 0 && !rep.mismatched && !rep.outputs_bad) {
+		const SimMismatch *mm = &rep.first_recomputed;
+		diag_error_at(mm->global->loc,
+		              "simulate: the recomputed duplicate of %s (%%%d) does not compute its origin's value on "
+		              "rank %d; see the report on standard output",
+		              sym_str(mm->global->prim), mm->global->local, mm->rank);
+	} else if (cmp > 0) {
 		const SimMismatch *mm = rep.mismatched ? &rep.first : &rep.first_output;
 		diag_error_at(mm->global->loc,
 		              "simulate: rank %d does not compute the single-device value of %s (%%%d)%s; see the "

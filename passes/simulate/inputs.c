@@ -13,8 +13,12 @@
  * (Load, Reshape, Cast, TupleGetItem of _VirtualDataset, ...):
  *   - integer inputs feeding Gather's indices get [0, rows of the table),
  *     sparse-loss labels [0, classes), OneHot indices [0, depth);
- *     other integers [0, 16); Bool inputs {0, 1};
- *   - inputs of Log, Sqrt, Rsqrt and BatchNorm's variance get [0.5, 1.5);
+ *     ScatterDiv's indices [0, rows of its variable), MoeFinalizeRouting's
+ *     experts [0, rows of its bias); other integers [0, 16); Bool inputs
+ *     {0, 1}; MoeInitRouting's row ids are no draw but the permutation
+ *     MindFormers builds, k*N + n at (n, k) (its routing needs one);
+ *   - inputs of Log, Sqrt, Rsqrt, BatchNorm's variance and ScatterDiv's
+ *     divisors get [0.5, 1.5);
  *   - weights of rank >= 2 get Glorot-uniform +-sqrt(6 / (fan_in + fan_out)),
  *     other floats [-1, 1), which keeps activations of deep graphs O(1).
  */
@@ -25,7 +29,8 @@
 
 typedef struct Dist {
 	int isint;
-	double lo, hi; /* [lo, hi) */
+	double lo, hi;            /* [lo, hi) */
+	int64_t route_n, route_k; /* route_k > 0: MoeInitRouting's row ids of (N, K) */
 } Dist;
 
 static int64_t in_dim(const Node *n, uint32_t operand, int64_t axis)
@@ -69,20 +74,20 @@ static Dist narrow(const Module *m, const Node *src, int start, Dist d);
  * node's tuple is), and narrow the distribution at each consumer. */
 static Dist derive(const Module *m, const Node *p)
 {
-	Dist d = {0, -1, 1};
+	Dist d = {.isint = 0, .lo = -1, .hi = 1};
 	int dt = sim_dtype_of(p->out.dtype);
 	const Shape *s = &p->out.shape;
 	if (dt == SD_BOOL)
-		return (Dist){1, 0, 2};
+		return (Dist){.isint = 1, .lo = 0, .hi = 2};
 	if (dt == SD_INT)
-		d = (Dist){1, 0, 16};
+		d = (Dist){.isint = 1, .lo = 0, .hi = 16};
 	else if (p->has_default && s->kind == SK_DIMS && s->rank >= 2) {
 		double rf = 1;
 		for (int i = 2; i < s->rank; i++)
 			rf *= (double)s->dims[i];
 		double fan = (double)s->dims[1] * rf + (double)s->dims[0] * rf;
 		double a = fan > 0 ? sqrt(6.0 / fan) : 1;
-		d = (Dist){0, -a, a};
+		d = (Dist){.isint = 0, .lo = -a, .hi = a};
 	}
 	return narrow(m, p, 1, d);
 }
@@ -93,7 +98,7 @@ static Dist narrow(const Module *m, const Node *src, int start, Dist d)
 {
 	Graph *g = ir_entry((Module *)m);
 	int *flow = xcalloc(m->next_id + 1, sizeof *flow);
-	int64_t hi = -1;
+	int64_t hi = -1, route_n = 0, route_k = 0;
 	int positive = 0;
 	flow[src->id] = start;
 	for (uint32_t k = 0; g && k < g->nodes.n; k++) {
@@ -137,15 +142,29 @@ static Dist narrow(const Module *m, const Node *src, int start, Dist d)
 				positive = 1;
 			else if (n->op == OP_BatchNorm && i == 4)
 				positive = 1;
+			else if (n->op == OP_ScatterDiv && i == 1)
+				lim = in_dim(n, 0, 0);
+			else if (n->op == OP_ScatterDiv && i == 2)
+				positive = 1;
+			else if (n->op == OP_MoeFinalizeRouting && i == 6)
+				lim = in_dim(n, 3, 0);
+			else if (n->op == OP_MoeInitRouting && i == 1) {
+				route_n = in_dim(n, 1, 0);
+				route_k = in_dim(n, 1, 1);
+			}
 			if (lim >= 0 && (hi < 0 || lim < hi))
 				hi = lim;
 		}
 	}
 	free(flow);
+	if (d.isint && route_k > 0 && route_n > 0) {
+		d.route_n = route_n;
+		d.route_k = route_k;
+	}
 	if (d.isint && hi >= 0)
 		d.hi = (double)hi;
 	else if (!d.isint && positive)
-		d = (Dist){0, 0.5, 1.5};
+		d = (Dist){.isint = 0, .lo = 0.5, .hi = 1.5};
 	return d;
 }
 
@@ -153,6 +172,8 @@ static void fill_block(SimTensor *t, const Dist *d, uint64_t key, const int64_t 
 
 static float draw(const Dist *d, uint64_t key, int64_t i)
 {
+	if (d->route_k > 0)
+		return (float)(i % d->route_k * d->route_n + i / d->route_k);
 	uint64_t h = sim_mix64(key + (uint64_t)i * 0x9E3779B97F4A7C15ULL);
 	if (d->isint) {
 		uint64_t span = (uint64_t)(d->hi - d->lo);
@@ -367,7 +388,9 @@ SimValue *sim_getnext(Ctx *c)
 		SimTensor *t = sim_tensor_new(r, dt, ls->rank, ls->dims);
 		if (!t)
 			return NULL;
-		Dist d = dt == SD_BOOL ? (Dist){1, 0, 2} : dt == SD_INT ? (Dist){1, 0, 16} : (Dist){0, -1, 1};
+		Dist d = dt == SD_BOOL  ? (Dist){.isint = 1, .lo = 0, .hi = 2}
+		         : dt == SD_INT ? (Dist){.isint = 1, .lo = 0, .hi = 16}
+		                        : (Dist){.isint = 0, .lo = -1, .hi = 1};
 		if (dt != SD_BOOL)
 			d = narrow(gm, G, 2 + k, d);
 		if (d.isint && d.hi <= d.lo)

@@ -1265,3 +1265,192 @@ SimValue *k_lpnorm(Ctx *c)
 	free(acc);
 	return sim_val_tensor(c->r, o);
 }
+
+/* ------------------------------------ ScatterDiv, RandomChoiceWithMask, MoE */
+/* ScatterDiv(var, indices, updates): row indices[j] of var divided by
+ * updates[j] (indices.shape + var.shape[1:]), in index order; the result
+ * is written back to the Parameter var (backward.c's table names it) */
+SimValue *k_scatter_div(Ctx *c)
+{
+	SimTensor *v = sim_arg_tensor(c, 0), *ix = v ? sim_arg_tensor(c, 1) : NULL,
+	          *up = ix ? sim_arg_tensor(c, 2) : NULL;
+	if (!up)
+		return NULL;
+	if (v->ndim < 1)
+		return FAILV("ScatterDiv needs a variable of rank >= 1");
+	int64_t rows = v->shape[0], row = rows ? v->numel / rows : 0;
+	if (up->numel != ix->numel * row)
+		return FAILV("ScatterDiv: %lld updates for %lld indices of rows of %lld elements", (long long)up->numel,
+		             (long long)ix->numel, (long long)row);
+	SimTensor *o = sim_tensor_new(c->r, v->dtype, v->ndim, v->shape);
+	if (!o)
+		return NULL;
+	memcpy(o->data, v->data, (size_t)v->numel * sizeof *o->data);
+	for (int64_t j = 0; j < ix->numel; j++) {
+		int64_t at = (int64_t)ix->data[j];
+		if (at < 0 || at >= rows)
+			return FAILV("ScatterDiv index %lld is outside the variable's %lld rows", (long long)at,
+			             (long long)rows);
+		for (int64_t e = 0; e < row; e++)
+			o->data[at * row + e] /= up->data[j * row + e];
+	}
+	if (sim_write_ref(c, 0, o) < 0)
+		return NULL;
+	return sim_val_tensor(c->r, o);
+}
+
+/* RandomChoiceWithMask(x, count, seed, seed2) -> (indices (count, rank),
+ * mask (count)): up to count coordinates of x's true elements in random
+ * order, the rest zero with a false mask.  The simulator draws the order
+ * from a stream keyed by the run's seed, the operator's seeds and its full
+ * name, so it is deterministic: the single device and every rank (which
+ * hold the whole operator, MindSpore splitting nothing) draw the same
+ * choice and the comparison stays exact.  It is one admissible draw, not
+ * the one a device would make. */
+SimValue *k_random_choice(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0);
+	int64_t count = 256, seed = 0, seed2 = 0;
+	if (!x)
+		return NULL;
+	sim_ints(c, 1, "count", &count, 1);
+	sim_ints(c, 2, "seed", &seed, 1);
+	sim_ints(c, 3, "seed2", &seed2, 1);
+	if (count < 1)
+		return FAILV("RandomChoiceWithMask count %lld is not positive", (long long)count);
+	if (x->ndim < 1 || x->ndim > 5)
+		return FAILV("RandomChoiceWithMask takes an input of rank 1 to 5, not %d", x->ndim);
+	int64_t *cand = xmalloc((size_t)(x->numel ? x->numel : 1) * sizeof *cand), nc = 0;
+	for (int64_t e = 0; e < x->numel; e++)
+		if (x->data[e] != 0)
+			cand[nc++] = e;
+	const char *fn = ir_node_fullname(c->n);
+	uint64_t key = sim_mix64(c->r->o.seed ^ std_hash_bytes(fn, strlen(fn)) ^ sim_mix64((uint64_t)seed) ^
+	                         sim_mix64((uint64_t)seed2 + 1));
+	for (int64_t i = nc - 1; i > 0; i--) { /* Fisher-Yates */
+		int64_t j = (int64_t)(sim_mix64(key + (uint64_t)i) % (uint64_t)(i + 1)), t = cand[i];
+		cand[i] = cand[j];
+		cand[j] = t;
+	}
+	int64_t ish[2] = {count, x->ndim};
+	SimTensor *ix = sim_tensor_new(c->r, SD_INT, 2, ish),
+	          *mk = ix ? sim_tensor_new(c->r, SD_BOOL, 1, &count) : NULL;
+	if (!mk) {
+		free(cand);
+		return NULL;
+	}
+	for (int64_t i = 0; i < count && i < nc; i++) {
+		int64_t at[MAX_RANK];
+		sim_unflatten(cand[i], x->ndim, x->shape, at);
+		for (int d = 0; d < x->ndim; d++)
+			ix->data[i * x->ndim + d] = (float)at[d];
+		mk->data[i] = 1;
+	}
+	free(cand);
+	return sim_tuple2(c, ix, mk);
+}
+
+/* MoeInitRouting(x (N, H), row_idx (N, K), expert_idx (N, K), active_num)
+ * -> (expanded_x (min(N, active_num) * K, H), expanded_row_idx (N*K),
+ * expanded_expert_idx (N*K)): the (n, k) slots, in row-major order, sorted
+ * stably by expert; expanded_expert_idx is the sorted experts, expanded_x
+ * row i is x's row (row id of slot i) mod N, and expanded_row_idx[id] is
+ * where row id went, so the row ids must be a permutation of 0..N*K-1
+ * (MindFormers passes k*N + n at (n, k)).  The definition is the one the
+ * Ascend documentation of npu_moe_init_routing gives (a stable key-value
+ * sort); the shapes are MindSpore's (moe_init_routing_info.cc). */
+SimValue *k_moe_init_routing(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *ri = x ? sim_arg_tensor(c, 1) : NULL,
+	          *ei = ri ? sim_arg_tensor(c, 2) : NULL;
+	if (!ei)
+		return NULL;
+	if (x->ndim != 2 || ri->ndim != 2 || ei->ndim != 2 || ri->shape[0] != x->shape[0] ||
+	    !sim_same_shape(ei, ri->ndim, ri->shape))
+		return FAILV("MoeInitRouting takes x (N, H) and row_idx, expert_idx of the same (N, K)");
+	int64_t N = x->shape[0], H = x->shape[1], NK = ri->numel, active = N;
+	if (sim_ints(c, 3, "active_num", &active, 1) < 0 || active <= 0 || active > N)
+		active = N;
+	int64_t *ord = xmalloc((size_t)(NK ? NK : 1) * sizeof *ord);
+	for (int64_t j = 0; j < NK; j++)
+		ord[j] = j;
+	for (int64_t j = 1; j < NK; j++) { /* stable insertion sort on the expert */
+		int64_t t = ord[j], p = j;
+		while (p > 0 && ei->data[ord[p - 1]] > ei->data[t]) {
+			ord[p] = ord[p - 1];
+			p--;
+		}
+		ord[p] = t;
+	}
+	int64_t xs[2] = {active * (NK / (N ? N : 1)), H};
+	SimTensor *ex = sim_tensor_new(c->r, x->dtype, 2, xs), *er = ex ? sim_tensor_new(c->r, SD_INT, 1, &NK) : NULL,
+	          *ee = er ? sim_tensor_new(c->r, SD_INT, 1, &NK) : NULL;
+	if (!ee) {
+		free(ord);
+		return NULL;
+	}
+	for (int64_t j = 0; j < NK; j++)
+		er->data[j] = -1;
+	for (int64_t i = 0; i < NK; i++) {
+		int64_t id = (int64_t)ri->data[ord[i]];
+		if (id < 0 || id >= NK || er->data[id] >= 0) {
+			free(ord);
+			return FAILV("MoeInitRouting: row_idx is not a permutation of 0..%lld (value %lld)",
+			             (long long)(NK - 1), (long long)id);
+		}
+		er->data[id] = (float)i;
+		ee->data[i] = ei->data[ord[i]];
+		if (i < xs[0])
+			memcpy(ex->data + i * H, x->data + (id % N) * H, (size_t)H * sizeof *ex->data);
+	}
+	free(ord);
+	SimValue *t = sim_val_tuple(c->r, 3);
+	t->elems[0] = sim_val_tensor(c->r, ex);
+	t->elems[1] = sim_val_tensor(c->r, er);
+	t->elems[2] = sim_val_tensor(c->r, ee);
+	return t;
+}
+
+/* MoeFinalizeRouting(expanded_x, x1, x2, bias, scales, expanded_row_idx,
+ * expanded_expert_idx) -> y (N, H):
+ *   y[n] = x1[n] + x2[n] + sum_k scales[n, k] * (expanded_x[row[k*N + n]]
+ *          + bias[expert[n, k]])
+ * (CANN's moe_finalize_routing definition); x2 and bias may be None, and
+ * a row beyond expanded_x (dropped by active_num) adds nothing. */
+SimValue *k_moe_finalize_routing(Ctx *c)
+{
+	SimTensor *ex = sim_arg_tensor(c, 0), *x1 = ex ? sim_arg_tensor(c, 1) : NULL;
+	if (!x1)
+		return NULL;
+	SimTensor *x2 = opt_tensor(c, 2), *b = opt_tensor(c, 3), *sc = sim_arg_tensor(c, 4),
+	          *ri = sc ? sim_arg_tensor(c, 5) : NULL, *ei = ri ? sim_arg_tensor(c, 6) : NULL;
+	if (!ei || c->r->failed)
+		return NULL;
+	if (x1->ndim != 2 || ex->ndim != 2 || sc->ndim != 2 || ex->shape[1] != x1->shape[1] ||
+	    sc->shape[0] != x1->shape[0])
+		return FAILV("MoeFinalizeRouting takes expanded_x (M, H), x1 (N, H) and scales (N, K)");
+	int64_t N = x1->shape[0], H = x1->shape[1], K = sc->shape[1], M = ex->shape[0];
+	if (ri->numel != N * K || ei->numel != N * K || (x2 && x2->numel != N * H) ||
+	    (b && (b->ndim != 2 || b->shape[1] != H)))
+		return FAILV("MoeFinalizeRouting: operand shapes do not agree on %lld tokens, top-%lld, hidden %lld",
+		             (long long)N, (long long)K, (long long)H);
+	SimTensor *y = sim_tensor_new(c->r, x1->dtype, 2, x1->shape);
+	if (!y)
+		return NULL;
+	for (int64_t n = 0; n < N; n++)
+		for (int64_t h = 0; h < H; h++) {
+			double acc = x1->data[n * H + h] + (x2 ? x2->data[n * H + h] : 0);
+			for (int64_t k = 0; k < K; k++) {
+				int64_t row = (int64_t)ri->data[k * N + n], e = (int64_t)ei->data[n * K + k];
+				if (row < 0 || row >= M)
+					continue;
+				if (b && (e < 0 || e >= b->shape[0]))
+					return FAILV("MoeFinalizeRouting: expert %lld has no bias row (%lld experts)",
+					             (long long)e, (long long)b->shape[0]);
+				acc += (double)sc->data[n * K + k] *
+				       ((double)ex->data[row * H + h] + (b ? b->data[e * H + h] : 0));
+			}
+			y->data[n * H + h] = (float)acc;
+		}
+	return sim_val_tensor(c->r, y);
+}

@@ -123,8 +123,17 @@ typedef struct SimOptions {
  *                    adding the other ranks' contributions;
  *   DROP_MICRO     - every backward value of micro-batch 1 is zero (its
  *                    gradient is dropped from the accumulation);
- *   BAD_SR_TAG     - the Sends of micro-batch 1 carry sr_tag + 1. */
-enum { SIM_FAULT_DROP_GRAD_MEAN = 1, SIM_FAULT_RS_BPROP = 2, SIM_FAULT_DROP_MICRO = 4, SIM_FAULT_BAD_SR_TAG = 8 };
+ *   BAD_SR_TAG     - the Sends of micro-batch 1 carry sr_tag + 1;
+ *   RECOMPUTE      - a recomputed duplicate whose output has its first
+ *                    operand's shape passes that operand through
+ *                    (SAPPC_TEST_BREAK_RECOMPUTE). */
+enum {
+	SIM_FAULT_DROP_GRAD_MEAN = 1,
+	SIM_FAULT_RS_BPROP = 2,
+	SIM_FAULT_DROP_MICRO = 4,
+	SIM_FAULT_BAD_SR_TAG = 8,
+	SIM_FAULT_RECOMPUTE = 16
+};
 
 typedef struct SimRun SimRun;
 
@@ -222,6 +231,11 @@ typedef struct SimReport {
 	SimOutput outputs[SIM_MAX_OUTPUTS];
 	int outputs_bad;          /* (output, rank) pairs that disagree */
 	SimMismatch first_output; /* the first of them */
+	/* recompute (training-step.md §5.2): (duplicate, run) pairs whose
+	 * value was checked against the origin's of the same recompute_id, in
+	 * the single-device run and on every rank */
+	int recomputed, recomputed_bad;
+	SimMismatch first_recomputed;
 } SimReport;
 
 /* The training step (training-step.md §1.4, §3): each weight's gradient is

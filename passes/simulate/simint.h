@@ -163,6 +163,10 @@ SimValue *k_cum(Ctx *c);
 SimValue *k_dense(Ctx *c);
 SimValue *k_sort(Ctx *c);
 SimValue *k_lpnorm(Ctx *c);
+SimValue *k_scatter_div(Ctx *c); /* in backward.c's table: writes its variable */
+SimValue *k_random_choice(Ctx *c);
+SimValue *k_moe_init_routing(Ctx *c);
+SimValue *k_moe_finalize_routing(Ctx *c);
 
 /* ----------------------------------------------------------- backward.c */
 /* The kernel of an operator known by name: the backward operators of the

@@ -65,7 +65,7 @@ struct Ad {
 	Slot *dout;
 	Tup **tup;
 	uint8_t *needs, *reach;
-	Node **gather; /* per index of a weight: its optimizer-parallel AllGather */
+	Node **gather; /* per parameter: its optimizer-parallel AllGather */
 	Node *cur;     /* the forward node whose bprop is being built */
 	int ext_built;
 	Node *loss_op; /* the loss operator and its _VirtualDiv divisor */
@@ -93,6 +93,11 @@ struct Ad {
 	Value accu_u;  /* the monad state of the accumulation chain */
 	Abs accu_ua;
 	int32_t next_local;
+	/* the NodeExt of the backward nodes, one per (forward primitive,
+	 * primal list), and the forward id of each node made (by node id) */
+	KeyMap exts;
+	FwdIds *fwd_tab;
+	Vec(uint32_t) fwd;
 };
 
 #define SCRATCH 65536
@@ -157,24 +162,50 @@ static void ensure_ext(Ad *a)
 	a->ext_built = 1;
 	Node *f = a->cur;
 	const NodeExt *fx = ir_node_ext(f);
-	NodeExt *x = arena_alloc(a->m->arena, sizeof *x);
-	/* the forward's own list, shared; the printer adds forward_node_name
-	 * and forward_unique_id from fwd_prim and fwd_id */
-	if (fx->has_primal)
-		x->primal = fx->primal;
-	x->has_fwd = 1;
-	x->fwd_prim = f->prim;
-	x->fwd_id = f->id;
-	x->has_primal = 1;
-	a->e.ext = x;
+	int64_t key[3] = {f->prim, fx->has_primal ? (int64_t)(intptr_t)fx->primal.a : 0,
+	                  fx->has_primal ? (int64_t)fx->primal.n : 0};
+	int fresh;
+	NodeExt **slot = keymap_get(&a->exts, key, 3, &fresh);
+	if (fresh) {
+		NodeExt *x = arena_alloc(a->m->arena, sizeof *x);
+		/* the forward's own list, shared; the printer adds
+		 * forward_node_name and forward_unique_id from fwd_prim and the
+		 * node's entry of fwd_tab (emit) */
+		if (fx->has_primal)
+			x->primal = fx->primal;
+		x->has_fwd = 1;
+		x->fwd_prim = f->prim;
+		x->fwd_tab = a->fwd_tab;
+		x->has_primal = 1;
+		*slot = x;
+	}
+	a->e.ext = *slot;
+}
+
+/* n is a node of the bprop of a->cur: its entry of the forward ids */
+static void note_fwd(Ad *a, const Node *n)
+{
+	uint32_t k = n->id - a->fwd_tab->base;
+	if (k >= a->fwd.n) {
+		vec_grow(&a->fwd, k + 1 - a->fwd.n);
+		memset(a->fwd.a + a->fwd.n, 0, (k + 1 - a->fwd.n) * sizeof *a->fwd.a);
+		a->fwd.n = k + 1;
+	}
+	a->fwd.a[k] = a->cur->id;
 }
 
 static Node *emit(Ad *a, int op, uint32_t nargs, const Abs *out)
 {
 	ensure_ext(a);
-	if (a->nscratch + nargs > SCRATCH)
-		return train_op(&a->e, op, nargs, out);
+	if (a->nscratch + nargs > SCRATCH) {
+		Node *n = train_op(&a->e, op, nargs, out);
+		if (a->e.ext)
+			note_fwd(a, n);
+		return n;
+	}
 	Node *n = train_op(&a->e, op, 0, out);
+	if (a->e.ext)
+		note_fwd(a, n);
 	n->nargs = n->nin_types = nargs;
 	n->args = nargs ? arena_alloc(a->m->arena, nargs * sizeof(Value)) : NULL;
 	n->in_types = nargs ? a->scratch + a->nscratch : NULL;
@@ -418,7 +449,7 @@ static void acc(Ad *a, Slot *slot, GV g, Node *target)
 	/* AccumulateDout: hyper_add, scope Gradients/<forward scope>, no primal */
 	Node tm = a->e.tmpl;
 	const NodeExt *x = a->e.ext;
-	train_emit_bprop_of(&a->e, target, NULL, 0);
+	train_emit_bprop_of(&a->e, target, NULL, 0, OP_Add);
 	a->e.ext = NULL;
 	Node *s = train_op(&a->e, OP_Add, 2, slot->a);
 	set(s, 0, slot_get(slot));
@@ -440,7 +471,7 @@ static void give(Ad *a, Node *n, uint32_t k, GV g)
 		/* _VirtualDiv's bprop: RealDiv(dout, divisor) (grad_comm_ops.py) */
 		Node tm = a->e.tmpl;
 		const NodeExt *x = a->e.ext;
-		train_emit_bprop_of(&a->e, n, "_VirtualDiv", 1);
+		train_emit_bprop_of(&a->e, n, "_VirtualDiv", 1, OP_RealDiv);
 		a->e.ext = NULL;
 		Node *d = train_op(&a->e, OP_RealDiv, 2, &g.a);
 		set(d, 0, g);
@@ -471,7 +502,7 @@ static void accumulate(Ad *a, Node *t, uint32_t i, GV g)
 	}
 	Node *buf = a->accu[i];
 	Node tm = a->e.tmpl;
-	train_emit_bprop_of(&a->e, a->cur ? a->cur : t, "_VirtualAssignAdd", 1);
+	train_emit_bprop_of(&a->e, a->cur ? a->cur : t, "_VirtualAssignAdd", 1, OP_AssignAdd);
 	Abs va = train_abs_value(&buf->out);
 	Node *n = train_op(&a->e, OP_AssignAdd, 3, &va);
 	train_arg_node(&a->e, n, 0, buf);
@@ -2058,7 +2089,9 @@ static void bp_allreduce(Ad *a, Node *n, const GV *g, int gop)
 
 static int is_opt_gather(const Node *n)
 {
-	return n->instance && strncmp(sym_str(n->instance), "parallel_optimizer_allgather", 28) == 0;
+	/* not sym_str: the lowering's deferred names would be interned, a
+	 * hundred thousand of them */
+	return n->instance && sym_has_prefix(n->instance, "parallel_optimizer_allgather");
 }
 
 /* AllGather -> ReduceScatter(sum, same group), instance "grad_" + inst,
@@ -2283,7 +2316,7 @@ static void run_rule(Ad *a, Node *n, uint32_t j)
 	a->cur = n;
 	a->ext_built = 0;
 	a->e.ext = NULL;
-	train_emit_bprop_of(&a->e, n, sym_str(n->prim), 1);
+	train_emit_bprop_of(&a->e, n, sym_str(n->prim), 1, rules[n->op].gop);
 	a->in_loss = n == a->loss_op;
 	a->rule_start = a->e.out.n;
 	rules[n->op].fn(a, n, g, rules[n->op].gop);
@@ -2391,12 +2424,15 @@ int pass_autodiff(Module *m, const Options *o)
 	a.tup = xcalloc(a.nn, sizeof *a.tup);
 	a.needs = xcalloc(a.nn, 1);
 	a.reach = xcalloc(a.nn, 1);
-	a.gather = xcalloc(a.nn, sizeof *a.gather);
+	a.gather = xcalloc(g->params.n + 1, sizeof *a.gather);
 	a.scratch = xmalloc(SCRATCH * sizeof *a.scratch);
 	keymap_init(&a.types, sizeof(Abs *));
 	keymap_init(&a.abs, sizeof(Abs));
 	keymap_init(&a.attrs, sizeof(Attr *));
 	keymap_init(&a.ints, sizeof(Value));
+	keymap_init(&a.exts, sizeof(NodeExt *));
+	a.fwd_tab = arena_alloc(m->arena, sizeof *a.fwd_tab);
+	a.fwd_tab->base = m->next_id;
 	ir_clear_marks(m);
 	for (uint32_t i = 0; i < g->params.n; i++) /* index: params, then nodes */
 		g->params.a[i]->mark = i + 1;
@@ -2456,6 +2492,11 @@ int pass_autodiff(Module *m, const Options *o)
 			uint32_t j = np + i;
 			if (n->kind == NK_CNODE && !n->dead && a.needs[j] && a.reach[j] && rule_kind(n) == RULE_BPROP)
 				run_rule(&a, n, j);
+			/* a rule reads the tuples of its node and its operands,
+			 * never of a later node: the gradients of n's elements are
+			 * spent (a million-node graph's tuples are 37 MB) */
+			free(a.tup[j]);
+			a.tup[j] = NULL;
 		}
 		free(order);
 		/* with micro-batches a weight's gradient is its buffer, read once
@@ -2464,7 +2505,7 @@ int pass_autodiff(Module *m, const Options *o)
 			if (!a.accu[i])
 				continue;
 			Abs va = train_abs_value(&a.accu[i]->out);
-			train_emit_bprop_of(&a.e, g->params.a[i], "_VirtualAssignAdd", 1);
+			train_emit_bprop_of(&a.e, g->params.a[i], "_VirtualAssignAdd", 1, OP_Load);
 			a.e.ext = NULL;
 			Node *l = train_op(&a.e, OP_Load, 2, &va);
 			train_arg_node(&a.e, l, 0, a.accu[i]);
@@ -2504,6 +2545,10 @@ int pass_autodiff(Module *m, const Options *o)
 		}
 	}
 	ir_clear_marks(m);
+	a.fwd_tab->n = a.fwd.n;
+	a.fwd_tab->id = a.fwd.n ? arena_dup(m->arena, a.fwd.a, a.fwd.n * sizeof *a.fwd.a) : NULL;
+	vec_free(&a.fwd);
+	keymap_free(&a.exts);
 	free(a.dout);
 	for (uint32_t i = 0; i < a.nn; i++)
 		free(a.tup[i]);
@@ -2521,5 +2566,6 @@ int pass_autodiff(Module *m, const Options *o)
 	free(a.accu);
 	vec_free(&a.keep);
 	train_emit_free(&a.e);
+	xmalloc_trim();
 	return rc;
 }

@@ -76,20 +76,16 @@ static Node *mean(TrainEmit *e, Node *src, int64_t n)
 }
 
 /* the primal attributes of the bprop of a forward node that is not in the
- * graph (the mirror, the gather): "<prim>_<id>" of the weight */
-static const NodeExt *virtual_ext(Module *m, const char *prim, uint32_t id)
+ * graph (the mirror, the gather): forward_node_name "<prim>_<id>" and
+ * forward_unique_id of the weight (mirror) or of its AllGather, formed by
+ * the printer as for autodiff's nodes: one NodeExt per prim, the id of
+ * each node in tab */
+static NodeExt *virtual_ext(Module *m, const char *prim, const FwdIds *tab)
 {
 	NodeExt *x = arena_alloc(m->arena, sizeof *x);
-	x->primal.a = arena_alloc(m->arena, 2 * sizeof(Attr));
-	char pre[128];
-	snprintf(pre, sizeof pre, "%s_", prim);
-	Value v = {0};
-	v.kind = V_STR;
-	v.text = sym_defer(intern_cstr(pre), id, 0);
-	x->primal.a[0] = (Attr){intern_cstr("forward_node_name"), v};
-	v.text = sym_defer(0, id, 0);
-	x->primal.a[1] = (Attr){intern_cstr("forward_unique_id"), v};
-	x->primal.n = 2;
+	x->has_fwd = 1;
+	x->fwd_prim = intern_cstr(prim);
+	x->fwd_tab = tab;
 	x->has_primal = 1;
 	return x;
 }
@@ -133,6 +129,12 @@ int pass_gradcomm(Module *m, const Options *o)
 		}
 	}
 	ir_clear_marks(m);
+	FwdIds *tab = arena_alloc(m->arena, sizeof *tab);
+	tab->base = m->next_id;
+	/* with micro-batches the mirror is _MirrorMicroStepOperator
+	 * (parallel_processer.cc DoInsertMirrorOps), reducing the buffer */
+	const char *mirror_prim = micro > 1 ? "_MirrorMicroStepOperator" : "_MirrorOperator";
+	NodeExt *mirror_x = virtual_ext(m, mirror_prim, tab), *gather_x = virtual_ext(m, "AllGather", tab);
 	for (uint32_t w = 0; w < ti->nw; w++) {
 		Node *p = ti->weight[w];
 		Node *gr = ti->grad[w];
@@ -141,11 +143,8 @@ int pass_gradcomm(Module *m, const Options *o)
 		int rep = o->device_num > 1 ? lower_param_shard(&e.lc, p, opt, &nopt, grp, &nm) : 1;
 		const Node *u = user[w] ? user[w] : first_user(g, p);
 		if (nm > 1) {
-			/* with micro-batches the mirror is _MirrorMicroStepOperator
-			 * (parallel_processer.cc DoInsertMirrorOps), reducing the buffer */
-			const char *mp = micro > 1 ? "_MirrorMicroStepOperator" : "_MirrorOperator";
-			train_emit_bprop_of(&e, u, mp, 1);
-			e.ext = virtual_ext(m, mp, p->id);
+			train_emit_bprop_of(&e, u, mirror_prim, 1, OP_AllReduce);
+			e.ext = mirror_x;
 			gr = grad_comm(&e, OP_AllReduce, gr, &gr->out, grp, nm,
 			               micro > 1 ? "grad_mirror_MirrorMicroStepOperator" : "grad_mirror_MirrorOperator");
 			if (o->gradients_mean)
@@ -153,8 +152,8 @@ int pass_gradcomm(Module *m, const Options *o)
 		}
 		if (ti->gather[w] && rep > 1) {
 			Node *ag = ti->gather[w];
-			train_emit_bprop_of(&e, ag, "AllGather", 1);
-			e.ext = virtual_ext(m, "AllGather", ag->id);
+			train_emit_bprop_of(&e, ag, "AllGather", 1, OP_ReduceScatter);
+			e.ext = gather_x;
 			Abs sa = train_abs_value(&p->out);
 			gr = grad_comm(&e, OP_ReduceScatter, gr, &sa, opt, nopt,
 			               "grad_parallel_optimizer_allgather_not_recompute");
@@ -167,6 +166,19 @@ int pass_gradcomm(Module *m, const Options *o)
 		ti->grad[w] = gr;
 	}
 	start[ti->nw] = e.out.n;
+	/* the forward ids: the weight's for its mirror's nodes, its
+	 * AllGather's for the gather's */
+	tab->n = m->next_id - tab->base;
+	uint32_t *fid = tab->n ? arena_alloc(m->arena, tab->n * sizeof *fid) : NULL;
+	for (uint32_t w = 0; w < ti->nw; w++)
+		for (uint32_t k = start[w]; k < start[w + 1]; k++) {
+			const Node *n = e.out.a[k];
+			if (n->x == mirror_x)
+				fid[n->id - tab->base] = ti->weight[w]->id;
+			else if (n->x == gather_x)
+				fid[n->id - tab->base] = ti->gather[w]->id;
+		}
+	tab->id = fid;
 	if (e.out.n) {
 		/* splice each weight's nodes after its local gradient */
 		for (uint32_t w = ti->nw; w-- > 0;) {
@@ -176,16 +188,25 @@ int pass_gradcomm(Module *m, const Options *o)
 			next[w] = gl->mark;
 			gl->mark = w + 1;
 		}
-		Vec(Node *) out = {0};
-		vec_grow(&out, g->nodes.n + e.out.n);
-		for (uint32_t i = 0; i < g->nodes.n; i++) {
+		/* in place, from the end: a node moves up by the nodes spliced
+		 * before it, so it is read before its slot is written (a second
+		 * array of two million nodes would be the pass's peak) */
+		uint32_t n0 = g->nodes.n, pos = n0 + e.out.n;
+		vec_grow(&g->nodes, e.out.n);
+		for (uint32_t i = n0; i-- > 0;) {
 			Node *n = g->nodes.a[i];
-			out.a[out.n++] = n;
+			uint32_t cnt = 0;
+			for (uint32_t w = n->mark; w; w = next[w - 1])
+				cnt += start[w] - start[w - 1];
+			pos -= cnt;
+			uint32_t q = pos;
 			for (uint32_t w = n->mark; w; w = next[w - 1])
 				for (uint32_t k = start[w - 1]; k < start[w]; k++)
-					out.a[out.n++] = e.out.a[k];
+					g->nodes.a[q++] = e.out.a[k];
+			g->nodes.a[--pos] = n;
 		}
-		ir_graph_set_nodes(g, out.a, out.n, out.cap);
+		g->nodes.n = n0 + e.out.n;
+		ir_renumber(g);
 	}
 	ir_clear_marks(m);
 	free(user);
@@ -194,5 +215,6 @@ int pass_gradcomm(Module *m, const Options *o)
 	free(grp);
 	free(opt);
 	train_emit_free(&e);
+	xmalloc_trim();
 	return 0;
 }

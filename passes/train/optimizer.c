@@ -37,6 +37,12 @@ typedef struct Opt {
 	int32_t next_local;
 	Value u;  /* the current monad state */
 	Abs ua;
+	/* the operand types of the last Loads of learning_rate and momentum:
+	 * every weight's update loads both, with the same types */
+	const Node *lt_p[2];
+	Abs *lt[2];
+	/* the update op's attributes, the same constants for every weight */
+	AttrList upd;
 } Opt;
 
 static Node *new_param(Opt *s, const char *name, Sym dtype, const Shape *sh, NodeLayout *lay)
@@ -59,12 +65,30 @@ static Node *state_param(Opt *s, const char *prefix, const Node *w)
 	return new_param(s, buf, w->out.dtype, &w->out.shape, w->lay);
 }
 
+/* the same fields: equal abstracts print the same */
+static int same_abs(const Abs *a, const Abs *b)
+{
+	return a->tstr == b->tstr && a->dtype == b->dtype && a->is_ref == b->is_ref && a->is_tensor == b->is_tensor &&
+	       a->has_value == b->has_value && a->shape.kind == b->shape.kind && a->shape.rank == b->shape.rank &&
+	       a->shape.dims == b->shape.dims && a->x == b->x;
+}
+
 static Node *load(Opt *s, Node *p)
 {
 	Abs va = train_abs_value(&p->out);
-	Node *l = train_op(&s->e, OP_Load, 2, &va);
-	train_arg_node(&s->e, l, 0, p);
-	train_arg(&s->e, l, 1, s->u, &s->ua);
+	Node *l = train_op(&s->e, OP_Load, 0, &va);
+	l->nargs = l->nin_types = 2;
+	l->args = arena_alloc(s->m->arena, 2 * sizeof(Value));
+	l->args[0] = value_node(p);
+	l->args[1] = s->u;
+	int k = s->lt_p[0] == p ? 0 : s->lt_p[1] == p ? 1 : s->lt_p[0] ? 1 : 0;
+	if (s->lt_p[k] != p || !same_abs(&s->lt[k][1], &s->ua)) {
+		s->lt[k] = arena_alloc(s->m->arena, 2 * sizeof(Abs));
+		s->lt[k][0] = p->out;
+		s->lt[k][1] = s->ua;
+		s->lt_p[k] = p;
+	}
+	l->in_types = s->lt[k];
 	return l;
 }
 
@@ -91,7 +115,10 @@ static Node *update(Opt *s, int op, Node *const *args, const Value *consts, uint
 		}
 	}
 	train_arg(&s->e, c, n, s->u, &s->ua);
-	lower_attr_put(s->m, &c->pattrs, "side_effect_mem", value_bool(1));
+	if (s->upd.n)
+		c->pattrs = s->upd; /* the first update's list, shared */
+	else
+		lower_attr_put(s->m, &c->pattrs, "side_effect_mem", value_bool(1));
 	c->has_pattrs = 1;
 	return c;
 }
@@ -201,17 +228,21 @@ int pass_optimizer(Module *m, const Options *o)
 		case OPTIM_MOMENTUM: {
 			Node *mo = load(&s, mom);
 			c = update(&s, OP_ApplyMomentum, (Node *[]){p, st0[w], l, gr, mo}, NULL, 5, &pa);
-			lower_attr_put(m, &c->pattrs, "use_nesterov", value_bool(0));
-			lower_attr_put(m, &c->pattrs, "use_locking", value_bool(0));
-			lower_attr_put(m, &c->pattrs, "gradient_scale", f32_value(1));
+			if (!s.upd.n) {
+				lower_attr_put(m, &c->pattrs, "use_nesterov", value_bool(0));
+				lower_attr_put(m, &c->pattrs, "use_locking", value_bool(0));
+				lower_attr_put(m, &c->pattrs, "gradient_scale", f32_value(1));
+			}
 			break;
 		}
 		case OPTIM_SGD: {
 			Node *mo = load(&s, mom);
 			c = update(&s, OP_SGD, (Node *[]){p, gr, l, st0[w], mo, st1[w]}, NULL, 6, &pa);
-			lower_attr_put(m, &c->pattrs, "dampening", f32_value(0));
-			lower_attr_put(m, &c->pattrs, "weight_decay", f32_value(0));
-			lower_attr_put(m, &c->pattrs, "nesterov", value_bool(0));
+			if (!s.upd.n) {
+				lower_attr_put(m, &c->pattrs, "dampening", f32_value(0));
+				lower_attr_put(m, &c->pattrs, "weight_decay", f32_value(0));
+				lower_attr_put(m, &c->pattrs, "nesterov", value_bool(0));
+			}
 			break;
 		}
 		case OPTIM_ADAM: {
@@ -221,8 +252,10 @@ int pass_optimizer(Module *m, const Options *o)
 			k[8] = train_float_tensor(m, f32, eps);
 			c = update(&s, OP_Adam,
 			           (Node *[]){p, st0[w], st1[w], b1now, b2now, l, NULL, NULL, NULL, gr}, k, 10, &pa);
-			lower_attr_put(m, &c->pattrs, "use_locking", value_bool(0));
-			lower_attr_put(m, &c->pattrs, "use_nesterov", value_bool(0));
+			if (!s.upd.n) {
+				lower_attr_put(m, &c->pattrs, "use_locking", value_bool(0));
+				lower_attr_put(m, &c->pattrs, "use_nesterov", value_bool(0));
+			}
 			break;
 		}
 		default: {
@@ -236,7 +269,10 @@ int pass_optimizer(Module *m, const Options *o)
 			break;
 		}
 		}
-		lower_order_attrs(&c->pattrs);
+		if (!s.upd.n) {
+			lower_order_attrs(&c->pattrs);
+			s.upd = c->pattrs;
+		}
 		update_state(&s, c);
 		if (ti->accu && ti->accu[w]) {
 			/* the micro-batches' buffer starts the next step at zero:

@@ -27,6 +27,7 @@ int train_is_trainable(const Node *p)
 struct TrainDir {
 	Sym scope, prim, dir;
 	int32_t grad; /* dir 0: an empty entry */
+	int32_t op;
 };
 
 int train_emit_init(TrainEmit *e, Module *m, const Options *o)
@@ -59,28 +60,33 @@ void train_emit_dir(TrainEmit *e, Sym dir_x)
 }
 
 /* the directory of f's full name (up to its last '/'), with prefix and
- * suffix (spec §1.2: Gradients/<forward scope>/Grad_<PrimName>) */
-void train_emit_bprop_of(TrainEmit *e, const Node *f, const char *prim, int grad)
+ * suffix (spec §1.2: Gradients/<forward scope>/Grad_<PrimName>).  The
+ * template's own name is "<dir>/<op>": the full-name key of op's first node
+ * there, so the template costs no string of its own (a "<dir>/x" for each
+ * of 140,000 directories was 25 MB of names) */
+void train_emit_bprop_of(TrainEmit *e, const Node *f, const char *prim, int grad, int op)
 {
 	Sym ps = prim ? intern_cstr(prim) : 0;
 	uint32_t h = (f->scope * 2654435761u ^ ps * 40503u ^ (uint32_t)grad * 97u) & (TRAIN_DIRS - 1);
 	struct TrainDir *d = &e->dirs[h];
 	Sym *s = &d->dir;
-	if (!(d->dir && d->scope == f->scope && d->prim == ps && d->grad == grad)) {
+	if (!(d->dir && d->scope == f->scope && d->prim == ps && d->grad == grad && d->op == op)) {
 		d->scope = f->scope;
 		d->prim = ps;
 		d->grad = grad;
+		d->op = op;
+		const char *leaf = op != OP_UNKNOWN ? op_table[op].name : "x";
 		const char *fs = f->scope_kind ? sym_str(f->scope) : "Default/x";
 		if (f->scope_kind && f->scope_kind != SCOPE_FULLNAME)
 			fs = "Default/x";
 		const char *slash = strrchr(fs, '/');
 		size_t dl = slash ? (size_t)(slash - fs) : 0;
-		size_t cap = dl + (prim ? strlen(prim) : 0) + 32;
+		size_t cap = dl + (prim ? strlen(prim) : 0) + strlen(leaf) + 32;
 		char *buf = xmalloc(cap);
 		int k = snprintf(buf, cap, "Gradients/%.*s", (int)dl, fs);
 		if (grad)
 			k += snprintf(buf + k, cap - (size_t)k, "/Grad_%s", prim);
-		snprintf(buf + k, cap - (size_t)k, "/x");
+		snprintf(buf + k, cap - (size_t)k, "/%s", leaf);
 		*s = intern_cstr(buf);
 		free(buf);
 	}
@@ -206,18 +212,16 @@ Value train_int_list_tensor(Module *m, Sym dtype, const int64_t *v, uint32_t n)
 	return tensor_call(m, dtype, shape, val);
 }
 
+/* in place: a second array of two million nodes would be the pass's peak */
 void train_splice(TrainEmit *e)
 {
 	Graph *g = e->g;
 	Node *ret = g->nodes.a[g->nodes.n - 1];
-	Vec(Node *) out = {0};
-	vec_grow(&out, g->nodes.n + e->out.n);
-	for (uint32_t i = 0; i + 1 < g->nodes.n; i++)
-		out.a[out.n++] = g->nodes.a[i];
-	for (uint32_t i = 0; i < e->out.n; i++)
-		out.a[out.n++] = e->out.a[i];
-	out.a[out.n++] = ret;
-	ir_graph_set_nodes(g, out.a, out.n, out.cap);
+	vec_grow(&g->nodes, e->out.n);
+	memcpy(g->nodes.a + g->nodes.n - 1, e->out.a, e->out.n * sizeof *e->out.a);
+	g->nodes.n += e->out.n;
+	g->nodes.a[g->nodes.n - 1] = ret;
+	ir_renumber(g);
 }
 
 Node *train_new_param(Module *m, Graph *g, int32_t local, const char *name, Sym dtype, const Shape *sh,

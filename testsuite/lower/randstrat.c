@@ -322,6 +322,16 @@ static int gen(const Node *n, St *t, int64_t N)
 		}
 		return 0;
 	}
+	case FAM_SCATTER:
+		/* ScatterDiv: the variable's rows and the indices whole, the
+		 * updates' trailing dimensions like the variable's */
+		if (t->nt != 3 || t->rk[2] != t->rk[1] + t->rk[0] - 1)
+			return -1;
+		for (int i = 1; i < t->rk[0]; i++)
+			t->s[0][i] = t->s[2][t->rk[1] + i - 1] = pick(t->shp[0][i], &b);
+		return 0;
+	case FAM_UNSPLIT:
+		return 0; /* RandomChoiceWithMask, MoE routing: all ones */
 	case FAM_PRELU:
 		if (t->nt != 2 || t->rk[0] < 2 || t->rk[1] != 1)
 			return -1;

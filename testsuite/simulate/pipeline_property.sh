@@ -59,9 +59,10 @@ expected() {
 
 # the order a printed rank runs its micro-batches in: the micro label and
 # phase (a backward node names its forward node) of every operator but
-# the Sends and Receives, runs merged
+# the Sends, the Receives and the recomputed duplicates (they run inside
+# the backward), runs merged
 printed() {
-	awk '/^  %/ && !/= (Send|Receive)\(/ && match($0, /micro: I64\([0-9]+\)/) {
+	awk '/^  %/ && !/= (Send|Receive)\(/ && !/duplicated: Bool\(1\)/ && match($0, /micro: I64\([0-9]+\)/) {
 		m = substr($0, RSTART + 11, RLENGTH - 12)
 		s = (index($0, "forward_node_name") ? "B" : "F") m
 		if (s != last) { printf "%s%s", (k++ ? " " : ""), s; last = s }

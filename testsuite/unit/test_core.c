@@ -79,6 +79,26 @@ static void test_intern(void **state)
 /* deferred symbols: sym_format writes the text, sym_str forms (and
  * interns) it on demand, sym_same is text equality across deferred and
  * interned Syms */
+/* sym_has_prefix: a deferred name's prefix may end inside its number or
+ * its suffix */
+static void test_has_prefix(void **state)
+{
+	(void)state;
+	Sym pre = intern_cstr("parallel_"), sfx = intern_cstr("AllGather");
+	Sym d = sym_defer(pre, 4096, sfx); /* parallel_4096AllGather */
+	assert_true(sym_has_prefix(d, "parallel_"));
+	assert_true(sym_has_prefix(d, "parallel_40"));
+	assert_true(sym_has_prefix(d, "parallel_4096All"));
+	assert_true(sym_has_prefix(d, "parallel_4096AllGather"));
+	assert_false(sym_has_prefix(d, "parallel_4096AllGatherX"));
+	assert_false(sym_has_prefix(d, "parallel_5"));
+	assert_false(sym_has_prefix(d, "paralel"));
+	assert_true(sym_has_prefix(sfx, "All"));
+	assert_true(sym_has_prefix(sfx, ""));
+	assert_false(sym_has_prefix(sfx, "AllGathers"));
+	assert_false(sym_has_prefix(0, "A"));
+}
+
 static void test_defer(void **state)
 {
 	(void)state;
@@ -393,6 +413,82 @@ static void test_getnext(void **state)
 	ir_module_free(m);
 }
 
+/* ScatterDiv, RandomChoiceWithMask and the MoE routing pair: known, not
+ * opaque; ScatterDiv's and MoeFinalizeRouting's shape rules, and the
+ * operand counts verify holds them to. */
+static void test_scatter_moe(void **state)
+{
+	(void)state;
+	static const char *const names[4] = {"ScatterDiv", "RandomChoiceWithMask", "MoeInitRouting",
+	                                     "MoeFinalizeRouting"};
+	static const int ops[4] = {OP_ScatterDiv, OP_RandomChoiceWithMask, OP_MoeInitRouting, OP_MoeFinalizeRouting};
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(op_lookup(names[i], strlen(names[i])), ops[i]);
+		assert_int_equal(op_table[ops[i]].family, i ? FAM_UNSPLIT : FAM_SCATTER);
+	}
+	diag_set_quiet(1);
+	Module *m = parse(
+	    "%para1_t: <Ref[Tensor[Float32]], (16, 4, 8)>  :  has_default\n"
+	    "%para2_i: <Tensor[Int32], (2, 3)>\n"
+	    "%para3_u: <Tensor[Float32], (2, 3, 4, 8)>\n"
+	    "%para4_v: <Tensor[Float32], (2, 3, 4, 4)>\n"
+	    "%para5_x: <Tensor[Float32], (6, 8)>\n"
+	    "%para6_s: <Tensor[Float32], (6, 2)>\n"
+	    "%para7_r: <Tensor[Int32], (12)>\n"
+	    "%para8_b: <Tensor[Float32], (4, 8)>\n"
+	    "%para9_e: <Tensor[Float32], (12, 8)>\n"
+	    "  %0(a) = ScatterDiv(%para1_t, %para2_i, %para3_u, U)\n"
+	    "      : (<Ref[Tensor[Float32]], (16, 4, 8)>, <Tensor[Int32], (2, 3)>, <Tensor[Float32], (2, 3, 4, 8)>, "
+	    "<UMonad, NoShape>) -> (<Tensor[Float32], (16, 4, 8)>)\n"
+	    "  %1(b) = ScatterDiv(%para1_t, %para2_i, %para4_v, U)\n"
+	    "      : (<Ref[Tensor[Float32]], (16, 4, 8)>, <Tensor[Int32], (2, 3)>, <Tensor[Float32], (2, 3, 4, 4)>, "
+	    "<UMonad, NoShape>) -> (<Tensor[Float32], (16, 4, 8)>)\n"
+	    "  %2(c) = MoeFinalizeRouting(%para9_e, %para5_x, None, %para8_b, %para6_s, %para7_r, %para6_s)\n"
+	    "      : (<Tensor[Float32], (12, 8)>, <Tensor[Float32], (6, 8)>, <None, NoShape>, <Tensor[Float32], (4, "
+	    "8)>, "
+	    "<Tensor[Float32], (6, 2)>, <Tensor[Int32], (12)>, <Tensor[Float32], (6, 2)>) -> (<Tensor[Float32], (6, "
+	    "8)>)\n"
+	    "  %3(d) = MoeFinalizeRouting(%para5_x, %para5_x, None, %para8_b, %para6_s, %para7_r, %para6_s)\n"
+	    "      : (<Tensor[Float32], (6, 8)>, <Tensor[Float32], (6, 8)>, <None, NoShape>, <Tensor[Float32], (4, "
+	    "8)>, "
+	    "<Tensor[Float32], (6, 2)>, <Tensor[Int32], (12)>, <Tensor[Float32], (6, 2)>) -> (<Tensor[Float32], (6, "
+	    "8)>)\n"
+	    "  Return(%2)\n",
+	    0);
+	assert_non_null(m);
+	int64_t d[MAX_RANK];
+	int r;
+	char why[200];
+	Node **a = ir_entry(m)->nodes.a;
+	for (int i = 0; i < 4; i++)
+		assert_false(op_is_opaque(a[i]));
+	assert_int_equal(ir_infer_shape(a[0], d, &r, why, sizeof why), 1);
+	assert_int_equal(r * 1000 + d[0] * 100 + d[1] * 10 + d[2], 3000 + 1600 + 40 + 8);
+	assert_int_equal(ir_infer_shape(a[1], d, &r, why, sizeof why), -1); /* updates' last dimension 4, not 8 */
+	assert_non_null(strstr(why, "updates dimension 3 is 4"));
+	assert_int_equal(ir_infer_shape(a[2], d, &r, why, sizeof why), 1);
+	assert_int_equal(r * 100 + d[0] * 10 + d[1], 268);
+	assert_int_equal(ir_infer_shape(a[3], d, &r, why, sizeof why), -1); /* 6 expanded rows for 6 x top-2 */
+	assert_non_null(strstr(why, "need 12 expanded rows"));
+	ir_module_free(m);
+	/* RandomChoiceWithMask takes x and at most count, seed, seed2 */
+	for (int extra = 0; extra < 2; extra++) {
+		char text[1024];
+		snprintf(text, sizeof text,
+		         "%%para1_m: <Tensor[Bool], (4, 4)>\n"
+		         "  %%0(a) = RandomChoiceWithMask(%%para1_m, I64(4), I64(0), I64(0)%s)\n"
+		         "      : (<Tensor[Bool], (4, 4)>, <Int64, NoShape>, <Int64, NoShape>, <Int64, NoShape>%s) -> "
+		         "(<Tuple[Tensor[Int32],Tensor[Bool]], TupleShape((4, 2), (4))>)\n"
+		         "  Return(%%0)\n"
+		         "      : (<Tuple[Tensor[Int32],Tensor[Bool]], TupleShape((4, 2), (4))>)\n",
+		         extra ? ", I64(0)" : "", extra ? ", <Int64, NoShape>" : "");
+		m = parse(text, 0);
+		assert_non_null(m);
+		assert_int_equal(pass_verify(m, NULL), extra);
+		ir_module_free(m);
+	}
+}
+
 /* FlashAttentionScore / PromptFlashAttention (ir_attention_info): each
  * layout's batch/sequence/heads positions, grouped key/value heads, the
  * output shapes, and the operands it refuses. */
@@ -670,13 +766,14 @@ static void test_output_set(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_std_hash), cmocka_unit_test(test_intern),
-		cmocka_unit_test(test_ops),      cmocka_unit_test(test_parse_minimal),
-		cmocka_unit_test(test_infer),    cmocka_unit_test(test_attention_shapes), cmocka_unit_test(test_values),
-		cmocka_unit_test(test_getnext),
-		cmocka_unit_test(test_fragment), cmocka_unit_test(test_keymap),
-		cmocka_unit_test(test_fmt_int),  cmocka_unit_test(test_defer),
-		cmocka_unit_test(test_output_set), cmocka_unit_test(test_clone),
+	    cmocka_unit_test(test_std_hash),    cmocka_unit_test(test_intern),
+	    cmocka_unit_test(test_has_prefix),  cmocka_unit_test(test_ops),
+	    cmocka_unit_test(test_parse_minimal), cmocka_unit_test(test_infer),
+	    cmocka_unit_test(test_attention_shapes), cmocka_unit_test(test_values),
+	    cmocka_unit_test(test_getnext),     cmocka_unit_test(test_scatter_moe),
+	    cmocka_unit_test(test_fragment),    cmocka_unit_test(test_keymap),
+	    cmocka_unit_test(test_fmt_int),     cmocka_unit_test(test_defer),
+	    cmocka_unit_test(test_output_set),  cmocka_unit_test(test_clone),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();

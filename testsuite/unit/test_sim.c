@@ -456,6 +456,78 @@ static void test_llm_ops2(void **state)
 	ir_module_free(m);
 }
 
+/* ScatterDiv (a repeated index divides twice), MoeInitRouting and
+ * MoeFinalizeRouting on a 2-token, top-2, 2-expert routing, by hand; and
+ * RandomChoiceWithMask's draw: true cells only, distinct, the same twice. */
+static void test_scatter_moe_ops(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_t: <Ref[Tensor[Float32]], (3, 2), ref_key=t>  :  has_default\n"
+	                  "%para2_i: <Tensor[Int32], (3)>\n"
+	                  "%para3_u: <Tensor[Float32], (3, 2)>\n"
+	                  "%para4_x: <Tensor[Float32], (2, 2)>\n"
+	                  "%para5_r: <Tensor[Int32], (2, 2)>\n"
+	                  "%para6_e: <Tensor[Int32], (2, 2)>\n"
+	                  "%para7_b: <Tensor[Float32], (2, 2)>\n"
+	                  "%para8_s: <Tensor[Float32], (2, 2)>\n"
+	                  "  %0(a) = ScatterDiv(%para1_t, %para2_i, %para3_u, U)\n"
+	                  "  %1(b) = MoeInitRouting(%para4_x, %para5_r, %para6_e, I64(2))\n"
+	                  "  %2(b) = TupleGetItem(%1, I64(0))\n"
+	                  "  %3(b) = TupleGetItem(%1, I64(1))\n"
+	                  "  %4(b) = TupleGetItem(%1, I64(2))\n"
+	                  "  %5(c) = MoeFinalizeRouting(%2, %para4_x, None, %para7_b, %para8_s, %3, %para6_e)\n"
+	                  "  Return(%5)\n");
+	static const float t[] = {1, 2, 3, 4, 5, 6}, i[] = {2, 0, 0}, u[] = {2, 4, 0.5, 1, 2, 2};
+	static const float x[] = {1, 2, 3, 4}, ri[] = {0, 2, 1, 3}, e[] = {1, 0, 0, 1};
+	static const float b[] = {10, 20, 30, 40}, sc[] = {0.5, 0.25, 1, 2};
+	In in[] = {IN("t", t), IN("i", i), IN("u", u), IN("x", x), IN("r", ri), IN("e", e), IN("b", b), IN("s", sc)};
+	SimRun *r = run(m, in, 8);
+	/* row 2 / (2, 4); row 0 / (0.5, 1) and then / (2, 2) */
+	EXPECT(r, m, 0, S(3, 2), S(1, 1, 3, 4, 2.5, 1.5));
+	/* slots (0,0) e1 id 0, (0,1) e0 id 2, (1,0) e0 id 1, (1,1) e1 id 3,
+	 * stably by expert: ids 2 1 0 3, x's rows 0 1 0 1 */
+	EXPECT(r, m, 2, S(4, 2), S(1, 2, 3, 4, 1, 2, 3, 4));
+	EXPECT(r, m, 3, S(4), S(2, 1, 0, 3));
+	EXPECT(r, m, 4, S(4), S(0, 0, 1, 1));
+	/* token 0: x + 0.5 ((1, 2) + (30, 40)) + 0.25 ((1, 2) + (10, 20));
+	 * token 1: x + 1 ((3, 4) + (10, 20)) + 2 ((3, 4) + (30, 40)) */
+	EXPECT(r, m, 5, S(2, 2), S(19.25, 28.5, 82, 116));
+	sim_free(r);
+	ir_module_free(m);
+
+	static const char *rc =
+	    "%para1_m: <Tensor[Bool], (2, 3)>\n"
+	    "  %0(a) = RandomChoiceWithMask(%para1_m) primitive_attrs: {count: I64(6), seed: I64(1), seed2: I64(0)}\n"
+	    "  %1(i) = TupleGetItem(%0, I64(0))\n"
+	    "  %2(k) = TupleGetItem(%0, I64(1))\n"
+	    "  Return(%1)\n";
+	static const float mk[] = {1, 0, 1, 0, 1, 1};
+	float first[12];
+	for (int pass = 0; pass < 2; pass++) {
+		m = parse(rc);
+		In in2[] = {IN("m", mk)};
+		r = run(m, in2, 1);
+		const SimTensor *ix = sim_tensor(r, 0, node(m, 1));
+		assert_non_null(ix);
+		assert_int_equal(ix->shape[0] * 10 + ix->shape[1], 62);
+		EXPECT(r, m, 2, S(6), S(1, 1, 1, 1, 0, 0));
+		int seen = 0;
+		for (int k = 0; k < 4; k++) {
+			int at = (int)ix->data[2 * k] * 3 + (int)ix->data[2 * k + 1];
+			assert_true(at >= 0 && at < 6 && mk[at] == 1 && !(seen >> at & 1));
+			seen |= 1 << at;
+		}
+		for (int k = 8; k < 12; k++)
+			assert_true(ix->data[k] == 0);
+		if (pass == 0)
+			memcpy(first, ix->data, sizeof first);
+		else
+			assert_memory_equal(first, ix->data, sizeof first);
+		sim_free(r);
+		ir_module_free(m);
+	}
+}
+
 static void test_conv_pool(void **state)
 {
 	(void)state;
@@ -1513,30 +1585,31 @@ static void test_reduce_ops(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_matmul),
-		cmocka_unit_test(test_elementwise),
-		cmocka_unit_test(test_unary),
-		cmocka_unit_test(test_reduce_softmax),
-		cmocka_unit_test(test_norms),
-		cmocka_unit_test(test_shape_ops),
-		cmocka_unit_test(test_llm_ops),
-		cmocka_unit_test(test_llm_ops2),
-		cmocka_unit_test(test_conv_pool),
-		cmocka_unit_test(test_losses_virtual),
-		cmocka_unit_test(test_backward_kernels),
-		cmocka_unit_test(test_optimizers),
-		cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_inputs),
-		cmocka_unit_test(test_allreduce),
-		cmocka_unit_test(test_allgather),
-		cmocka_unit_test(test_reducescatter),
-		cmocka_unit_test(test_alltoall),
-		cmocka_unit_test(test_wrong_slice_caught),
-		cmocka_unit_test(test_wrong_program_caught),
-		cmocka_unit_test(test_send_receive),
-		cmocka_unit_test(test_partial_groups_outputs),
-		cmocka_unit_test(test_deadlock_and_mismatch),
-		cmocka_unit_test(test_reduce_ops),
+	    cmocka_unit_test(test_matmul),
+	    cmocka_unit_test(test_elementwise),
+	    cmocka_unit_test(test_unary),
+	    cmocka_unit_test(test_reduce_softmax),
+	    cmocka_unit_test(test_norms),
+	    cmocka_unit_test(test_shape_ops),
+	    cmocka_unit_test(test_llm_ops),
+	    cmocka_unit_test(test_llm_ops2),
+	    cmocka_unit_test(test_scatter_moe_ops),
+	    cmocka_unit_test(test_conv_pool),
+	    cmocka_unit_test(test_losses_virtual),
+	    cmocka_unit_test(test_backward_kernels),
+	    cmocka_unit_test(test_optimizers),
+	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_inputs),
+	    cmocka_unit_test(test_allreduce),
+	    cmocka_unit_test(test_allgather),
+	    cmocka_unit_test(test_reducescatter),
+	    cmocka_unit_test(test_alltoall),
+	    cmocka_unit_test(test_wrong_slice_caught),
+	    cmocka_unit_test(test_wrong_program_caught),
+	    cmocka_unit_test(test_send_receive),
+	    cmocka_unit_test(test_partial_groups_outputs),
+	    cmocka_unit_test(test_deadlock_and_mismatch),
+	    cmocka_unit_test(test_reduce_ops),
 	};
 	diag_set_quiet(1);
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
