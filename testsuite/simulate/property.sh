@@ -3,7 +3,8 @@
 #
 # For the samples (ir-samples/, with llama_layer.ir replaced by its small
 # variant), the CNN, operator-family, scatter/MoE and GroupedMatmul graphs of
-# testsuite/lower/ and small generated transformers,
+# testsuite/lower/, the GroupedMatmul training step of testsuite/train/ and
+# small generated transformers,
 # every operator gets a random valid strategy (randstrat) for N devices,
 # N from 1 to 16, and `sappc --simulate --parallel-mode=semi_auto` must
 # find that every rank computes its slice of the single-device values and
@@ -58,7 +59,8 @@ run_case() {
 
 inputs=()
 for f in "$top"/ir-samples/*.ir "$top"/testsuite/simulate/llama_small.ir "$top"/testsuite/lower/cnn_hybrid.ir \
-	"$top"/testsuite/lower/families.ir "$top"/testsuite/lower/scatter_moe.ir "$top"/testsuite/lower/gmm.ir; do
+	"$top"/testsuite/lower/families.ir "$top"/testsuite/lower/scatter_moe.ir "$top"/testsuite/lower/gmm.ir \
+	"$top"/testsuite/train/gmm_step.ir; do
 	[ -f "$f" ] || continue
 	case $(basename "$f") in llama_layer.ir) continue ;; esac
 	inputs+=("$f")
