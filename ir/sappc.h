@@ -137,6 +137,7 @@ typedef enum {
 	FAM_GETNEXT,    /* GetNext: the dataset's tensors, each split on dimension 0 like a dataset input */
 	FAM_SCATTER,    /* ScatterDiv: indices whole, updates like the variable's trailing dimensions */
 	FAM_UNSPLIT,    /* RandomChoiceWithMask, MoeInitRouting, MoeFinalizeRouting: MindSpore splits nothing */
+	FAM_GMM,        /* GroupedMatmul: lists of x [.., K] and weights [(E,) K, N]; ir_gmm_info() */
 } OpFamily;
 
 /* Shape rules used by verify and by the lowering to re-infer local shapes. */
@@ -168,6 +169,7 @@ typedef enum {
 	SHAPE_TILE,      /* operand 1 = multiples */
 	SHAPE_SCATTER,   /* input 0; updates must be indices.shape + input.shape[1:] */
 	SHAPE_MOEFINALIZE, /* x1's (tokens, hidden), checked against the other operands */
+	SHAPE_GMM,         /* a list: ir_gmm_info() */
 } ShapeRule;
 
 enum { OPF_ELIMINATE = 1, OPF_PRIMFUNC = 2, OPF_COMM = 4, OPF_ACTIVATION = 8, OPF_LOOKTHROUGH = 16 };
@@ -336,6 +338,33 @@ typedef struct AttnInfo {
 /* 1 filled, 0 shapes unknown, -1 bad operands (why): a layout number out of
  * range, q/k/v that disagree */
 int ir_attention_info(const Node *n, AttnInfo *ai, char *why, size_t whylen);
+
+/* GroupedMatmul(x, weight, bias, scale, offset, antiquant_scale,
+ * antiquant_offset, group_list, split_item, group_type, transpose_a,
+ * transpose_b): x and weight are lists (MakeTuple operands), the result a
+ * list.  The modes sappc models (ir_gmm_info):
+ *   group_type -1, split_item 0: y_i = x_i w_i for every pair;
+ *   group_type 0, split_item 3: one x (M, K), the weights one (E, K, N) or
+ *     E of (K, N), group_list (E) the cumulative row counts: rows
+ *     [gl[i-1], gl[i]) of x times weight i, one y (M, N);
+ *   group_type 2, split_item 3: one x (M, Ktot) and one w (Ktot, N) whose
+ *     shared axis the cumulative group_list cuts, one y (E, M, N) (the
+ *     weight gradient of MindSpore's bprop).
+ * Bias and the quantization operands must be None, transposes false. */
+#define GMM_MAX_LIST 16
+typedef struct GmmInfo {
+	int split_item, group_type;
+	int nx, nw;     /* elements of the x and weight lists */
+	int wstack;     /* the weights are one (E, K, N) tensor */
+	int grouped;    /* group_list is a tensor (operand 7) */
+	int64_t groups; /* its length (E), 0 without one */
+	int nout;
+	int64_t out[GMM_MAX_LIST][MAX_RANK];
+	int orank[GMM_MAX_LIST];
+} GmmInfo;
+/* 1 filled, 0 shapes unknown, -1 operands sappc does not model or that
+ * disagree (why) */
+int ir_gmm_info(const Node *n, GmmInfo *gi, char *why, size_t whylen);
 
 /* ------------------------------------------------------------------ graph.c */
 typedef struct Attr {

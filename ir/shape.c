@@ -460,6 +460,140 @@ int ir_attention_info(const Node *n, AttnInfo *ai, char *why, size_t whylen)
 	return 1;
 }
 
+/* ---- GroupedMatmul (sappc.h: the modes it models) */
+
+/* the element shapes of list operand i: count, or -1 when unknown */
+static int gmm_list(const Node *n, uint32_t i, const Shape **el, int max)
+{
+	const Abs *a = ir_in_abs(n, i);
+	if (!a || (a->shape.kind != SK_TUPLE && a->shape.kind != SK_LIST) || a->shape.rank > max)
+		return -1;
+	for (int k = 0; k < a->shape.rank; k++) {
+		el[k] = &a->shape.sub[k];
+		if (el[k]->kind != SK_DIMS)
+			return -1;
+		for (int d = 0; d < el[k]->rank; d++)
+			if (el[k]->dims[d] < 0)
+				return -1;
+	}
+	return a->shape.rank;
+}
+
+/* an optional operand left out: absent, None or an empty list */
+static int gmm_absent(const Node *n, uint32_t i)
+{
+	if (i >= n->nargs)
+		return 1;
+	const Value *v = &n->args[i];
+	return value_is_word(v, "None") || ((v->kind == V_TUPLE || v->kind == V_LIST) && v->n == 0);
+}
+
+static int64_t gmm_int(const Node *n, uint32_t i, const char *key, int64_t dflt)
+{
+	int64_t v = dflt;
+	const Value *x = operand_or_attr(n, i, key);
+	if (x && !value_get_int(x, &v))
+		v = dflt;
+	return v;
+}
+
+int ir_gmm_info(const Node *n, GmmInfo *gi, char *why, size_t whylen)
+{
+	memset(gi, 0, sizeof *gi);
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || op_table[n->op].family != FAM_GMM)
+		return 0;
+	gi->split_item = (int)gmm_int(n, 8, "split_item", 0);
+	gi->group_type = (int)gmm_int(n, 9, "group_type", -1);
+	if (ir_node_flag(n, 10, "transpose_a", NULL) || ir_node_flag(n, 11, "transpose_b", NULL))
+		return WHY("GroupedMatmul with transposed x or weight is not modelled by sappc");
+	for (uint32_t i = 2; i <= 6; i++)
+		if (!gmm_absent(n, i))
+			return WHY("GroupedMatmul operand %u (bias or a quantization parameter) must be None: sappc "
+			           "models the product alone",
+			           i + 1);
+	if (gi->split_item != 0 && gi->split_item != 3)
+		return WHY("GroupedMatmul split_item %d: MindSpore takes 0 (lists) or 3 (single tensors)",
+		           gi->split_item);
+	if (gi->group_type != -1 && gi->group_type != 0 && gi->group_type != 2)
+		return WHY("GroupedMatmul group_type %d: sappc models -1 (none), 0 (rows) and 2 (the shared axis)",
+		           gi->group_type);
+	const Shape *gl = NULL;
+	if (!gmm_absent(n, 7)) {
+		if (n->args[7].kind != V_NODE && n->args[7].kind != V_EXTERN)
+			return WHY("GroupedMatmul group_list must be a tensor");
+		gl = in_shape(n, 7);
+		if (!gl)
+			return 0;
+		if (gl->rank != 1)
+			return WHY("GroupedMatmul group_list must be 1-D, not rank %d", gl->rank);
+		gi->grouped = 1;
+		gi->groups = gl->dims[0];
+	}
+	const Shape *x[GMM_MAX_LIST], *w[GMM_MAX_LIST];
+	gi->nx = gmm_list(n, 0, x, GMM_MAX_LIST);
+	gi->nw = gmm_list(n, 1, w, GMM_MAX_LIST);
+	if (gi->nx < 0 || gi->nw < 0)
+		return 0;
+	if (gi->nx < 1 || gi->nw < 1)
+		return WHY("GroupedMatmul needs at least one x and one weight");
+	if (gi->group_type == -1) {
+		if (gi->split_item != 0 || gi->grouped || gi->nx != gi->nw)
+			return WHY("GroupedMatmul without grouping (group_type -1) takes split_item 0, no group_list "
+			           "and as many x as weights (%d and %d)",
+			           gi->nx, gi->nw);
+		gi->nout = gi->nx;
+		for (int k = 0; k < gi->nx; k++) {
+			if (x[k]->rank < 2 || x[k]->rank > 6 || w[k]->rank != 2)
+				return WHY(
+				    "GroupedMatmul pair %d: x of rank 2 to 6 and a 2-D weight, not ranks %d and %d", k,
+				    x[k]->rank, w[k]->rank);
+			if (x[k]->dims[x[k]->rank - 1] != w[k]->dims[0])
+				return WHY("GroupedMatmul pair %d: x has %lld columns, the weight %lld rows", k,
+				           (long long)x[k]->dims[x[k]->rank - 1], (long long)w[k]->dims[0]);
+			copy_dims(gi->out[k], x[k]->dims, x[k]->rank - 1);
+			gi->out[k][x[k]->rank - 1] = w[k]->dims[1];
+			gi->orank[k] = x[k]->rank;
+		}
+		return 1;
+	}
+	if (gi->split_item != 3 || gi->nx != 1 || !gi->grouped || x[0]->rank != 2)
+		return WHY("grouped GroupedMatmul (group_type %d) takes split_item 3, one 2-D x and a group_list",
+		           gi->group_type);
+	int64_t M = x[0]->dims[0], K = x[0]->dims[1], E = gi->groups, N;
+	if (gi->group_type == 2) {
+		if (gi->nw != 1 || w[0]->rank != 2 || w[0]->dims[0] != K)
+			return WHY("GroupedMatmul group_type 2 takes one (%lld, N) weight", (long long)K);
+		gi->nout = 1;
+		gi->out[0][0] = E;
+		gi->out[0][1] = M;
+		gi->out[0][2] = w[0]->dims[1];
+		gi->orank[0] = 3;
+		return 1;
+	}
+	if (gi->nw == 1 && w[0]->rank == 3) {
+		gi->wstack = 1;
+		if (w[0]->dims[0] != E || w[0]->dims[1] != K)
+			return WHY(
+			    "GroupedMatmul weight (%lld, %lld, %lld) does not fit %lld groups of x's %lld columns",
+			    (long long)w[0]->dims[0], (long long)w[0]->dims[1], (long long)w[0]->dims[2], (long long)E,
+			    (long long)K);
+		N = w[0]->dims[2];
+	} else {
+		if (gi->nw != E)
+			return WHY("GroupedMatmul: %d weights for a group_list of %lld groups", gi->nw, (long long)E);
+		N = w[0]->dims[w[0]->rank - 1];
+		for (int k = 0; k < gi->nw; k++)
+			if (w[k]->rank != 2 || w[k]->dims[0] != K || w[k]->dims[1] != N)
+				return WHY("GroupedMatmul weight %d must be (%lld, %lld) like the others", k,
+				           (long long)K, (long long)N);
+	}
+	gi->nout = 1;
+	gi->out[0][0] = M;
+	gi->out[0][1] = N;
+	gi->orank[0] = 2;
+	return 1;
+}
+
 int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t whylen)
 {
 	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)

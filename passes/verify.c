@@ -215,7 +215,11 @@ static int check_operands(const Node *n)
 		const Abs *a = operand_abs(n, i);
 		if (!a)
 			continue;
-		if (i < (uint32_t)oi->arity && is_seq(&a->shape)) {
+		/* GroupedMatmul's x, weight, bias and quantization operands are
+		 * lists (TensorList in grouped_matmul_info.cc); ir_gmm_info
+		 * checks them */
+		int gmm_list = oi->family == FAM_GMM && i <= 6;
+		if (i < (uint32_t)oi->arity && is_seq(&a->shape) && !gmm_list) {
 			abs_text(t, sizeof t, a);
 			diag_error_at(n->loc, "%s: operand %u is %s, but %s computes on a tensor there",
 			              label(n, lu, sizeof lu), i + 1, t, oi->name);
@@ -423,6 +427,43 @@ static int check_attention(const Node *n)
 	return 0;
 }
 
+/* GroupedMatmul: a mode sappc models (ir_gmm_info), and the declared list
+ * of outputs it gives */
+static int check_gmm(const Node *n)
+{
+	char lu[160], why[256] = "", a[160], b[160];
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || op_table[n->op].family != FAM_GMM)
+		return 0;
+	GmmInfo gi;
+	int rc = ir_gmm_info(n, &gi, why, sizeof why);
+	if (rc < 0) {
+		diag_error_at(n->loc, "%s: %s", label(n, lu, sizeof lu), why);
+		return 1;
+	}
+	if (rc == 0 || !n->has_type_line)
+		return 0;
+	const Shape *o = &n->out.shape;
+	if (!is_seq(o) || o->rank != gi.nout) {
+		diag_error_at(type_loc(n), "%s: declares %s, but GroupedMatmul gives a list of %d",
+		              label(n, lu, sizeof lu), is_seq(o) ? "another number of outputs" : "no list of outputs",
+		              gi.nout);
+		return 1;
+	}
+	for (int k = 0; k < gi.nout; k++) {
+		const Shape *e = &o->sub[k];
+		if (e->kind != SK_DIMS)
+			continue;
+		if (e->rank != gi.orank[k] || memcmp(e->dims, gi.out[k], (size_t)e->rank * sizeof(int64_t)) != 0) {
+			fmt_dims(a, sizeof a, e->dims, e->rank);
+			fmt_dims(b, sizeof b, gi.out[k], gi.orank[k]);
+			diag_error_at(type_loc(n), "%s: declared output %d shape %s, but its inputs give %s",
+			              label(n, lu, sizeof lu), k + 1, a, b);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* (name, number) pairs of a graph's parameters are unique: hash set */
 static void check_params(const Graph *g)
 {
@@ -618,7 +659,7 @@ int pass_verify(Module *m, const Options *o)
 			/* one root cause, one error: a wrong operand shape also makes
 			 * the output look wrong, a wrong output its users' operands */
 			if (check_operands(n) || check_edges(n, bad_out) || check_return(n, bad_out) ||
-			    check_tuple_ops(n) || check_shape(n) || check_attention(n))
+			    check_tuple_ops(n) || check_shape(n) || check_attention(n) || check_gmm(n))
 				bad_out[n->id] = 1;
 		}
 	}

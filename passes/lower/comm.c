@@ -108,6 +108,46 @@ static Node *real_div(LowerCtx *c, Node *src, Node *origin, int64_t divisor, int
 	return d;
 }
 
+typedef Vec(Node *) NodeVec;
+
+/* A forward AllReduce of an operator whose result is a list or tuple
+ * (GroupedMatmul): one AllReduce per element, each behind its
+ * TupleGetItem, and a MakeTuple of the sums that the users read instead
+ * (MindSpore's GroupedMatmulInfo asks for one AllReduce per output).
+ * The new nodes are appended to out; returns the MakeTuple. */
+static Node *all_reduce_items(LowerCtx *c, Node *n, const int64_t *g, int ng, NodeVec *out)
+{
+	Module *m = c->m;
+	NodeLayout *l = n->lay;
+	int k = l->nout;
+	Node *mt = lower_new_op(c, OP_MakeTuple, n, (uint32_t)k);
+	mt->scope_kind = n->scope_kind == SCOPE_FULLNAME ? SCOPE_NONE : n->scope_kind;
+	NodeLayout *tl = lay_new(m, (uint32_t)k, (uint32_t)k);
+	tl->flags = LAY_INSERTED;
+	tl->origin = n;
+	for (int i = 0; i < k; i++) {
+		Node *gi = lower_new_op(c, OP_TupleGetItem, n, 2);
+		gi->scope_kind = mt->scope_kind;
+		gi->args[0] = value_node(n);
+		gi->args[1] = value_int(i, NT_I64);
+		gi->in_types[0] = n->out;
+		gi->in_types[1] = lower_abs_int();
+		gi->out = lower_abs_like(m, &n->out, n->out.shape.sub[i].dims, n->out.shape.sub[i].rank);
+		gi->lay = pass_lay(m, &l->out[i], n);
+		vec_push(out, gi);
+		Node *a = lower_all_reduce(c, gi, n, g, ng, l->fwd_op, i);
+		a->lay = pass_lay(m, &l->out[i], n);
+		vec_push(out, a);
+		mt->args[i] = value_node(a);
+		mt->in_types[i] = a->out;
+		tl->in[i] = tl->out[i] = l->out[i];
+	}
+	mt->out = n->out;
+	mt->lay = tl;
+	vec_push(out, mt);
+	return mt;
+}
+
 /* the value behind an operand, looking through Load, Depend, Cast, ... */
 static Node *source(Node *n)
 {
@@ -273,7 +313,7 @@ int pass_comm(Module *m, const Options *o)
 	Graph *g = ir_entry(m);
 	int64_t *grp = xmalloc(LOWER_MAX_GROUP * sizeof *grp);
 	int64_t *opt = xmalloc(LOWER_MAX_GROUP * sizeof *opt);
-	Vec(Node *) out = {0};
+	NodeVec out = {0};
 	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
 		Node *n = g->nodes.a[i];
 		lower_subst_args(n);
@@ -286,6 +326,10 @@ int pass_comm(Module *m, const Options *o)
 		int ng = lower_group_mask(&c, l->odev, l->nodev, l->fwd_mask, grp);
 		if (ng <= 1)
 			continue;
+		if (n->out.shape.kind == SK_TUPLE || n->out.shape.kind == SK_LIST) {
+			l->subst = all_reduce_items(&c, n, grp, ng, &out);
+			continue;
+		}
 		Node *last = lower_all_reduce(&c, n, n, grp, ng, l->fwd_op, 0);
 		vec_push(&out, last);
 		if (l->fwd == FC_ALLREDUCE_MEAN) {

@@ -380,6 +380,14 @@ static void detail_attrs(LowerCtx *c, Node *n)
 		il = n->args[0].u.node->lay;
 	Value ins[64], outs[16];
 	uint32_t ni = 0, no = 0;
+	/* GroupedMatmul: the maps of its x and weight lists' elements (on
+	 * their MakeTuples), then group_list's */
+	for (uint32_t k = 0; op_table[n->op].family == FAM_GMM && k < 2 && k < n->nargs; k++) {
+		const NodeLayout *tl = n->args[k].kind == V_NODE ? n->args[k].u.node->lay : NULL;
+		for (uint32_t i = 0; tl && i < tl->nin && ni < 64; i++)
+			if (tl->in[i].ndev)
+				ins[ni++] = map_value(m, &tl->in[i]);
+	}
 	for (uint32_t i = 0; i < il->nin && ni < 64; i++)
 		if (il->in[i].ndev)
 			ins[ni++] = map_value(m, &il->in[i]);

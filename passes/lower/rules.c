@@ -20,7 +20,8 @@ typedef struct Rule {
 	int ndev;
 	int64_t dev[LAYOUT_MAX_DIM + 2];
 	int nt;                          /* tensor inputs */
-	int opnd[MAXT];                  /* operand index of tensor input k */
+	int opnd[MAXT];                  /* operand index of tensor input k (in tup[k] when set) */
+	const Node *tup[MAXT];           /* the MakeTuple operand that holds input k, NULL: none */
 	int rk[MAXT];                    /* rank */
 	const int64_t *shp[MAXT];        /* global shape */
 	int64_t s[MAXT][LAYOUT_MAX_DIM]; /* strategy */
@@ -1038,6 +1039,105 @@ static int r_unsplit(Rule *r, const Node *n)
 	return 0;
 }
 
+/* GroupedMatmul after MindSpore's GroupedMatmulInfo (mindspore-ai/
+ * mindspore, mindspore/ccsrc/frontend/parallel/ops_info/
+ * grouped_matmul_info.cc).  Tensor inputs: the x list, the weight list,
+ * then group_list.  The device matrix is x's leading strategies, then K,
+ * then N; x maps [lead.., K], a weight [E whole, K, N] or [K, N], the
+ * output [lead.., N], and a split K is summed by a forward AllReduce as a
+ * MatMul's.  MindSpore derives one layout from the first element of each
+ * list, so every element must be split alike, and never splits the
+ * experts' dimension or group_list.  It also lets x's rows be split when a
+ * group_list is given, but group_list holds cumulative counts of the whole
+ * x: a rank's block of rows would be cut at global offsets and multiplied
+ * by the wrong experts, so sappc refuses that strategy.  group_type 2 (the
+ * weight gradient's form) is modelled unsplit only. */
+static int r_gmm(Rule *r, const Node *n)
+{
+	GmmInfo gi;
+	char why[200] = "";
+	if (ir_gmm_info(n, &gi, why, sizeof why) != 1)
+		return FAIL("%s", why[0] ? why : "the shapes of x and the weights are unknown");
+	if (r->nt != gi.nx + gi.nw + gi.grouped)
+		return FAIL("expects %d x, %d weights%s as tensor inputs", gi.nx, gi.nw,
+		            gi.grouped ? " and group_list" : "");
+	int X = 0, W = gi.nx, G = gi.nx + gi.nw, rx = r->rk[X], rw = r->rk[W];
+	for (int k = 1; k < gi.nx + gi.nw; k++) {
+		int first = k < W ? X : W;
+		if (k == W)
+			continue;
+		if (r->rk[k] != r->rk[first] || memcmp(r->s[k], r->s[first], (size_t)r->rk[k] * sizeof r->s[k][0]))
+			return FAIL("%s %d must be split like the first (MindSpore derives one layout from it)",
+			            k < W ? "x" : "weight", k < W ? k + 1 : k - W + 1);
+	}
+	if (gi.grouped && r->s[G][0] != 1)
+		return FAIL("group_list must not be split");
+	if (gi.group_type == 2) {
+		for (int k = 0; k < r->nt; k++)
+			for (int i = 0; i < r->rk[k]; i++)
+				if (r->s[k][i] != 1)
+					return FAIL(
+					    "group_type 2 (groups along the shared axis) is modelled unsplit only "
+					    "(input %d, dimension %d: strategy %lld)",
+					    k + 1, i, (long long)r->s[k][i]);
+		for (int k = 0; k < r->nt; k++)
+			for (int i = 0; i < r->rk[k]; i++)
+				r->imap[k][i] = -1;
+		for (int o = 0; o < r->nout; o++)
+			for (int i = 0; i < r->ork[o]; i++)
+				r->omap[o][i] = -1;
+		r->ndev = 0;
+		return 0;
+	}
+	int64_t kx = r->s[X][rx - 1], kw = r->s[W][rw - 2];
+	if (kx != kw)
+		return FAIL("x's last dimension is split %lld ways but the weight's K dimension %lld ways",
+		            (long long)kx, (long long)kw);
+	if (rw == 3 && r->s[W][0] != 1)
+		return FAIL("the weight's expert dimension must not be split (strategy %lld; MindSpore maps it whole)",
+		            (long long)r->s[W][0]);
+	int L = rx - 1, D = L + 2;
+	if (gi.grouped)
+		for (int i = 0; i < L; i++)
+			if (r->s[X][i] != 1)
+				return FAIL(
+				    "x's dimension %d is split %lld ways, but group_list counts the rows of the whole "
+				    "x: each rank would group its block by the global counts (split the weights' N "
+				    "or K instead)",
+				    i, (long long)r->s[X][i]);
+	r->ndev = D;
+	for (int i = 0; i < L; i++)
+		r->dev[i] = r->s[X][i];
+	r->dev[L] = kx;
+	r->dev[L + 1] = r->s[W][rw - 1];
+	for (int k = X; k < W; k++) {
+		for (int i = 0; i < L; i++)
+			r->imap[k][i] = (int8_t)(D - 1 - i);
+		r->imap[k][L] = 1;
+	}
+	for (int k = W; k < G; k++) {
+		if (rw == 3)
+			r->imap[k][0] = -1;
+		r->imap[k][rw - 2] = 1;
+		r->imap[k][rw - 1] = 0;
+	}
+	if (gi.grouped)
+		r->imap[G][0] = -1;
+	for (int o = 0; o < r->nout; o++) {
+		if (r->ork[o] != rx)
+			return FAIL("output %d has rank %d, x rank %d", o + 1, r->ork[o], rx);
+		for (int i = 0; i < L; i++)
+			r->omap[o][i] = (int8_t)(D - 1 - i);
+		r->omap[o][L] = 0;
+	}
+	if (kx > 1) {
+		r->fwd = FC_ALLREDUCE;
+		r->fwd_mask = 1u << L;
+		r->fwd_op = "sum";
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------ driver */
 
 static int has_rule(const Node *n)
@@ -1083,6 +1183,7 @@ static int has_rule(const Node *n)
 	case FAM_LPNORM:
 	case FAM_SCATTER:
 	case FAM_UNSPLIT:
+	case FAM_GMM:
 		return 1;
 	default:
 		return 0;
@@ -1184,27 +1285,54 @@ static int run_rule(Rule *r, const Node *n, int *rowsplit)
 		return r_scatter(r, n);
 	case FAM_UNSPLIT:
 		return r_unsplit(r, n);
+	case FAM_GMM:
+		return r_gmm(r, n);
 	default:
 		return FAIL("no layout rule for this operator");
 	}
 }
 
-/* The tensor inputs of n: operands typed as tensors.  Concat reads the
- * elements of its MakeTuple operand instead (their layouts live on the
- * MakeTuple node). */
-static int collect_inputs(Rule *r, const Node *n, const Node **tuple)
+/* tensor input i's elements of MakeTuple operand t of n */
+static int tuple_inputs(Rule *r, const Node *t)
 {
-	*tuple = NULL;
+	for (uint32_t i = 0; i < t->nargs && r->nt < MAXT; i++) {
+		const Abs *a = ir_in_abs(t, i);
+		if (!a || !a->is_tensor || a->shape.kind != SK_DIMS)
+			return -1;
+		r->tup[r->nt] = t;
+		r->opnd[r->nt] = (int)i;
+		r->rk[r->nt] = a->shape.rank;
+		r->shp[r->nt] = a->shape.dims;
+		r->nt++;
+	}
+	return 0;
+}
+
+static const Node *tuple_operand(const Node *n, uint32_t i)
+{
+	return i < n->nargs && n->args[i].kind == V_NODE && ir_node_is_op(n->args[i].u.node, OP_MakeTuple)
+	           ? n->args[i].u.node
+	           : NULL;
+}
+
+/* The tensor inputs of n: operands typed as tensors.  Concat reads the
+ * elements of its MakeTuple operand instead, GroupedMatmul those of its x
+ * and weight lists and then its group_list (the layouts of list elements
+ * live on the MakeTuple nodes). */
+static int collect_inputs(Rule *r, const Node *n)
+{
 	r->nt = 0;
-	if (op_table[n->op].family == FAM_CONCAT && n->nargs >= 1 && n->args[0].kind == V_NODE &&
-	    ir_node_is_op(n->args[0].u.node, OP_MakeTuple)) {
-		const Node *t = n->args[0].u.node;
-		*tuple = t;
-		for (uint32_t i = 0; i < t->nargs && r->nt < MAXT; i++) {
-			const Abs *a = ir_in_abs(t, i);
-			if (!a || !a->is_tensor || a->shape.kind != SK_DIMS)
-				return -1;
-			r->opnd[r->nt] = (int)i;
+	int fam = op_table[n->op].family;
+	if (fam == FAM_CONCAT && tuple_operand(n, 0))
+		return tuple_inputs(r, tuple_operand(n, 0));
+	if (fam == FAM_GMM) {
+		if (!tuple_operand(n, 0) || !tuple_operand(n, 1) || tuple_inputs(r, tuple_operand(n, 0)) < 0 ||
+		    tuple_inputs(r, tuple_operand(n, 1)) < 0)
+			return -1;
+		const Abs *a = ir_in_abs(n, 7);
+		if (n->nargs > 7 && n->args[7].kind == V_NODE && a && a->is_tensor && a->shape.kind == SK_DIMS &&
+		    r->nt < MAXT) {
+			r->opnd[r->nt] = 7;
 			r->rk[r->nt] = a->shape.rank;
 			r->shp[r->nt] = a->shape.dims;
 			r->nt++;
@@ -1249,7 +1377,7 @@ static void default_strategy(const LowerCtx *c, Rule *r, const Node *n)
 	for (int k = 0; k < r->nt; k++) {
 		if (k == lead || r->rk[k] < 1 || r->shp[k][0] != b)
 			continue;
-		const Value *v = &n->args[r->opnd[k]];
+		const Value *v = r->tup[k] ? &r->tup[k]->args[r->opnd[k]] : &n->args[r->opnd[k]];
 		const Node *src = v->kind == V_NODE ? ir_look_through(v->u.node) : NULL;
 		if (src && lower_is_weight(src))
 			continue;
@@ -1268,7 +1396,7 @@ static int out_shapes(Rule *r, const Node *n)
 		r->oshp[0] = s->dims;
 		return 0;
 	}
-	if (s->kind == SK_TUPLE && s->rank <= MAXT) {
+	if ((s->kind == SK_TUPLE || s->kind == SK_LIST) && s->rank <= MAXT) {
 		r->nout = s->rank;
 		for (int i = 0; i < s->rank; i++) {
 			if (s->sub[i].kind != SK_DIMS)
@@ -1304,10 +1432,9 @@ int lower_infer_node(LowerCtx *c, Node *n)
 	memset(&rule, 0, offsetof(Rule, why));
 	rule.why[0] = 0;
 	Rule *r = &rule;
-	const Node *tuple;
 	const char *op = sym_str(n->prim);
 	int rc = -1;
-	if (collect_inputs(r, n, &tuple) < 0 || out_shapes(r, n) < 0)
+	if (collect_inputs(r, n) < 0 || out_shapes(r, n) < 0)
 		return 0; /* shapes unknown: leave it to the structural rules */
 	int64_t st[MAXT][LAYOUT_MAX_DIM];
 	int srk[MAXT], ns = 0;
@@ -1480,20 +1607,23 @@ int lower_infer_node(LowerCtx *c, Node *n)
 	l->fwd = (uint8_t)r->fwd;
 	l->fwd_mask = r->fwd_mask;
 	l->fwd_op = r->fwd_op ? intern_cstr(r->fwd_op) : 0;
-	NodeLayout *tl = NULL;
-	if (tuple) {
-		Node *t = (Node *)tuple;
-		tl = lay_new(c->m, t->nargs, t->nargs);
-		tl->flags = LAY_OP;
-		t->lay = tl;
+	/* each MakeTuple operand gets a layout of its own (made fresh by the
+	 * first of its elements): its inputs are the elements' layouts */
+	for (int k = 0; k < r->nt; k++) {
+		Node *t = (Node *)r->tup[k];
+		if (t && (k == 0 || r->tup[k - 1] != t)) {
+			t->lay = lay_new(c->m, t->nargs, t->nargs);
+			t->lay->flags = LAY_OP;
+		}
 	}
 	for (int k = 0; k < r->nt; k++) {
 		if (r->rk[k] == 0 && !r->shp[k])
 			continue; /* literal scalar */
-		TLay *dst = tuple ? &tl->in[r->opnd[k]] : &l->in[r->opnd[k]];
+		Node *t = (Node *)r->tup[k];
+		TLay *dst = t ? &t->lay->in[r->opnd[k]] : &l->in[r->opnd[k]];
 		tlay_set(c, dst, dev, ndev, r->imap[k], r->shp[k], r->rk[k]);
-		if (tuple)
-			tl->out[r->opnd[k]] = *dst;
+		if (t)
+			t->lay->out[r->opnd[k]] = *dst;
 	}
 	for (int o = 0; o < r->nout; o++)
 		tlay_set(c, &l->out[o], dev, ndev, r->omap[o], r->oshp[o], r->ork[o]);

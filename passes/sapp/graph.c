@@ -74,6 +74,9 @@ static const uint8_t family_rectype[] = {
 	 * not in DictOpType either (mindspore-ai/mindspore, mindspore/ccsrc/
 	 * frontend/parallel/auto_parallel/rec_core/rec_parse_graph.h) */
 	[FAM_SCATTER] = REC_UnknownType,    [FAM_UNSPLIT] = REC_UnknownType,
+	/* nor GroupedMatmul, whose lists have no slot in the search anyway
+	 * (is_strategy_op) */
+	[FAM_GMM] = REC_UnknownType,
 };
 
 int sapp_rectype_of(const Node *n)
@@ -205,6 +208,12 @@ static int is_strategy_op(const Node *n)
 		break;
 	}
 	if (n->op == OP_Partial || n->op == OP_Switch || n->op == OP_VirtualDiv || n->op == OP_MirrorOperator)
+		return 0;
+	/* GroupedMatmul's x and weights come in two lists: the search has no
+	 * slot for them, so it gives no strategy and the layouts pass applies
+	 * the default (its rule keeps x's rows whole under a group_list) or
+	 * the user's */
+	if (op_table[n->op].family == FAM_GMM)
 		return 0;
 	const Node *src = input_node(n);
 	for (uint32_t i = 0; i < src->nargs; i++)

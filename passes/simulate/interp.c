@@ -1259,6 +1259,8 @@ static SimValue *dispatch(Ctx *c)
 		return n->op == OP_RandomChoiceWithMask ? k_random_choice(c)
 		       : n->op == OP_MoeInitRouting     ? k_moe_init_routing(c)
 		                                        : k_moe_finalize_routing(c);
+	case FAM_GMM:
+		return k_grouped_matmul(c);
 	case FAM_VIRTUAL:
 		return n->op == OP_VirtualDataset ? virtual_dataset(c) : sim_arg(c, 0);
 	case FAM_GETNEXT:

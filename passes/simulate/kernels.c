@@ -1454,3 +1454,122 @@ SimValue *k_moe_finalize_routing(Ctx *c)
 		}
 	return sim_val_tensor(c->r, y);
 }
+
+/* ------------------------------------------------------------ GroupedMatmul */
+/* GroupedMatmul in the modes ir_gmm_info accepts (sappc.h):
+ *   group_type -1: y_i = x_i w_i for each pair of the lists;
+ *   group_type 0: one x (M, K) whose rows [gl[i-1], gl[i]) (gl cumulative,
+ *     gl[-1] = 0) multiply weight i, one (E, K, N) or E of (K, N); rows
+ *     after gl[E-1] are zero in y (M, N);
+ *   group_type 2: one x (M, Kt) and one w (Kt, N): y[i] (E, M, N) is the
+ *     product over the shared indices [gl[i-1], gl[i]).
+ * The definitions of MindSpore's GroupedMatmul (mindspore-ai/mindspore,
+ * ops/op_def/yaml: y_i = x_i weight_i per group; group_list the
+ * cumulative sizes, as CANN's aclnnGroupedMatmul documents it).  A
+ * group_list that decreases or overruns the grouped axis is an error. */
+static SimTensor *list_elem(const SimValue *l, uint32_t k)
+{
+	return l && l->kind == SV_TUPLE && k < l->n && l->elems[k] && l->elems[k]->kind == SV_TENSOR ? l->elems[k]->t
+	                                                                                             : NULL;
+}
+
+SimValue *k_grouped_matmul(Ctx *c)
+{
+	SimValue *xl = sim_arg(c, 0), *wl = xl ? sim_arg(c, 1) : NULL;
+	if (!wl)
+		return NULL;
+	if (xl->kind != SV_TUPLE || wl->kind != SV_TUPLE || !xl->n || !wl->n || !list_elem(xl, 0) || !list_elem(wl, 0))
+		return FAILV("GroupedMatmul takes lists of x and of weights");
+	int64_t split = 0, gtype = -1;
+	sim_ints(c, 8, "split_item", &split, 1);
+	sim_ints(c, 9, "group_type", &gtype, 1);
+	SimTensor *gl = opt_tensor(c, 7);
+	if (c->r->failed)
+		return NULL;
+	if (gtype == -1) {
+		if (xl->n != wl->n || gl)
+			return FAILV("GroupedMatmul without grouping takes as many x as weights and no group_list");
+		SimValue *t = sim_val_tuple(c->r, xl->n);
+		for (uint32_t k = 0; k < xl->n; k++) {
+			SimTensor *x = list_elem(xl, k), *w = list_elem(wl, k);
+			if (!x || !w || x->ndim < 2 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[0])
+				return FAILV("GroupedMatmul pair %u: x (.., K) and weight (K, N) do not fit", k);
+			int64_t K = w->shape[0], N = w->shape[1], rows = K ? x->numel / K : 0, d[MAX_RANK];
+			memcpy(d, x->shape, (size_t)x->ndim * sizeof *d);
+			d[x->ndim - 1] = N;
+			SimTensor *y = sim_tensor_new(c->r, x->dtype, x->ndim, d);
+			if (!y)
+				return NULL;
+			for (int64_t i = 0; i < rows; i++)
+				for (int64_t j = 0; j < N; j++) {
+					double acc = 0;
+					for (int64_t q = 0; q < K; q++)
+						acc += (double)x->data[i * K + q] * w->data[q * N + j];
+					y->data[i * N + j] = (float)acc;
+				}
+			t->elems[k] = sim_val_tensor(c->r, y);
+		}
+		return t;
+	}
+	SimTensor *x = list_elem(xl, 0);
+	if (!gl || gl->ndim != 1 || x->ndim != 2 || (gtype != 0 && gtype != 2))
+		return FAILV("grouped GroupedMatmul takes a 2-D x, a 1-D group_list and group_type 0 or 2");
+	int64_t M = x->shape[0], Kx = x->shape[1], E = gl->numel, lim = gtype == 0 ? M : Kx;
+	for (int64_t i = 0; i < E; i++) {
+		int64_t lo = i ? (int64_t)gl->data[i - 1] : 0, hi = (int64_t)gl->data[i];
+		if (hi < lo || hi > lim)
+			return FAILV(
+			    "GroupedMatmul group_list[%lld] = %lld: the cumulative counts must not decrease nor "
+			    "pass %lld",
+			    (long long)i, (long long)hi, (long long)lim);
+	}
+	SimValue *t = sim_val_tuple(c->r, 1);
+	if (gtype == 2) {
+		SimTensor *w = list_elem(wl, 0);
+		if (wl->n != 1 || !w || w->ndim != 2 || w->shape[0] != Kx)
+			return FAILV("GroupedMatmul group_type 2 takes one (%lld, N) weight", (long long)Kx);
+		int64_t N = w->shape[1], d[3] = {E, M, N};
+		SimTensor *y = sim_tensor_new(c->r, x->dtype, 3, d);
+		if (!y)
+			return NULL;
+		for (int64_t g = 0; g < E; g++) {
+			int64_t lo = g ? (int64_t)gl->data[g - 1] : 0, hi = (int64_t)gl->data[g];
+			for (int64_t i = 0; i < M; i++)
+				for (int64_t j = 0; j < N; j++) {
+					double acc = 0;
+					for (int64_t q = lo; q < hi; q++)
+						acc += (double)x->data[i * Kx + q] * w->data[q * N + j];
+					y->data[(g * M + i) * N + j] = (float)acc;
+				}
+		}
+		t->elems[0] = sim_val_tensor(c->r, y);
+		return t;
+	}
+	SimTensor *w0 = list_elem(wl, 0);
+	int stacked = wl->n == 1 && w0->ndim == 3;
+	if (stacked ? w0->shape[0] != E || w0->shape[1] != Kx : wl->n != (uint32_t)E)
+		return FAILV("GroupedMatmul: the weights do not fit %lld groups of %lld columns", (long long)E,
+		             (long long)Kx);
+	int64_t N = w0->shape[w0->ndim - 1], d[2] = {M, N};
+	SimTensor *y = sim_tensor_new(c->r, x->dtype, 2, d);
+	if (!y)
+		return NULL;
+	memset(y->data, 0, (size_t)y->numel * sizeof *y->data);
+	for (int64_t g = 0; g < E; g++) {
+		SimTensor *w = stacked ? w0 : list_elem(wl, (uint32_t)g);
+		if (!w || (!stacked && (w->ndim != 2 || w->shape[0] != Kx || w->shape[1] != N)))
+			return FAILV("GroupedMatmul weight %lld is not (%lld, %lld)", (long long)g, (long long)Kx,
+			             (long long)N);
+		const float *wd = stacked ? w->data + g * Kx * N : w->data;
+		int64_t lo = g ? (int64_t)gl->data[g - 1] : 0, hi = (int64_t)gl->data[g];
+		for (int64_t i = lo; i < hi; i++)
+			for (int64_t j = 0; j < N; j++) {
+				double acc = 0;
+				for (int64_t q = 0; q < Kx; q++)
+					acc += (double)x->data[i * Kx + q] * wd[q * N + j];
+				y->data[i * N + j] = (float)acc;
+			}
+	}
+	t->elems[0] = sim_val_tensor(c->r, y);
+	return t;
+}

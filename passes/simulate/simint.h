@@ -167,6 +167,7 @@ SimValue *k_scatter_div(Ctx *c); /* in backward.c's table: writes its variable *
 SimValue *k_random_choice(Ctx *c);
 SimValue *k_moe_init_routing(Ctx *c);
 SimValue *k_moe_finalize_routing(Ctx *c);
+SimValue *k_grouped_matmul(Ctx *c);
 
 /* ----------------------------------------------------------- backward.c */
 /* The kernel of an operator known by name: the backward operators of the

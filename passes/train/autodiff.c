@@ -146,9 +146,13 @@ static int wants(const Ad *a, const Node *n, uint32_t k)
 	return needs(a, arg_node(n, k));
 }
 
+static int gmm_differentiable(const Node *n);
+
 static int rule_kind(const Node *n)
 {
 	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+		return RULE_NONE;
+	if (n->op == OP_GroupedMatmul && !gmm_differentiable(n))
 		return RULE_NONE;
 	return rules[n->op].kind;
 }
@@ -1581,6 +1585,72 @@ static GV none_gv(void)
 static GV arg_or_none(const Node *n, uint32_t k)
 {
 	return k < n->nargs ? gv_arg(n, k) : none_gv();
+}
+
+/* ------------------------------------------------------------ GroupedMatmul */
+
+/* MindSpore builds GroupedMatmul's bprop for one form only (mindspore-ai/
+ * mindspore, mindspore/ccsrc/frontend/expander/bprop/grad_ops/
+ * grad_math_ops.cc, and the note of its op definition): split_item 3,
+ * group_type 0, no bias or quantization operands, no transposes.  sappc
+ * builds it for one x and one stacked (E, K, N) weight, both lists made
+ * here (MakeTuple); any other form has no gradient rule. */
+static int gmm_differentiable(const Node *n)
+{
+	GmmInfo gi;
+	char why[8];
+	return ir_gmm_info(n, &gi, why, sizeof why) == 1 && gi.split_item == 3 && gi.group_type == 0 && gi.nx == 1 &&
+	       gi.nw == 1 && gi.wstack && ir_node_is_op(arg_node(n, 0), OP_MakeTuple) &&
+	       ir_node_is_op(arg_node(n, 1), OP_MakeTuple);
+}
+
+/* GroupedMatmul([p], [q], None x5, group_list, 3, type, False, False)
+ * and its single result (an element of the list it gives) */
+static GV gmm_call(Ad *a, int gop, GV p, GV q, GV gl, int64_t type, const Abs *out)
+{
+	Abs pa = lower_abs_tuple_tensors(a->m, &p.a, 1), qa = lower_abs_tuple_tensors(a->m, &q.a, 1);
+	Abs oa = lower_abs_tuple_tensors(a->m, out, 1);
+	Node *mp = op1(a, OP_MakeTuple, p, &pa), *mq = op1(a, OP_MakeTuple, q, &qa);
+	Node *c = emit(a, gop, 12, &oa);
+	set(c, 0, gv_node(mp));
+	set(c, 1, gv_node(mq));
+	for (uint32_t k = 2; k <= 6; k++)
+		set(c, k, none_gv());
+	set(c, 7, gl);
+	set(c, 8, c_int(3));
+	set(c, 9, c_int(type));
+	set(c, 10, c_bool(0));
+	set(c, 11, c_bool(0));
+	return gv_node(op2(a, OP_TupleGetItem, gv_node(c), c_int(0), out));
+}
+
+/* dx = GroupedMatmul([dy], [w^T]) grouped by rows as the forward (w^T:
+ * each expert's (N, K)); dw = GroupedMatmul([x^T], [dy]) grouped along
+ * the shared row axis (group_type 2), an (E, K, N) like the weight.  The
+ * gradients go to element 0 of the x and weight lists.  On a rank the
+ * blocks are local: dy (M, N/n), w (E, K/k, N/n), x (M, K/k). */
+static void bp_gmm(Ad *a, Node *n, const GV *g, int gop)
+{
+	Node *xl = arg_node(n, 0), *wl = arg_node(n, 1);
+	if (!g[0].set || !xl || !wl)
+		return;
+	GV x = gv_arg(xl, 0), w = gv_arg(wl, 0), gl = gv_arg(n, 7);
+	Abs xa = tensor_abs(&x), wa = tensor_abs(&w);
+	int64_t xd[MAX_RANK], wd[MAX_RANK];
+	if (dims_of(&xa, xd) != 2 || dims_of(&wa, wd) != 3)
+		return;
+	if (wants(a, n, 0)) {
+		int64_t perm[3] = {0, 2, 1}, td[3] = {wd[0], wd[2], wd[1]};
+		Abs ta = tensor_like(a, &wa, td, 3);
+		Node *wt = op2(a, OP_Transpose, w, c_ints(a, perm, 3), &ta);
+		give_elem(a, xl, 0, gmm_call(a, gop, g[0], gv_node(wt), gl, 0, &xa));
+	}
+	if (wants(a, n, 1)) {
+		int64_t perm[2] = {1, 0}, td[2] = {xd[1], xd[0]};
+		Abs ta = tensor_like(a, &xa, td, 2);
+		Node *xt = op2(a, OP_Transpose, x, c_ints(a, perm, 2), &ta);
+		give_elem(a, wl, 0, gmm_call(a, gop, gv_node(xt), g[0], gl, 2, &wa));
+	}
 }
 
 /* FlashAttentionScore -> (softmax_max, softmax_sum, softmax_out,

@@ -332,6 +332,47 @@ static int gen(const Node *n, St *t, int64_t N)
 		return 0;
 	case FAM_UNSPLIT:
 		return 0; /* RandomChoiceWithMask, MoE routing: all ones */
+	case FAM_GMM: {
+		/* GroupedMatmul: x's leading dimensions (whole under a group_list),
+		 * K shared by x and the weights, the weights' N; every element of
+		 * a list alike, the experts and group_list whole; group_type 2 all
+		 * ones */
+		GmmInfo gi;
+		char why[8];
+		if (ir_gmm_info(n, &gi, why, sizeof why) != 1 || t->nt != gi.nx + gi.nw + gi.grouped)
+			return -1;
+		if (gi.group_type == 2)
+			return 0;
+		int X = 0, W = gi.nx, rx = t->rk[X], rw = t->rk[W];
+		int64_t v[MAX_RANK];
+		for (int i = 0; i < rx - 1; i++)
+			v[i] = gi.grouped ? 1 : pick(t->shp[X][i], &b);
+		int64_t kk = pick(t->shp[X][rx - 1], &b), nn = pick(t->shp[W][rw - 1], &b);
+		for (int k = 0; k < gi.nx + gi.nw; k++) {
+			int r = t->rk[k], isx = k < W;
+			if (r != (isx ? rx : rw))
+				return -1;
+			for (int i = 0; isx && i < r - 1; i++)
+				if (t->shp[k][i] % v[i])
+					v[i] = 1;
+			if (t->shp[k][isx ? r - 1 : r - 2] % kk)
+				kk = 1;
+			if (!isx && t->shp[k][r - 1] % nn)
+				nn = 1;
+		}
+		for (int k = 0; k < gi.nx + gi.nw; k++) {
+			int r = t->rk[k];
+			if (k < W) {
+				for (int i = 0; i < r - 1; i++)
+					t->s[k][i] = v[i];
+				t->s[k][r - 1] = kk;
+			} else {
+				t->s[k][r - 2] = kk;
+				t->s[k][r - 1] = nn;
+			}
+		}
+		return 0;
+	}
 	case FAM_PRELU:
 		if (t->nt != 2 || t->rk[0] < 2 || t->rk[1] != 1)
 			return -1;
@@ -392,15 +433,35 @@ int main(int argc, char **argv)
 		if (fam == FAM_CONCAT && n->nargs && n->args[0].kind == V_NODE &&
 		    ir_node_is_op(n->args[0].u.node, OP_MakeTuple))
 			src = n->args[0].u.node;
-		for (uint32_t k = 0; k < src->nargs && t.nt < MAXT; k++) {
-			const Abs *a = ir_in_abs(src, k);
-			if (!a || !a->is_tensor || a->shape.kind != SK_DIMS)
+		/* GroupedMatmul: the elements of its x and weight lists, then
+		 * group_list */
+		const Node *srcs[3] = {src, NULL, NULL};
+		uint32_t only[3] = {UINT32_MAX, UINT32_MAX, UINT32_MAX};
+		if (fam == FAM_GMM) {
+			for (uint32_t l = 0; l < 2; l++)
+				srcs[l] = l < n->nargs && n->args[l].kind == V_NODE &&
+				                  ir_node_is_op(n->args[l].u.node, OP_MakeTuple)
+				              ? n->args[l].u.node
+				              : NULL;
+			if (!srcs[0] || !srcs[1])
 				continue;
-			if (src->args[k].kind != V_NODE && (src != n || src->args[k].kind != V_CALL))
-				continue;
-			t.rk[t.nt] = a->shape.rank;
-			t.op[t.nt] = (int)k;
-			t.shp[t.nt++] = a->shape.dims;
+			srcs[2] = n;
+			only[2] = 7;
+		}
+		for (int l = 0; l < 3 && srcs[l]; l++) {
+			src = srcs[l];
+			for (uint32_t k = 0; k < src->nargs && t.nt < MAXT; k++) {
+				if (only[l] != UINT32_MAX && k != only[l])
+					continue;
+				const Abs *a = ir_in_abs(src, k);
+				if (!a || !a->is_tensor || a->shape.kind != SK_DIMS)
+					continue;
+				if (src->args[k].kind != V_NODE && (src != n || src->args[k].kind != V_CALL))
+					continue;
+				t.rk[t.nt] = a->shape.rank;
+				t.op[t.nt] = (int)k;
+				t.shp[t.nt++] = a->shape.dims;
+			}
 		}
 		/* the generated strategy replaces any given one (suffix or attribute) */
 		for (AttrList *l = &n->strat; l; l = l == &n->strat ? &n->pattrs : NULL)

@@ -2,8 +2,9 @@
 # property.sh - property test of the parallel lowering by numbers; prints TAP.
 #
 # For the samples (ir-samples/, with llama_layer.ir replaced by its small
-# variant), the CNN, operator-family and scatter/MoE graphs of
-# testsuite/lower/ and small generated transformers,
+# variant), the CNN, operator-family, scatter/MoE and GroupedMatmul graphs of
+# testsuite/lower/, the GroupedMatmul training step of testsuite/train/ and
+# small generated transformers,
 # every operator gets a random valid strategy (randstrat) for N devices,
 # N from 1 to 16, and `sappc --simulate --parallel-mode=semi_auto` must
 # find that every rank computes its slice of the single-device values and
@@ -58,7 +59,8 @@ run_case() {
 
 inputs=()
 for f in "$top"/ir-samples/*.ir "$top"/testsuite/simulate/llama_small.ir "$top"/testsuite/lower/cnn_hybrid.ir \
-	"$top"/testsuite/lower/families.ir "$top"/testsuite/lower/scatter_moe.ir; do
+	"$top"/testsuite/lower/families.ir "$top"/testsuite/lower/scatter_moe.ir "$top"/testsuite/lower/gmm.ir \
+	"$top"/testsuite/train/gmm_step.ir; do
 	[ -f "$f" ] || continue
 	case $(basename "$f") in llama_layer.ir) continue ;; esac
 	inputs+=("$f")
@@ -99,7 +101,7 @@ for f in "$tmp/gen1.ir" "$tmp/gen2.ir"; do
 done
 # the search's own plans, and the search around user strategies
 for f in "$top"/ir-samples/interfered_add.ir "$top"/ir-samples/sapp_mlp.ir "$top"/ir-samples/hybrid_mlp.ir \
-	"$top"/testsuite/lower/families.ir "$top"/testsuite/lower/scatter_moe.ir; do
+	"$top"/testsuite/lower/families.ir "$top"/testsuite/lower/scatter_moe.ir "$top"/testsuite/lower/gmm.ir; do
 	[ -f "$f" ] || continue
 	for mode in "" --interfered "--interfered --enable-parallel-optimizer"; do
 		# shellcheck disable=SC2086

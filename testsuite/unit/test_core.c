@@ -489,6 +489,121 @@ static void test_scatter_moe(void **state)
 	}
 }
 
+/* GroupedMatmul (ir_gmm_info): the shapes of its three modes (rows
+ * grouped by a cumulative group_list over stacked weights, independent
+ * pairs, groups along the shared axis), the forms it refuses, and verify
+ * accepting list operands for it and checking its declared list. */
+static void test_gmm(void **state)
+{
+	(void)state;
+	assert_int_equal(op_lookup("GroupedMatmul", 13), OP_GroupedMatmul);
+	assert_int_equal(op_table[OP_GroupedMatmul].family, FAM_GMM);
+#define GMM_TAIL "<None, NoShape>, <None, NoShape>, <None, NoShape>, <None, NoShape>, <None, NoShape>, "
+	static const char text[] =
+	    "%para1_x: <Tensor[Float32], (10, 8)>\n"
+	    "%para2_w: <Tensor[Float32], (3, 8, 4)>\n"
+	    "%para3_g: <Tensor[Int64], (3)>\n"
+	    "%para4_a: <Tensor[Float32], (2, 5, 8)>\n"
+	    "%para5_b: <Tensor[Float32], (8, 6)>\n"
+	    "%para6_h: <Tensor[Int64], (2)>\n"
+	    "  %0(xl) = MakeTuple(%para1_x)\n"
+	    "      : (<Tensor[Float32], (10, 8)>) -> (<Tuple[Tensor[Float32]], TupleShape((10, 8))>)\n"
+	    "  %1(wl) = MakeTuple(%para2_w)\n"
+	    "      : (<Tensor[Float32], (3, 8, 4)>) -> (<Tuple[Tensor[Float32]], TupleShape((3, 8, 4))>)\n"
+	    "  %2(al) = MakeTuple(%para4_a)\n"
+	    "      : (<Tensor[Float32], (2, 5, 8)>) -> (<Tuple[Tensor[Float32]], TupleShape((2, 5, 8))>)\n"
+	    "  %3(bl) = MakeTuple(%para5_b)\n"
+	    "      : (<Tensor[Float32], (8, 6)>) -> (<Tuple[Tensor[Float32]], TupleShape((8, 6))>)\n"
+	    "  %4(rows) = GroupedMatmul(%0, %1, None, None, None, None, None, %para3_g, I64(3), I64(0), Bool(0), "
+	    "Bool(0))\n"
+	    "      : (<Tuple[Tensor[Float32]], TupleShape((10, 8))>, <Tuple[Tensor[Float32]], TupleShape((3, 8, "
+	    "4))>, " GMM_TAIL
+	    "<Tensor[Int64], (3)>, <Int64, NoShape>, <Int64, NoShape>, <Bool, NoShape>, <Bool, NoShape>) -> "
+	    "(<Tuple[Tensor[Float32]], TupleShape((10, 4))>)\n"
+	    "  %5(pairs) = GroupedMatmul(%2, %3, None, None, None, None, None, None, I64(0), I64(-1), Bool(0), "
+	    "Bool(0))\n"
+	    "      : (<Tuple[Tensor[Float32]], TupleShape((2, 5, 8))>, <Tuple[Tensor[Float32]], TupleShape((8, "
+	    "6))>, " GMM_TAIL
+	    "<None, NoShape>, <Int64, NoShape>, <Int64, NoShape>, <Bool, NoShape>, <Bool, NoShape>) -> "
+	    "(<Tuple[Tensor[Float32]], TupleShape((2, 5, 6))>)\n"
+	    "  %6(shared) = GroupedMatmul(%0, %3, None, None, None, None, None, %para3_g, I64(3), I64(2), Bool(0), "
+	    "Bool(0))\n"
+	    "      : (<Tuple[Tensor[Float32]], TupleShape((10, 8))>, <Tuple[Tensor[Float32]], TupleShape((8, "
+	    "6))>, " GMM_TAIL
+	    "<Tensor[Int64], (3)>, <Int64, NoShape>, <Int64, NoShape>, <Bool, NoShape>, <Bool, NoShape>) -> "
+	    "(<Tuple[Tensor[Float32]], TupleShape((3, 10, 6))>)\n"
+	    "  %7(tb) = GroupedMatmul(%0, %1, None, None, None, None, None, %para3_g, I64(3), I64(0), Bool(0), "
+	    "Bool(1))\n"
+	    "  %8(two) = GroupedMatmul(%0, %1, None, None, None, None, None, %para6_h, I64(3), I64(0), Bool(0), "
+	    "Bool(0))\n"
+	    "      : (<Tuple[Tensor[Float32]], TupleShape((10, 8))>, <Tuple[Tensor[Float32]], TupleShape((3, 8, "
+	    "4))>, " GMM_TAIL
+	    "<Tensor[Int64], (2)>, <Int64, NoShape>, <Int64, NoShape>, <Bool, NoShape>, <Bool, NoShape>) -> "
+	    "(<Tuple[Tensor[Float32]], TupleShape((10, 4))>)\n"
+	    "  %9(bias) = GroupedMatmul(%0, %1, %3, None, None, None, None, %para3_g, I64(3), I64(0), Bool(0), "
+	    "Bool(0))\n"
+	    "      : (<Tuple[Tensor[Float32]], TupleShape((10, 8))>, <Tuple[Tensor[Float32]], TupleShape((3, 8, 4))>, "
+	    "<Tuple[Tensor[Float32]], TupleShape((8, 6))>, <None, NoShape>, <None, NoShape>, <None, NoShape>, <None, "
+	    "NoShape>, <Tensor[Int64], (3)>, <Int64, NoShape>, <Int64, NoShape>, <Bool, NoShape>, <Bool, NoShape>) -> "
+	    "(<Tuple[Tensor[Float32]], TupleShape((10, 4))>)\n"
+	    "  %10(split) = GroupedMatmul(%2, %3, None, None, None, None, None, None, I64(1), I64(-1), Bool(0), "
+	    "Bool(0))\n"
+	    "      : (<Tuple[Tensor[Float32]], TupleShape((2, 5, 8))>, <Tuple[Tensor[Float32]], TupleShape((8, "
+	    "6))>, " GMM_TAIL
+	    "<None, NoShape>, <Int64, NoShape>, <Int64, NoShape>, <Bool, NoShape>, <Bool, NoShape>) -> "
+	    "(<Tuple[Tensor[Float32]], TupleShape((2, 5, 6))>)\n"
+	    "  Return(%4)\n";
+	diag_set_quiet(1);
+	Module *m = parse(text, 0);
+	assert_non_null(m);
+	Node **a = ir_entry(m)->nodes.a;
+	GmmInfo gi;
+	char why[256];
+	assert_int_equal(ir_gmm_info(a[4], &gi, why, sizeof why), 1);
+	assert_int_equal(gi.nout * 10000 + gi.orank[0] * 1000 + gi.out[0][0] * 10 + gi.out[0][1], 12104);
+	assert_true(gi.grouped && gi.wstack && gi.groups == 3 && gi.nx == 1 && gi.nw == 1);
+	assert_int_equal(ir_gmm_info(a[5], &gi, why, sizeof why), 1);
+	assert_int_equal(gi.orank[0] * 1000 + gi.out[0][0] * 100 + gi.out[0][1] * 10 + gi.out[0][2], 3256);
+	assert_false(gi.grouped);
+	assert_int_equal(ir_gmm_info(a[6], &gi, why, sizeof why), 1);
+	assert_int_equal(gi.orank[0] * 10000 + gi.out[0][0] * 1000 + gi.out[0][1] * 10 + gi.out[0][2], 33106);
+	assert_int_equal(ir_gmm_info(a[7], &gi, why, sizeof why), -1);
+	assert_non_null(strstr(why, "transposed"));
+	assert_int_equal(ir_gmm_info(a[8], &gi, why, sizeof why), -1); /* 3 stacked experts, 2 groups */
+	assert_non_null(strstr(why, "does not fit 2 groups"));
+	assert_int_equal(ir_gmm_info(a[9], &gi, why, sizeof why), -1);
+	assert_non_null(strstr(why, "operand 3 (bias"));
+	assert_int_equal(ir_gmm_info(a[10], &gi, why, sizeof why), -1);
+	assert_non_null(strstr(why, "split_item 1"));
+	ir_module_free(m);
+	/* verify takes the list operands and checks the declared list */
+	for (int bad = 0; bad < 2; bad++) {
+		char t2[2048];
+		snprintf(
+		    t2, sizeof t2,
+		    "%%para1_x: <Tensor[Float32], (10, 8)>\n"
+		    "%%para2_w: <Tensor[Float32], (3, 8, 4)>\n"
+		    "%%para3_g: <Tensor[Int64], (3)>\n"
+		    "  %%0(xl) = MakeTuple(%%para1_x)\n"
+		    "      : (<Tensor[Float32], (10, 8)>) -> (<Tuple[Tensor[Float32]], TupleShape((10, 8))>)\n"
+		    "  %%1(wl) = MakeTuple(%%para2_w)\n"
+		    "      : (<Tensor[Float32], (3, 8, 4)>) -> (<Tuple[Tensor[Float32]], TupleShape((3, 8, 4))>)\n"
+		    "  %%2(y) = GroupedMatmul(%%0, %%1, None, None, None, None, None, %%para3_g, I64(3), I64(0), "
+		    "Bool(0), Bool(0))\n"
+		    "      : (<Tuple[Tensor[Float32]], TupleShape((10, 8))>, <Tuple[Tensor[Float32]], TupleShape((3, "
+		    "8, 4))>, " GMM_TAIL "<Tensor[Int64], (3)>, <Int64, NoShape>, <Int64, NoShape>, <Bool, NoShape>, "
+		    "<Bool, NoShape>) -> (<Tuple[Tensor[Float32]], TupleShape((10, %d))>)\n"
+		    "  Return(%%2)\n"
+		    "      : (<Tuple[Tensor[Float32]], TupleShape((10, %d))>)\n",
+		    bad ? 8 : 4, bad ? 8 : 4);
+		m = parse(t2, 0);
+		assert_non_null(m);
+		assert_int_equal(pass_verify(m, NULL), bad);
+		ir_module_free(m);
+	}
+#undef GMM_TAIL
+}
+
 /* FlashAttentionScore / PromptFlashAttention (ir_attention_info): each
  * layout's batch/sequence/heads positions, grouped key/value heads, the
  * output shapes, and the operands it refuses. */
@@ -771,6 +886,7 @@ int main(void)
 	    cmocka_unit_test(test_parse_minimal), cmocka_unit_test(test_infer),
 	    cmocka_unit_test(test_attention_shapes), cmocka_unit_test(test_values),
 	    cmocka_unit_test(test_getnext),     cmocka_unit_test(test_scatter_moe),
+	    cmocka_unit_test(test_gmm),
 	    cmocka_unit_test(test_fragment),    cmocka_unit_test(test_keymap),
 	    cmocka_unit_test(test_fmt_int),     cmocka_unit_test(test_defer),
 	    cmocka_unit_test(test_output_set),  cmocka_unit_test(test_clone),

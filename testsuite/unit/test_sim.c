@@ -459,6 +459,74 @@ static void test_llm_ops2(void **state)
 /* ScatterDiv (a repeated index divides twice), MoeInitRouting and
  * MoeFinalizeRouting on a 2-token, top-2, 2-expert routing, by hand; and
  * RandomChoiceWithMask's draw: true cells only, distinct, the same twice. */
+/* GroupedMatmul's three modes on hand-computed values, and a group_list
+ * that decreases refused */
+static void test_grouped_matmul(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_x: <Tensor[Float32], (4, 2)>\n"
+	                  "%para2_w: <Tensor[Float32], (2, 2, 1)>\n"
+	                  "%para3_g: <Tensor[Int64], (2)>\n"
+	                  "%para4_w0: <Tensor[Float32], (2, 1)>\n"
+	                  "%para5_w1: <Tensor[Float32], (2, 1)>\n"
+	                  "%para6_a: <Tensor[Float32], (1, 2, 2)>\n"
+	                  "%para7_wa: <Tensor[Float32], (2, 3)>\n"
+	                  "%para8_b: <Tensor[Float32], (1, 2)>\n"
+	                  "%para9_wb: <Tensor[Float32], (2, 1)>\n"
+	                  "%para10_s: <Tensor[Float32], (2, 3)>\n"
+	                  "%para11_ws: <Tensor[Float32], (3, 2)>\n"
+	                  "%para12_h: <Tensor[Int64], (2)>\n"
+	                  "  %0(xl) = MakeTuple(%para1_x)\n"
+	                  "  %1(wl) = MakeTuple(%para2_w)\n"
+	                  "  %2(y) = GroupedMatmul(%0, %1, None, None, None, None, None, %para3_g, I64(3), I64(0), "
+	                  "Bool(0), Bool(0))\n"
+	                  "  %3(y0) = TupleGetItem(%2, I64(0))\n"
+	                  "  %4(ws) = MakeTuple(%para4_w0, %para5_w1)\n"
+	                  "  %5(z) = GroupedMatmul(%0, %4, None, None, None, None, None, %para3_g, I64(3), I64(0), "
+	                  "Bool(0), Bool(0))\n"
+	                  "  %6(z0) = TupleGetItem(%5, I64(0))\n"
+	                  "  %7(xs) = MakeTuple(%para6_a, %para8_b)\n"
+	                  "  %8(wp) = MakeTuple(%para7_wa, %para9_wb)\n"
+	                  "  %9(p) = GroupedMatmul(%7, %8, None, None, None, None, None, None, I64(0), I64(-1), "
+	                  "Bool(0), Bool(0))\n"
+	                  "  %10(p0) = TupleGetItem(%9, I64(0))\n"
+	                  "  %11(p1) = TupleGetItem(%9, I64(1))\n"
+	                  "  %12(sl) = MakeTuple(%para10_s)\n"
+	                  "  %13(sw) = MakeTuple(%para11_ws)\n"
+	                  "  %14(k) = GroupedMatmul(%12, %13, None, None, None, None, None, %para12_h, I64(3), I64(2), "
+	                  "Bool(0), Bool(0))\n"
+	                  "  %15(k0) = TupleGetItem(%14, I64(0))\n"
+	                  "  Return(%15)\n");
+	static const float x[] = {1, 2, 3, 4, 5, 6, 7, 8}, w[] = {1, 1, 2, -1}, g[] = {1, 3};
+	static const float w0[] = {1, 1}, w1[] = {2, -1};
+	static const float a[] = {1, 2, 3, 4}, wa[] = {1, 0, 1, 0, 1, 1}, b[] = {5, 6}, wb[] = {1, 1};
+	static const float sx[] = {1, 2, 3, 4, 5, 6}, sw[] = {1, 0, 0, 1, 1, 1}, h[] = {2, 3};
+	In in[] = {IN("x", x),   IN("w", w), IN("g", g),   IN("w0", w0), IN("w1", w1), IN("a", a),
+	           IN("wa", wa), IN("b", b), IN("wb", wb), IN("s", sx),  IN("ws", sw), IN("h", h)};
+	SimRun *r = run(m, in, 12);
+	/* group_list (1, 3): row 0 by expert 0 (sums its pair), rows 1-2 by
+	 * expert 1 (2 a - b), row 3 after the last group: zero */
+	EXPECT(r, m, 3, S(4, 1), S(3, 2, 4, 0));
+	EXPECT(r, m, 6, S(4, 1), S(3, 2, 4, 0)); /* the same experts as a list */
+	/* pairs: (1,2)(3,4) times (1,0,1; 0,1,1); (5,6) times (1; 1) */
+	EXPECT(r, m, 10, S(1, 2, 3), S(1, 2, 3, 3, 4, 7));
+	EXPECT(r, m, 11, S(1, 1), S(11));
+	/* group_type 2, group_list (2, 3): the shared indices {0, 1}, then {2} */
+	EXPECT(r, m, 15, S(2, 2, 2), S(1, 2, 4, 5, 3, 3, 6, 6));
+	sim_free(r);
+	/* cumulative counts that decrease are no group_list */
+	SimOptions o = {0};
+	o.max_mb = 64;
+	r = sim_new(&m, 1, &o);
+	static const float bad[] = {3, 1};
+	for (int i = 0; i < 12; i++)
+		assert_int_equal(sim_set_input(r, 0, in[i].name, i == 2 ? bad : in[i].v, in[i].n), 0);
+	assert_int_not_equal(sim_exec(r), 0);
+	assert_non_null(strstr(sim_error(r), "group_list[1] = 1: the cumulative counts must not decrease"));
+	sim_free(r);
+	ir_module_free(m);
+}
+
 static void test_scatter_moe_ops(void **state)
 {
 	(void)state;
@@ -1594,6 +1662,7 @@ int main(void)
 	    cmocka_unit_test(test_llm_ops),
 	    cmocka_unit_test(test_llm_ops2),
 	    cmocka_unit_test(test_scatter_moe_ops),
+	    cmocka_unit_test(test_grouped_matmul),
 	    cmocka_unit_test(test_conv_pool),
 	    cmocka_unit_test(test_losses_virtual),
 	    cmocka_unit_test(test_backward_kernels),
