@@ -434,6 +434,17 @@ static uint32_t opt_segment(const Graph *gr, uint32_t i, Sym *dir, const char *f
  * node's directory is interned once, and the depth search and the prefix
  * of each directory work on the distinct directories only (a 150 000
  * operator graph has some 20 000), never on every node at every depth. */
+/* n joins box g: its count, and its kind of communication */
+static void group_add(Group *g, const Node *n)
+{
+	g->count++;
+	Kind kd = kind_of(n);
+	if (kd == K_COMM || kd == K_P2P || (kd == K_REDIST && ir_opinfo(n)->family == FAM_COMM)) {
+		g->comm++;
+		g->ncomm_kind[comm_kind(n)]++;
+	}
+}
+
 /* A step of K micro-batches repeats one network K times: micro-batch 0
  * is drawn whole, every other micro-batch is one box per phase ("micro-batch
  * i": its forward, its backward).  A node's micro-batch is its primal
@@ -474,13 +485,7 @@ static int collapse_micro(const Module *m, Group **out)
 				*gx = (int32_t)groups.n;
 				vec_push(&groups, g);
 			}
-			Group *g = &groups.a[*gx];
-			g->count++;
-			Kind kd = kind_of(n);
-			if (kd == K_COMM || kd == K_P2P || (kd == K_REDIST && ir_opinfo(n)->family == FAM_COMM)) {
-				g->comm++;
-				g->ncomm_kind[comm_kind(n)]++;
-			}
+			group_add(&groups.a[*gx], n);
 			n->mark = (uint32_t)*gx + 1;
 		}
 	free(gix);
@@ -561,13 +566,7 @@ static int collapse(const Module *m, const Options *o, Group **out)
 				Group g = {k, 0, 0, {0}, (int)n->id, phase_of(n)};
 				vec_push(&groups, g);
 			}
-			Group *g = &groups.a[*gx];
-			g->count++;
-			Kind kd = kind_of(n);
-			if (kd == K_COMM || kd == K_P2P || (kd == K_REDIST && ir_opinfo(n)->family == FAM_COMM)) {
-				g->comm++;
-				g->ncomm_kind[comm_kind(n)]++;
-			}
+			group_add(&groups.a[*gx], n);
 			n->mark = *gx + 1;
 		}
 	symmap_free(&key_of);

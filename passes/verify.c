@@ -390,11 +390,25 @@ static int check_shape(const Node *n)
 	return 0;
 }
 
+/* declared output k (shape e) of a multi-output operator against the one
+ * its inputs give: 1 reported when they differ */
+static int check_out_elem(const Node *n, int k, const Shape *e, const int64_t *dims, int rank)
+{
+	char lu[160], a[160], b[160];
+	if (e->rank == rank && memcmp(e->dims, dims, (size_t)e->rank * sizeof(int64_t)) == 0)
+		return 0;
+	fmt_dims(a, sizeof a, e->dims, e->rank);
+	fmt_dims(b, sizeof b, dims, rank);
+	diag_error_at(type_loc(n), "%s: declared output %d shape %s, but its inputs give %s", label(n, lu, sizeof lu),
+	              k + 1, a, b);
+	return 1;
+}
+
 /* The attention operators: a layout the operator knows, q/k/v/mask shapes
  * that fit it, and the declared outputs it gives (ir_attention_info). */
 static int check_attention(const Node *n)
 {
-	char lu[160], why[256] = "", a[160], b[160];
+	char lu[160], why[256] = "";
 	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || op_table[n->op].family != FAM_ATTENTION)
 		return 0;
 	AttnInfo ai;
@@ -414,15 +428,8 @@ static int check_attention(const Node *n)
 			              op_table[n->op].name, ai.nout);
 			return 1;
 		}
-		if (ai.orank[k] < 0 || e->kind != SK_DIMS)
-			continue;
-		if (e->rank != ai.orank[k] || memcmp(e->dims, ai.out[k], (size_t)e->rank * sizeof(int64_t)) != 0) {
-			fmt_dims(a, sizeof a, e->dims, e->rank);
-			fmt_dims(b, sizeof b, ai.out[k], ai.orank[k]);
-			diag_error_at(type_loc(n), "%s: declared output %d shape %s, but its inputs give %s",
-			              label(n, lu, sizeof lu), k + 1, a, b);
+		if (ai.orank[k] >= 0 && e->kind == SK_DIMS && check_out_elem(n, k, e, ai.out[k], ai.orank[k]))
 			return 1;
-		}
 	}
 	return 0;
 }
@@ -431,7 +438,7 @@ static int check_attention(const Node *n)
  * of outputs it gives */
 static int check_gmm(const Node *n)
 {
-	char lu[160], why[256] = "", a[160], b[160];
+	char lu[160], why[256] = "";
 	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || op_table[n->op].family != FAM_GMM)
 		return 0;
 	GmmInfo gi;
@@ -451,15 +458,8 @@ static int check_gmm(const Node *n)
 	}
 	for (int k = 0; k < gi.nout; k++) {
 		const Shape *e = &o->sub[k];
-		if (e->kind != SK_DIMS)
-			continue;
-		if (e->rank != gi.orank[k] || memcmp(e->dims, gi.out[k], (size_t)e->rank * sizeof(int64_t)) != 0) {
-			fmt_dims(a, sizeof a, e->dims, e->rank);
-			fmt_dims(b, sizeof b, gi.out[k], gi.orank[k]);
-			diag_error_at(type_loc(n), "%s: declared output %d shape %s, but its inputs give %s",
-			              label(n, lu, sizeof lu), k + 1, a, b);
+		if (e->kind == SK_DIMS && check_out_elem(n, k, e, gi.out[k], gi.orank[k]))
 			return 1;
-		}
 	}
 	return 0;
 }
