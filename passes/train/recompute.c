@@ -799,6 +799,26 @@ int recompute_check_patterns(const Module *m, const Options *o)
 	return bad;
 }
 
+/* whether anything may be recomputed: a --recompute rule, a recompute
+ * attribute set, a `recompute` scope.  A step without any (most) leaves
+ * the pass before it indexes two million nodes (the training step's peak
+ * memory is the bench's target, testsuite/bench/train.sh) */
+static int any_candidate(const Graph *g, const Options *o)
+{
+	if (o->nrecompute_rules)
+		return 1;
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		const Node *n = g->nodes.a[i];
+		if (n->kind != NK_CNODE)
+			continue;
+		if (flag_attr(&n->pattrs, "recompute") == 1 || flag_attr(&ir_node_ext(n)->cattrs, "recompute") == 1)
+			return 1;
+		if (n->scope && n->scope_kind == SCOPE_FULLNAME && starts(sym_str(n->scope), "recompute"))
+			return 1;
+	}
+	return 0;
+}
+
 int pass_recompute(Module *m, const Options *o)
 {
 	Graph *g = ir_entry(m);
@@ -812,7 +832,7 @@ int pass_recompute(Module *m, const Options *o)
 		}
 		return 0;
 	}
-	if (!g || !g->nodes.n)
+	if (!g || !g->nodes.n || !any_candidate(g, o))
 		return 0;
 	Rc r;
 	memset(&r, 0, sizeof r);
