@@ -40,7 +40,7 @@ static void test_bytes(void **state)
 	Module *m = ir_parse("<report>", buf, n, 0);
 	assert_non_null(m);
 	assert_int_equal(pass_verify(m, NULL), 0);
-	ReportConfig c = {8, 0, 8, 100.0, 12.5, 1.0, 5.0, "hccl_world_group"};
+	ReportConfig c = {8, 0, 8, 100.0, 12.5, 1.0, 5.0, "hccl_world_group", 1, SCHED_1F1B};
 	Report *r = calloc(1, sizeof *r);
 	report_collect(m, &c, r);
 	assert_int_equal(r->ncomm, 2);
