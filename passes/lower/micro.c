@@ -61,12 +61,7 @@ typedef struct Micro {
 	Vec(Node *) out;
 } Micro;
 
-static Value micro_attr_value(int i)
-{
-	return value_int(i, NT_I64);
-}
-
-/* n's primal attributes with micro (and the extra ones) set */
+/* primal attribute key of n set to I64(v) */
 static void set_primal(Module *m, Node *n, const char *key, int64_t v)
 {
 	NodeExt *x = ir_node_ext_mut(m, n);
@@ -78,10 +73,8 @@ static void label(Module *m, Node *n, int i)
 {
 	if (n->kind != NK_CNODE)
 		return;
-	NodeExt *x = ir_node_ext_mut(m, n);
-	ir_attr_set(m, &x->primal, "micro", micro_attr_value(i));
-	x->has_primal = 1;
-	lower_order_attrs(&x->primal);
+	set_primal(m, n, "micro", i);
+	lower_order_attrs(&n->x->primal);
 }
 
 /* a copy of n (a new node of the same graph, same everything but its id

@@ -276,15 +276,7 @@ static SimValue *minmax_grad(Ctx *c, int isMax)
 			dx->data[off[0]] += in[2]->data[i];
 		else
 			dy->data[off[1]] += in[2]->data[i];
-		for (int d = nd - 1; d >= 0; d--) {
-			for (int k = 0; k < 2; k++)
-				off[k] += st[k][d];
-			if (++idx[d] < shape[d])
-				break;
-			for (int k = 0; k < 2; k++)
-				off[k] -= st[k][d] * shape[d];
-			idx[d] = 0;
-		}
+		sim_bcast_next(nd, shape, idx, st, off, 0, 2);
 	}
 	return sim_tuple2(c, dx, dy);
 }
@@ -631,23 +623,12 @@ static SimValue *k_rope_grad(Ctx *c)
 	for (int64_t e = 0; e < x->numel; e++) {
 		int64_t i = idx[nd - 1], p;
 		double sign, g = dy->data[e];
-		if (mode == 0)
-			p = i < D / 2 ? e + D / 2 : e - D / 2, sign = i < D / 2 ? -1 : 1;
-		else
-			p = i % 2 == 0 ? e + 1 : e - 1, sign = i % 2 == 0 ? -1 : 1;
+		sign = sim_rope_partner(mode, i, D, e, &p);
 		ax[e] += g * cs[off[1]];
 		ax[p] += sign * g * sn[off[2]];
 		acc[1][off[1]] += g * x->data[e];
 		acc[2][off[2]] += sign * g * x->data[p];
-		for (int d = nd - 1; d >= 0; d--) {
-			for (int k = 1; k < 3; k++)
-				off[k] += st[k][d];
-			if (++idx[d] < shape[d])
-				break;
-			for (int k = 1; k < 3; k++)
-				off[k] -= st[k][d] * shape[d];
-			idx[d] = 0;
-		}
+		sim_bcast_next(nd, shape, idx, st, off, 1, 3);
 	}
 	SimTensor *out[3] = {dx, dc, dsn};
 	for (int k = 0; k < 3; k++) {

@@ -510,15 +510,7 @@ static SimValue *elementwise(Ctx *c, int nin)
 			o->data[i] = x != 0 ? (float)y : in[2]->data[off[2]];
 		else
 			o->data[i] = (float)binary(op, x, y);
-		for (int d = nd - 1; d >= 0; d--) {
-			for (int k = 0; k < nin; k++)
-				off[k] += st[k][d];
-			if (++idx[d] < shape[d])
-				break;
-			for (int k = 0; k < nin; k++)
-				off[k] -= st[k][d] * shape[d];
-			idx[d] = 0;
-		}
+		sim_bcast_next(nd, shape, idx, st, off, 0, nin);
 	}
 	round_to(o);
 	return sim_val_tensor(c->r, o);
@@ -1132,6 +1124,29 @@ static int is_grad_mean(const Node *n)
 	const char *inst = p->instance ? sym_str(p->instance) : "";
 	return (p->op == OP_AllReduce || p->op == OP_ReduceScatter) &&
 	       (strncmp(inst, "grad_mirror", 11) == 0 || strncmp(inst, "grad_parallel_optimizer", 23) == 0);
+}
+
+void sim_bcast_next(int nd, const int64_t *shape, int64_t *idx, int64_t st[][MAX_RANK], int64_t *off, int k0, int k1)
+{
+	for (int d = nd - 1; d >= 0; d--) {
+		for (int k = k0; k < k1; k++)
+			off[k] += st[k][d];
+		if (++idx[d] < shape[d])
+			return;
+		for (int k = k0; k < k1; k++)
+			off[k] -= st[k][d] * shape[d];
+		idx[d] = 0;
+	}
+}
+
+double sim_rope_partner(int64_t mode, int64_t i, int64_t D, int64_t e, int64_t *p)
+{
+	if (mode == 0) {
+		*p = i < D / 2 ? e + D / 2 : e - D / 2;
+		return i < D / 2 ? -1 : 1;
+	}
+	*p = i % 2 == 0 ? e + 1 : e - 1;
+	return i % 2 == 0 ? -1 : 1;
 }
 
 /* the micro-batch a node belongs to (its primal attribute micro), -1 none */

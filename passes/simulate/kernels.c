@@ -988,20 +988,9 @@ SimValue *k_rope(Ctx *c)
 	for (int64_t e = 0; e < o->numel; e++) {
 		int64_t i = idx[nd - 1], p;
 		double sign;
-		if (mode == 0)
-			p = i < D / 2 ? e + D / 2 : e - D / 2, sign = i < D / 2 ? -1 : 1;
-		else
-			p = i % 2 == 0 ? e + 1 : e - 1, sign = i % 2 == 0 ? -1 : 1;
+		sign = sim_rope_partner(mode, i, D, e, &p);
 		o->data[e] = (float)((double)x->data[e] * in[1]->data[off[1]] + sign * x->data[p] * in[2]->data[off[2]]);
-		for (int d = nd - 1; d >= 0; d--) {
-			for (int k = 1; k < 3; k++)
-				off[k] += st[k][d];
-			if (++idx[d] < shape[d])
-				break;
-			for (int k = 1; k < 3; k++)
-				off[k] -= st[k][d] * shape[d];
-			idx[d] = 0;
-		}
+		sim_bcast_next(nd, shape, idx, st, off, 1, 3);
 	}
 	return sim_val_tensor(c->r, o);
 }

@@ -154,6 +154,12 @@ SimValue *k_attention(Ctx *c);
 SimValue *k_attention_grad(Ctx *c); /* FlashAttentionScoreGrad, named in backward.c */
 SimValue *k_rope(Ctx *c);
 SimValue *k_swiglu(Ctx *c);
+/* the next element of a broadcast walk over shape (row-major idx): the
+ * offsets off[k0..k1) move by their strides st[k] */
+void sim_bcast_next(int nd, const int64_t *shape, int64_t *idx, int64_t st[][MAX_RANK], int64_t *off, int k0, int k1);
+/* RoPE's partner of element e (position i of D in the last dimension):
+ * the other half (mode 0) or the neighbour (mode 1); returns its sign */
+double sim_rope_partner(int64_t mode, int64_t i, int64_t D, int64_t e, int64_t *p);
 int sim_rope_operands(Ctx *c, SimTensor **in, uint32_t mode_at, int64_t *mode, int *nd, int64_t *shape,
 		      int64_t (*st)[MAX_RANK]);
 int sim_swiglu_halves(Ctx *c, const SimTensor *x, int at, int *a, int64_t *sh);

@@ -41,8 +41,6 @@
  *   sort then reports a cycle).
  *   Invalidates: nothing.  Linear but for the sort's heap (n log n).
  */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "train.h"
@@ -211,6 +209,24 @@ static void losses(Sch *s)
 	}
 }
 
+/* the sort's order of ready nodes: the earlier step, then the graph's order */
+static int before(uint32_t x, uint32_t y, const int32_t *key)
+{
+	return key[x] < key[y] || (key[x] == key[y] && x < y);
+}
+
+static void heap_push(uint32_t *heap, uint32_t *nh, uint32_t i, const int32_t *key)
+{
+	uint32_t c = (*nh)++;
+	heap[c] = i;
+	while (c && before(heap[c], heap[(c - 1) / 2], key)) {
+		uint32_t t = heap[c];
+		heap[c] = heap[(c - 1) / 2];
+		heap[(c - 1) / 2] = t;
+		c = (c - 1) / 2;
+	}
+}
+
 int pass_schedule(Module *m, const Options *o)
 {
 	int K = m->micro;
@@ -347,26 +363,17 @@ int pass_schedule(Module *m, const Options *o)
 	uint32_t *heap = xmalloc((tot + 1) * sizeof *heap), nh = 0;
 	Vec(Node *) out = {0};
 	vec_grow(&out, tot);
-#define LESS(x, y) (key[x] < key[y] || (key[x] == key[y] && (x) < (y)))
 	for (uint32_t i = 0; i < tot; i++)
-		if (!indeg[i]) {
-			uint32_t c = nh++;
-			heap[c] = i;
-			while (c && LESS(heap[c], heap[(c - 1) / 2])) {
-				uint32_t t = heap[c];
-				heap[c] = heap[(c - 1) / 2];
-				heap[(c - 1) / 2] = t;
-				c = (c - 1) / 2;
-			}
-		}
+		if (!indeg[i])
+			heap_push(heap, &nh, i, key);
 	while (nh) {
 		uint32_t i = heap[0];
 		heap[0] = heap[--nh];
 		for (uint32_t c = 0;;) {
 			uint32_t l = 2 * c + 1, r = l + 1, b = c;
-			if (l < nh && LESS(heap[l], heap[b]))
+			if (l < nh && before(heap[l], heap[b], key))
 				b = l;
-			if (r < nh && LESS(heap[r], heap[b]))
+			if (r < nh && before(heap[r], heap[b], key))
 				b = r;
 			if (b == c)
 				break;
@@ -377,26 +384,13 @@ int pass_schedule(Module *m, const Options *o)
 		}
 		out.a[out.n++] = all[i];
 		for (uint32_t u = ustart[i]; u < ustart[i + 1]; u++)
-			if (!--indeg[users[u]]) {
-				uint32_t c = nh++;
-				heap[c] = users[u];
-				while (c && LESS(heap[c], heap[(c - 1) / 2])) {
-					uint32_t t = heap[c];
-					heap[c] = heap[(c - 1) / 2];
-					heap[(c - 1) / 2] = t;
-					c = (c - 1) / 2;
-				}
-			}
+			if (!--indeg[users[u]])
+				heap_push(heap, &nh, users[u], key);
 	}
-#undef LESS
 	int rc = 0;
 	if (out.n != tot) {
 		diag_error("internal: the %s order of pipeline stage %d leaves a cycle (%u of %u nodes ordered)",
 		           o->pipeline_scheduler == SCHED_GPIPE ? "gpipe" : "1f1b", me, out.n, tot);
-		if (getenv("SAPPC_DEBUG_SCHEDULE"))
-			for (uint32_t i = 0; i < tot; i++)
-				if (indeg[i])
-					fprintf(stderr, "  stuck: %s %s key %d indeg %u\n", sym_str(all[i]->prim), ir_node_fullname(all[i]), key[i], indeg[i]);
 		vec_free(&out);
 		rc = 1;
 	} else {
