@@ -726,6 +726,7 @@ typedef struct PassInfo {
 	PassFn fn;
 	const char *help;
 	int in_default; /* part of the default pipeline */
+	int per_rank;   /* depends on the rank lowered (passes.def) */
 } PassInfo;
 
 extern const PassInfo pass_table[];
@@ -750,7 +751,7 @@ typedef struct PassManagerOptions {
 
 int pm_run(Module *m, const Options *o, const PassManagerOptions *pm);
 
-#define PASS(name, fn, dflt, help) int fn(Module *m, const Options *o);
+#define PASS(name, fn, dflt, per_rank, help) int fn(Module *m, const Options *o);
 #include "../passes/passes.def"
 #undef PASS
 /* passes/train/recompute.c: every --recompute pattern matches some operator

@@ -1,6 +1,6 @@
 #!/bin/sh
 # mkman.sh TEMPLATE PASSES_DEF - fills @PASSES@ in the man page template with
-# one entry per PASS(name, fn, default, "help") line of passes.def, so that
+# one entry per PASS(name, fn, default, per_rank, "help") line of passes.def, so that
 # the man page, --help and the pass manager share one list.
 awk -v def="$2" '
 function passes(   line, name, dflt, help) {

@@ -8,7 +8,7 @@
 #include "sappc.h"
 
 const PassInfo pass_table[] = {
-#define PASS(name, fn, dflt, help) {#name, fn, help, dflt},
+#define PASS(name, fn, dflt, per_rank, help) {#name, fn, help, dflt, per_rank},
 #include "passes.def"
 #undef PASS
 };
