@@ -2,12 +2,15 @@
  *
  * Exit status: 0 ok, 1 bad input, 2 bad usage, 3 I/O or rendering failure.
  */
+#define _DEFAULT_SOURCE 1 /* MAP_ANONYMOUS */
 #include <errno.h>
 #include <stddef.h>
 #include <limits.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,6 +62,7 @@ enum {
 	OPT_STRATEGY_IN,
 	OPT_RANK,
 	OPT_ALL_RANKS,
+	OPT_RANKS,
 	OPT_STAGE,
 	OPT_WORLD_GROUP,
 	OPT_ENABLE_ALLTOALL,
@@ -127,6 +131,7 @@ static const struct option longopts[] = {
 	{"strategy-in", required_argument, NULL, OPT_STRATEGY_IN},
 	{"rank", required_argument, NULL, OPT_RANK},
 	{"all-ranks", required_argument, NULL, OPT_ALL_RANKS},
+	{"ranks", required_argument, NULL, OPT_RANKS},
 	{"stage", required_argument, NULL, OPT_STAGE},
 	{"world-group", required_argument, NULL, OPT_WORLD_GROUP},
 	{"enable-alltoall", no_argument, NULL, OPT_ENABLE_ALLTOALL},
@@ -193,6 +198,8 @@ static void usage(FILE *f)
 	      "                          shard optimizer states (used by the lowering)\n"
 	      "      --rank=R            print the graph of rank R (default 0)\n"
 	      "      --all-ranks=DIR     write every rank's graph to DIR/rank_R/NAME_validate_0000.ir\n"
+	      "      --ranks=A-B|R       with --all-ranks: only ranks A to B (or rank R), so that the\n"
+	      "                          ranks of a job can be split over machines into one DIR\n"
 	      "      --stage=PATTERN=K   put the cells matching PATTERN (e.g. _backbone.layer1) in stage K\n"
 	      "      --optimizer-weight-shard-size=K\n"
 	      "                          shard over groups of K replicas instead of all of them\n"
@@ -344,6 +351,8 @@ static NORETURN void bad_usagef(const char *fmt, ...)
 typedef struct Requests {
 	int out_given, simulate;
 	const char *dot, *svg, *report, *html, *all_ranks;
+	const char *ranks; /* --ranks as given, its last rank rank_hi */
+	int rank_hi;
 } Requests;
 
 /* Option combinations that no graph can satisfy are usage errors (exit 2),
@@ -383,6 +392,41 @@ static void check_usage(const Options *o, const PassManagerOptions *pm, const Re
 		if (other)
 			bad_usagef("--all-ranks writes one graph per rank and cannot be combined with %s", other);
 	}
+	if (q->ranks && !q->all_ranks)
+		bad_usage("--ranks=%s chooses the ranks --all-ranks=DIR writes: it needs --all-ranks", q->ranks);
+	if (q->ranks && q->rank_hi >= N)
+		bad_usagef("--ranks=%s is out of range for %d device%s (ranks 0 to %d)", q->ranks, N, N == 1 ? "" : "s",
+		           N - 1);
+}
+
+/* --ranks=A-B or --ranks=R: the ranks from A to B (inclusive) */
+static void parse_ranks(const char *arg, int *lo, int *hi)
+{
+	const char *s = arg;
+	long v[2];
+	int n = 0;
+	while (n < 2) {
+		char *end;
+		if (*s < '0' || *s > '9')
+			break;
+		errno = 0;
+		v[n] = strtol(s, &end, 10);
+		if (errno || v[n] > 65535)
+			break;
+		n++;
+		s = end;
+		if (n == 2 || *s != '-')
+			break;
+		s++;
+	}
+	if (!n || *s || (n == 1 && s[-1] == '-'))
+		bad_usage("invalid value '%s' for --ranks (expected A-B, the ranks from A to B, or one rank R)", arg);
+	if (n == 1)
+		v[1] = v[0];
+	if (v[1] < v[0])
+		bad_usage("--ranks=%s: the last rank is before the first (expected A-B with A <= B)", arg);
+	*lo = (int)v[0];
+	*hi = (int)v[1];
 }
 
 /* --dataset-strategy=TUPLE in MindSpore's per-input syntax, e.g.
@@ -600,25 +644,52 @@ static int make_dir(const char *path)
 	return -1;
 }
 
-static int lower_one_rank(const char *dir, const char *in, const char *buf, size_t len, Options *o,
-			  const PassManagerOptions *pm, int r, const char *base, size_t bl, char *path, size_t plen)
+/* --all-ranks splits the pipeline: the passes before the first per-rank
+ * pass of passes.def (and none after --stop-after) run once on the module
+ * read, the others once per rank on a copy of it */
+static int shared_passes(const PassManagerOptions *pm, int *nrest)
 {
-	o->rank = r;
-	Module *m = ir_parse(strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, o->fragment);
-	if (!m)
-		return 1;
-	int rc = pm_run(m, o, pm);
-	if (rc == 0 && diag_errors())
+	int k = 0;
+	while (k < pm->npasses && !pm->passes[k]->per_rank) {
+		if (pm->stop_after && strcmp(pm->stop_after, pm->passes[k]->name) == 0) {
+			*nrest = 0;
+			return k + 1;
+		}
+		k++;
+	}
+	*nrest = pm->npasses - k;
+	return k;
+}
+
+/* what write_all_ranks shares with its workers */
+typedef struct AllRanks {
+	const char *dir, *base;
+	size_t bl, plen;
+	char *path;
+	const Module *plan; /* after the shared passes */
+	Options *o;
+	PassManagerOptions rest; /* the per-rank passes */
+} AllRanks;
+
+/* rank r from a copy of the shared module: the per-rank passes, then
+ * DIR/rank_R/NAME_validate_0000.ir */
+static int lower_one_rank(AllRanks *a, int r)
+{
+	a->o->rank = r;
+	Module *m = ir_module_clone(a->plan);
+	int errs = diag_errors();
+	int rc = pm_run(m, a->o, &a->rest);
+	if (rc == 0 && diag_errors() != errs)
 		rc = 1;
 	if (rc == 0) {
-		snprintf(path, plen, "%s/rank_%d", dir, r);
-		if (make_dir(path) < 0)
+		snprintf(a->path, a->plen, "%s/rank_%d", a->dir, r);
+		if (make_dir(a->path) < 0)
 			rc = 3;
 	}
 	if (rc == 0) {
-		snprintf(path, plen, "%s/rank_%d/%.*s_validate_0000.ir", dir, r, (int)bl, base);
+		snprintf(a->path, a->plen, "%s/rank_%d/%.*s_validate_0000.ir", a->dir, r, (int)a->bl, a->base);
 		OutFile of;
-		if (out_open_staged(&of, path) != 0)
+		if (out_open_staged(&of, a->path) != 0)
 			rc = 3;
 		else {
 			setvbuf(of.f, NULL, _IONBF, 0); /* the printer buffers: no second copy */
@@ -628,57 +699,89 @@ static int lower_one_rank(const char *dir, const char *in, const char *buf, size
 		}
 	}
 	ir_module_free(m);
-	o->strategy_out = NULL; /* rank 0 has written the plan; it is every rank's */
 	return rc;
 }
 
-/* --all-ranks DIR: lower the same input once per rank (re-parsing the buffer:
- * parsing is cheap and modules cannot be cloned) and write
- * DIR/rank_R/NAME_validate_0000.ir, as MindSpore's dump directories do
- * (DIR is staged: see out_dir_stage).
- * Rank 0 runs first (so a bad input is reported once), the others in up to
- * one worker process per processor. */
-static int write_all_ranks(const char *dir, const char *in, const char *buf, size_t len, Options *o,
-			   const PassManagerOptions *pm)
+/* --all-ranks DIR: the shared passes once on m (the module read), then
+ * ranks lo..hi (--ranks, every rank by default) each from a copy of it,
+ * written to DIR/rank_R/NAME_validate_0000.ir as MindSpore's dump
+ * directories are (DIR is staged: see out_dir_stage).  Rank lo runs first,
+ * in this process, so that a bad input is reported once; the others in one
+ * worker process per processor, forked after the shared work, each taking
+ * the next rank not yet taken.  m is freed. */
+static int write_all_ranks(const char *dir, const char *in, Module *m, Options *o, const PassManagerOptions *pm,
+			   int lo, int hi)
 {
-	const char *base = strrchr(in, '/');
-	base = base ? base + 1 : in;
+	AllRanks a = {.o = o};
+	a.base = strrchr(in, '/');
+	a.base = a.base ? a.base + 1 : in;
 	if (strcmp(in, "-") == 0)
-		base = "stdin";
-	size_t bl = strlen(base);
-	if (bl > 3 && strcmp(base + bl - 3, ".ir") == 0)
-		bl -= 3;
+		a.base = "stdin";
+	a.bl = strlen(a.base);
+	if (a.bl > 3 && strcmp(a.base + a.bl - 3, ".ir") == 0)
+		a.bl -= 3;
+	int nrest, k = shared_passes(pm, &nrest);
+	PassManagerOptions shared = *pm;
+	shared.npasses = k;
+	shared.hook = NULL;
+	int rc = pm_run(m, o, &shared);
+	if (rc == 0 && diag_errors())
+		rc = 1;
 	/* a staging directory, published with the other outputs: a run that
 	 * fails half way leaves no rank_R behind */
-	if (!(dir = out_dir_stage(dir)))
-		return 3;
-	size_t plen = strlen(dir) + bl + 64;
-	char *path = xmalloc(plen);
-	/* rank 0 first, in this process: a bad input is reported once */
-	int rc = lower_one_rank(dir, in, buf, len, o, pm, 0, base, bl, path, plen);
-	/* the warnings and notes are the graph's, not a rank's: rank 0 has
+	if (rc == 0 && !(a.dir = out_dir_stage(dir)))
+		rc = 3;
+	if (rc != 0) {
+		ir_module_free(m);
+		return rc;
+	}
+	a.plan = m;
+	a.rest = *pm;
+	a.rest.hook = NULL;
+	a.rest.npasses = nrest;
+	memmove(a.rest.passes, pm->passes + k, (size_t)nrest * sizeof *pm->passes);
+	a.rest.list_has_verify_first = 1; /* verified by the shared passes */
+	a.rest.parse_time = 0;
+	o->strategy_out = NULL; /* the sapp pass has written the plan, every rank's */
+	o->explain = NULL;
+	a.plen = strlen(a.dir) + a.bl + 64;
+	a.path = xmalloc(a.plen);
+	rc = lower_one_rank(&a, lo);
+	/* the warnings and notes are the graph's, not a rank's: rank lo has
 	 * shown them; errors of the other ranks still show */
 	diag_set_quiet(1);
-	int nw = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (nw > 8)
-		nw = 8;
-	if (nw < 1 || o->device_num < 8)
+	a.rest.time_passes = 0;
+	o->time_passes = 0;
+	long np = sysconf(_SC_NPROCESSORS_ONLN);
+	int nw = np < 1 ? 1 : np > 64 ? 64 : (int)np;
+	if (hi - lo < 8)
 		nw = 1;
+	/* the next rank to lower, shared by the workers */
+	atomic_int *next = NULL;
 	if (rc == 0 && nw > 1) {
-		/* the other ranks in nw worker processes, rank r in worker r mod nw */
-		pid_t pids[8];
+		next = mmap(NULL, sizeof *next, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (next == MAP_FAILED)
+			next = NULL;
+	}
+	if (next) {
+		atomic_init(next, lo + 1);
+		pid_t pids[64];
 		int started = 0;
 		fflush(NULL);
 		for (int w = 0; w < nw; w++) {
 			pid_t p = fork();
 			if (p == 0) {
 				int wrc = 0;
-				for (int r = 1 + w; r < o->device_num && wrc == 0; r += nw)
-					wrc = lower_one_rank(dir, in, buf, len, o, pm, r, base, bl, path, plen);
+				for (int r; wrc == 0 && (r = atomic_fetch_add(next, 1)) <= hi;)
+					wrc = lower_one_rank(&a, r);
+				if (wrc != 0) /* the other workers stop at their next rank */
+					atomic_store(next, hi + 1);
 				fflush(NULL);
 				_exit(wrc);
 			}
 			if (p < 0) {
+				atomic_store(next, hi + 1);
+				diag_error("cannot start a worker process: %s", strerror(errno));
 				rc = 3;
 				break;
 			}
@@ -691,11 +794,13 @@ static int write_all_ranks(const char *dir, const char *in, const char *buf, siz
 			else if (WEXITSTATUS(st) && !rc)
 				rc = WEXITSTATUS(st);
 		}
+		munmap(next, sizeof *next);
 	} else {
-		for (int r = 1; r < o->device_num && rc == 0; r++)
-			rc = lower_one_rank(dir, in, buf, len, o, pm, r, base, bl, path, plen);
+		for (int r = lo + 1; r <= hi && rc == 0; r++)
+			rc = lower_one_rank(&a, r);
 	}
-	free(path);
+	free(a.path);
+	ir_module_free(m);
 	return rc;
 }
 
@@ -862,7 +967,8 @@ int main(int argc, char **argv)
 	SimOptions so = {0};
 	so.max_mb = 2048;
 	so.gradcheck_mb = 4;
-	const char *all_ranks = NULL;
+	const char *all_ranks = NULL, *ranks = NULL;
+	int rank_lo = 0, rank_hi = -1; /* --ranks; -1: the last rank */
 	const char **stage_rules = NULL;
 	const char **recompute_rules = NULL;
 	int strategy_format = -1; /* CkptFormat; -1: from the file name */
@@ -1032,6 +1138,10 @@ int main(int argc, char **argv)
 		case OPT_ALL_RANKS:
 			all_ranks = optarg;
 			break;
+		case OPT_RANKS:
+			parse_ranks(optarg, &rank_lo, &rank_hi);
+			ranks = optarg;
+			break;
 		case OPT_STAGE: {
 			const char *eq = strrchr(optarg, '=');
 			if (!eq || eq == optarg)
@@ -1168,7 +1278,7 @@ int main(int argc, char **argv)
 		if (!found)
 			bad_usage("--stop-after=%s names a pass that is not in the pipeline", pm.stop_after);
 	}
-	check_usage(&o, &pm, &(Requests){out_given, simulate, dot, svg, report, html, all_ranks});
+	check_usage(&o, &pm, &(Requests){out_given, simulate, dot, svg, report, html, all_ranks, ranks, rank_hi});
 	pm.verify_each = pm.verify_each;
 	o.verify_each = pm.verify_each;
 	o.time_passes = pm.time_passes;
@@ -1207,8 +1317,7 @@ int main(int argc, char **argv)
 	int stop = plans(&pm, simulate, report) && not_modelled(m, strict);
 	stop = stop || recompute_check_patterns(m, &o);
 	if (all_ranks && !stop) {
-		ir_module_free(m);
-		int rc = write_all_ranks(all_ranks, in, buf, len, &o, &pm);
+		int rc = write_all_ranks(all_ranks, in, m, &o, &pm, rank_lo, rank_hi < 0 ? o.device_num - 1 : rank_hi);
 		io_free_file(buf);
 		free(stage_rules);
 		free(recompute_rules);
