@@ -1555,6 +1555,15 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		 * (random_choice_with_mask_info.cc, moe_init_routing_info.cc,
 		 * scatter_math_ops_info.cc): their default is all ones */
 		int whole = fam == FAM_UNSPLIT || fam == FAM_SCATTER;
+		/* CumSum/CumProd: the batch split flag is cleared when the
+		 * accumulated axis is dimension 0, so the input stays whole
+		 * rather than split on the axis CheckStrategy refuses
+		 * (CumOpBase::ReComputeBatchSplitFlagList, mindspore-ai/mindspore,
+		 * mindspore/ccsrc/frontend/parallel/ops_info/activation_info.cc) */
+		int mask = 0;
+		if (fam == FAM_CUM && i == 0)
+			axes_of(S, X, 1, SA_axis, X->rank[0], 0, -1, &mask);
+		whole |= mask & 1;
 		if (weight || bcast || whole)
 			continue;
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
