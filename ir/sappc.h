@@ -789,8 +789,10 @@ typedef struct TLay {
 
 /* forward communication after an operator (§3.1); FC_BATCHSTATS: a
  * training BatchNorm over a split batch normalises with statistics summed
- * over fwd_mask before it (redistribute.c) */
-typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER, FC_BATCHSTATS } FwdKind;
+ * over fwd_mask before it (redistribute.c); FC_ALLREDUCE_PNORM: an LpNorm
+ * whose reduced axis is split sums its partial p-th powers (comm.c) */
+typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER, FC_BATCHSTATS,
+	       FC_ALLREDUCE_PNORM } FwdKind;
 
 /* 64 bytes: a 4096-device rank graph holds ~225 000 of these.  The bit
  * fields hold what is small by construction: a FwdKind, and device

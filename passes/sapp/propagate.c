@@ -1555,6 +1555,9 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		 * (random_choice_with_mask_info.cc, moe_init_routing_info.cc,
 		 * scatter_math_ops_info.cc): their default is all ones */
 		int whole = fam == FAM_UNSPLIT || fam == FAM_SCATTER;
+		/* a StandAloneInfo (the fallback's LpNorm with an indivisible
+		 * dimension 0, graph.c) splits nothing */
+		whole |= X->type == REC_StandAlone;
 		/* CumSum/CumProd: the batch split flag is cleared when the
 		 * accumulated axis is dimension 0, so the input stays whole
 		 * rather than split on the axis CheckStrategy refuses
