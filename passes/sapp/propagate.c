@@ -590,8 +590,12 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 		check_divisible(X, &t);
 	} else if (f == FAM_LPNORM) {
 		/* kRecBatchParallel: set up front (§4.1 step 3); here only as a
-		 * default, data parallel */
-		data_parallel(S, X);
+		 * default, data parallel; kRecStandAlone (graph.c): all ones */
+		if (X->type == REC_StandAlone)
+			for (uint32_t i = 0; i < X->nin; i++)
+				sapp_set_input(X, i, NULL, 0, 1);
+		else
+			data_parallel(S, X);
 	} else if (f == FAM_L2NORM || f == FAM_CUM || f == FAM_SWIGLU || f == FAM_ROPE) {
 		/* L2Normalize: 1 on `axis` (§4.6); CumSum: 1 on the accumulated
 		 * axis; Swiglu and the rotary embedding: 1 on the halved / rotated
