@@ -169,6 +169,7 @@ typedef enum {
 	SHAPE_TILE,      /* operand 1 = multiples */
 	SHAPE_SCATTER,   /* input 0; updates must be indices.shape + input.shape[1:] */
 	SHAPE_MOEFINALIZE, /* x1's (tokens, hidden), checked against the other operands */
+	SHAPE_MOETOKENS, /* MoeComputeExpertTokens: (num_expert,) of a 1-D sorted_experts */
 	SHAPE_GMM,         /* a list: ir_gmm_info() */
 } ShapeRule;
 
@@ -365,6 +366,23 @@ typedef struct GmmInfo {
 /* 1 filled, 0 shapes unknown, -1 operands sappc does not model or that
  * disagree (why) */
 int ir_gmm_info(const Node *n, GmmInfo *gi, char *why, size_t whylen);
+
+/* MoeInitRoutingV2's four outputs (the shapes of CANN's
+ * aclnnMoeInitRoutingV2): expanded_x (rows, H) in the dropless mode, rows
+ * N*K or min(active_num, N*K), (expert_num, expert_capacity, H) in the
+ * drop/pad mode; expanded_row_idx (N*K); the token counts or their cumsum
+ * (expert_num) when the dropless mode asks for them; the counts before
+ * the capacity (expert_num) when the drop/pad mode asks for them.  An
+ * output the mode does not write has orank -1 (not checked). */
+typedef struct MoeV2Info {
+	int64_t n, k, h;
+	int64_t active, capacity, experts, drop_pad, count_flag;
+	int before_flag;
+	int64_t out[4][MAX_RANK];
+	int orank[4];
+} MoeV2Info;
+/* 1 filled, 0 shapes unknown, -1 operands that disagree (why) */
+int ir_moe_v2_info(const Node *n, MoeV2Info *mi, char *why, size_t whylen);
 
 /* ------------------------------------------------------------------ graph.c */
 typedef struct Attr {
@@ -790,8 +808,10 @@ typedef struct TLay {
 
 /* forward communication after an operator (§3.1); FC_BATCHSTATS: a
  * training BatchNorm over a split batch normalises with statistics summed
- * over fwd_mask before it (redistribute.c) */
-typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER, FC_BATCHSTATS } FwdKind;
+ * over fwd_mask before it (redistribute.c); FC_ALLREDUCE_PNORM: an LpNorm
+ * whose reduced axis is split sums its partial p-th powers (comm.c) */
+typedef enum { FC_NONE, FC_ALLREDUCE, FC_ALLREDUCE_MEAN, FC_REDUCESCATTER, FC_BATCHSTATS,
+	       FC_ALLREDUCE_PNORM } FwdKind;
 
 /* 64 bytes: a 4096-device rank graph holds ~225 000 of these.  The bit
  * fields hold what is small by construction: a FwdKind, and device

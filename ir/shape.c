@@ -497,6 +497,67 @@ static int64_t gmm_int(const Node *n, uint32_t i, const char *key, int64_t dflt)
 	return v;
 }
 
+int ir_moe_v2_info(const Node *n, MoeV2Info *mi, char *why, size_t whylen)
+{
+	memset(mi, 0, sizeof *mi);
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || n->op != OP_MoeInitRoutingV2)
+		return 0;
+	/* operands 2.. of the newest dumps, attributes of older ones */
+	mi->active = gmm_int(n, 2, "active_num", 0);
+	mi->capacity = gmm_int(n, 3, "expert_capacity", 0);
+	mi->experts = gmm_int(n, 4, "expert_num", 0);
+	mi->drop_pad = gmm_int(n, 5, "drop_pad_mode", 0);
+	mi->count_flag = gmm_int(n, 6, "expert_tokens_count_or_cumsum_flag", 0);
+	mi->before_flag = ir_node_flag(n, 7, "expert_tokens_before_capacity_flag", NULL);
+	if (mi->active < 0 || mi->capacity < 0 || mi->experts < 0)
+		return WHY("MoeInitRoutingV2: active_num, expert_capacity and expert_num must not be negative");
+	if (mi->drop_pad != 0 && mi->drop_pad != 1)
+		return WHY("MoeInitRoutingV2: drop_pad_mode is %lld, not 0 or 1", (long long)mi->drop_pad);
+	if (mi->count_flag < 0 || mi->count_flag > 2)
+		return WHY("MoeInitRoutingV2: expert_tokens_count_or_cumsum_flag is %lld, not 0, 1 or 2",
+		           (long long)mi->count_flag);
+	if ((mi->drop_pad == 1 || mi->count_flag > 0) && mi->experts <= 0)
+		return WHY("MoeInitRoutingV2: expert_num must be positive in the drop/pad mode or with expert token "
+		           "counts");
+	const Shape *x = in_shape(n, 0), *e = in_shape(n, 1);
+	if (!x || !e)
+		return 0;
+	if (x->rank != 2 || e->rank != 2)
+		return WHY("MoeInitRoutingV2 takes a 2-D x (tokens, hidden) and a 2-D expert_idx (tokens, top-k)");
+	mi->n = x->dims[0], mi->h = x->dims[1], mi->k = e->dims[1];
+	if (mi->n >= 0 && e->dims[0] >= 0 && e->dims[0] != mi->n)
+		return WHY("MoeInitRoutingV2: x has %lld tokens but expert_idx %lld", (long long)mi->n,
+		           (long long)e->dims[0]);
+	if (mi->n < 0 || mi->k < 0 || mi->h < 0)
+		return 0;
+	int64_t nk;
+	if (!mul_ok(mi->n, mi->k, &nk))
+		return WHY("MoeInitRoutingV2: tokens x top-k overflows");
+	if (mi->drop_pad == 1) {
+		if (mi->capacity <= 0 || mi->capacity > mi->n)
+			return WHY("MoeInitRoutingV2: expert_capacity %lld must be in (0, %lld] in the drop/pad mode",
+			           (long long)mi->capacity, (long long)mi->n);
+		mi->out[0][0] = mi->experts, mi->out[0][1] = mi->capacity, mi->out[0][2] = mi->h;
+		mi->orank[0] = 3;
+	} else {
+		mi->out[0][0] = mi->active > 0 && mi->active < nk ? mi->active : nk;
+		mi->out[0][1] = mi->h;
+		mi->orank[0] = 2;
+	}
+	mi->out[1][0] = nk;
+	mi->orank[1] = 1;
+	mi->orank[2] = mi->orank[3] = -1;
+	if (mi->drop_pad == 0 && mi->count_flag > 0) {
+		mi->out[2][0] = mi->experts;
+		mi->orank[2] = 1;
+	}
+	if (mi->drop_pad == 1 && mi->before_flag) {
+		mi->out[3][0] = mi->experts;
+		mi->orank[3] = 1;
+	}
+	return 1;
+}
+
 int ir_gmm_info(const Node *n, GmmInfo *gi, char *why, size_t whylen)
 {
 	memset(gi, 0, sizeof *gi);
@@ -709,6 +770,19 @@ int ir_infer_shape(const Node *n, int64_t *out, int *orank, char *why, size_t wh
 			return WHY("MoeFinalizeRouting: expanded_x, x1 and bias must share the hidden size %lld",
 			           (long long)H);
 		return set_out(x1->dims, 2, out, orank);
+	}
+	case SHAPE_MOETOKENS: {
+		/* MoeComputeExpertTokens(sorted_experts, num_expert): for each
+		 * expert the end of its rows in the sorted list, (num_expert,) */
+		int64_t e = gmm_int(n, 1, "num_expert", -1);
+		if (!x)
+			return 0;
+		if (x->rank != 1)
+			return WHY("MoeComputeExpertTokens takes a 1-D sorted_experts, not rank %d", x->rank);
+		if (e <= 0)
+			return WHY("MoeComputeExpertTokens needs a positive literal num_expert");
+		d[0] = e;
+		return set_out(d, 1, out, orank);
 	}
 	case SHAPE_SWIGLU: {
 		/* Swiglu(x, dim): the halves of x along dim, swish(a) * b */

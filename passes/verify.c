@@ -464,6 +464,35 @@ static int check_gmm(const Node *n)
 	return 0;
 }
 
+/* MoeInitRoutingV2: operands in range, and the declared tuple of four
+ * outputs it gives (ir_moe_v2_info) */
+static int check_moe_v2(const Node *n)
+{
+	char lu[160], why[256] = "";
+	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || n->op != OP_MoeInitRoutingV2)
+		return 0;
+	MoeV2Info mi;
+	int rc = ir_moe_v2_info(n, &mi, why, sizeof why);
+	if (rc < 0) {
+		diag_error_at(n->loc, "%s: %s", label(n, lu, sizeof lu), why);
+		return 1;
+	}
+	if (rc == 0 || !n->has_type_line)
+		return 0;
+	const Shape *o = &n->out.shape;
+	if (o->kind != SK_TUPLE || o->rank != 4) {
+		diag_error_at(type_loc(n), "%s: declares %s, but MoeInitRoutingV2 gives a tuple of 4",
+		              label(n, lu, sizeof lu), o->kind == SK_TUPLE ? "another number of outputs" : "no tuple");
+		return 1;
+	}
+	for (int k = 0; k < 4; k++) {
+		const Shape *e = &o->sub[k];
+		if (mi.orank[k] >= 0 && e->kind == SK_DIMS && check_out_elem(n, k, e, mi.out[k], mi.orank[k]))
+			return 1;
+	}
+	return 0;
+}
+
 /* (name, number) pairs of a graph's parameters are unique: hash set */
 static void check_params(const Graph *g)
 {
@@ -659,7 +688,8 @@ int pass_verify(Module *m, const Options *o)
 			/* one root cause, one error: a wrong operand shape also makes
 			 * the output look wrong, a wrong output its users' operands */
 			if (check_operands(n) || check_edges(n, bad_out) || check_return(n, bad_out) ||
-			    check_tuple_ops(n) || check_shape(n) || check_attention(n) || check_gmm(n))
+			    check_tuple_ops(n) || check_shape(n) || check_attention(n) || check_gmm(n) ||
+			    check_moe_v2(n))
 				bad_out[n->id] = 1;
 		}
 	}

@@ -17,6 +17,8 @@
  *             its operand's shape), so the module stays verifiable.
  *   Invalidates: nothing computed earlier.
  */
+#include <float.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lower.h"
@@ -109,6 +111,89 @@ static Node *real_div(LowerCtx *c, Node *src, Node *origin, int64_t divisor, int
 }
 
 typedef Vec(Node *) NodeVec;
+
+/* a scalar Tensor constant of dtype dt holding x (a float spelling) */
+static Value scalar_tensor_f(Module *m, Sym dt, double x)
+{
+	char buf[40];
+	snprintf(buf, sizeof buf, "%.9g", x);
+	Value t = lower_scalar_tensor(m, dt, 0);
+	Value *v = &t.u.elems[2];
+	v->kind = V_FLOAT;
+	v->numtype = NT_BARE;
+	v->u.f = strtod(buf, NULL);
+	v->text = intern_cstr(buf);
+	return t;
+}
+
+/* op(src, constant) with origin's output layout, named after origin's
+ * forward list (index = its place in the list) */
+static Node *scalar_op(LowerCtx *c, int op, Node *src, Node *origin, Value k, int index)
+{
+	Module *m = c->m;
+	Node *d = lower_new_op(c, op, origin, 2);
+	d->args[0] = value_node(src);
+	d->args[1] = k;
+	d->in_types[0] = src->out;
+	d->in_types[1] = lower_abs_like(m, &src->out, NULL, 0);
+	d->in_types[1].has_value = 1;
+	d->out = src->out;
+	char inst[64];
+	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(origin, index));
+	d->instance = intern_cstr(inst);
+	d->lay = pass_lay(m, &origin->lay->out[0], origin);
+	return d;
+}
+
+static double attr_number(const Node *n, const char *key, double dflt)
+{
+	const Value *v = ir_attr_get(&n->pattrs, key);
+	int64_t i;
+	if (v && v->kind == V_FLOAT)
+		return v->u.f;
+	if (v && value_get_int(v, &i))
+		return (double)i;
+	return dflt;
+}
+
+/* An LpNorm whose reduced axis is split (FC_ALLREDUCE_PNORM): each rank's
+ * norm covers its block only.  Its p-th power is summed over the split
+ * group, and the p-th root of the sum, floored at epsilon, is the single
+ * device's norm:
+ *   max((sum_r LpNorm_r(x)^p)^(1/p), epsilon).
+ * The local operator's own floor drops to the smallest normal float (or the
+ * user's epsilon if smaller): a block of zeros then adds nothing a float
+ * can hold to the sum, where epsilon^p per rank would, and its bprop still
+ * divides by a nonzero norm as the single device's does.  p = 1 needs no
+ * powers.  Appends the new nodes to out; returns the last. */
+static Node *pnorm_across(LowerCtx *c, Node *n, const int64_t *g, int ng, NodeVec *out)
+{
+	Module *m = c->m;
+	double p = attr_number(n, "p", 2), eps = attr_number(n, "epsilon", 1e-12);
+	Sym dt = n->out.dtype ? n->out.dtype : intern_cstr("Float32");
+	char buf[40];
+	snprintf(buf, sizeof buf, "%.9g", eps < FLT_MIN ? eps : (double)FLT_MIN);
+	Value floor = {0};
+	floor.kind = V_FLOAT;
+	floor.numtype = NT_F32;
+	floor.u.f = strtod(buf, NULL);
+	floor.text = intern_cstr(buf);
+	ir_attr_set(m, &n->pattrs, "epsilon", floor);
+	Node *last = n;
+	if (p != 1) {
+		last = scalar_op(c, OP_Pow, last, n, scalar_tensor_f(m, dt, p), 1);
+		vec_push(out, last);
+	}
+	last = lower_all_reduce(c, last, n, g, ng, n->lay->fwd_op, 0);
+	vec_push(out, last);
+	if (p != 1) {
+		last = scalar_op(c, OP_Pow, last, n, scalar_tensor_f(m, dt, 1 / p), 2);
+		vec_push(out, last);
+	}
+	last = scalar_op(c, OP_Maximum, last, n, scalar_tensor_f(m, dt, eps), 3);
+	vec_push(out, last);
+	return last;
+}
 
 /* A forward AllReduce of an operator whose result is a list or tuple
  * (GroupedMatmul): one AllReduce per element, each behind its
@@ -328,6 +413,10 @@ int pass_comm(Module *m, const Options *o)
 			continue;
 		if (n->out.shape.kind == SK_TUPLE || n->out.shape.kind == SK_LIST) {
 			l->subst = all_reduce_items(&c, n, grp, ng, &out);
+			continue;
+		}
+		if (l->fwd == FC_ALLREDUCE_PNORM) {
+			l->subst = pnorm_across(&c, n, grp, ng, &out);
 			continue;
 		}
 		Node *last = lower_all_reduce(&c, n, n, grp, ng, l->fwd_op, 0);

@@ -24,7 +24,7 @@ enum {
 };
 
 
-_Static_assert(FC_BATCHSTATS < 8 && LAYOUT_MAX_DIM + 2 < 24, "NodeLayout's bit fields are too narrow");
+_Static_assert(FC_ALLREDUCE_PNORM < 8 && LAYOUT_MAX_DIM + 2 < 24, "NodeLayout's bit fields are too narrow");
 
 /* The rank being lowered and its stage (§2.1). */
 typedef struct LowerCtx {

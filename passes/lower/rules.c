@@ -947,24 +947,38 @@ static int r_sort(Rule *r, const Node *n)
 	return 0;
 }
 
-/* LpNorm: a reduction whose partial results do not add up (the norm of
- * the norms is not a sum), so the reduced axes stay whole; the others map
- * through, kept or dropped as keep_dims says. */
+/* LpNorm: a reduction whose partial results do not add up as they are
+ * (the norm of the norms is not a sum), but whose p-th powers do.  A split
+ * reduced axis is what SAPP gives it: MindSpore has no LpNormInfo, so the
+ * operator gets the BatchParallelInfo fallback and its test asserts the
+ * batch split [[2, 1, 1]] of an LpNorm over axes (0, 1) on 2 devices
+ * (mindspore-ai/mindspore, tests/ut/python/parallel, test
+ * test_auto_parallel_sapp_batch_parallel_operator).  Such a split makes
+ * each rank's norm partial: the comm pass completes it with an AllReduce
+ * of the p-th powers (FC_ALLREDUCE_PNORM), so the result is the single
+ * device's.  p = 0 has no such form and keeps the reduced axes whole. */
 static int r_lpnorm(Rule *r, const Node *n)
 {
 	unsigned red;
 	int keep;
+	int64_t p = 2;
 	if (r->nt != 1)
 		return FAIL("expects one tensor input");
 	if (reduce_axes(n, r->rk[0], &red, &keep) < 0)
 		return FAIL("reduction axis out of range");
+	const Value *pv = lit(n, 1, "p");
+	if (pv && !value_get_int(pv, &p))
+		return FAIL("needs an integer p");
 	dev_from(r, 0);
 	ident(r, 0, r->rk[0]);
 	int j = 0;
 	for (int i = 0; i < r->rk[0]; i++) {
 		if (red >> i & 1) {
+			if (r->s[0][i] != 1 && p <= 0)
+				return FAIL("the reduced axis %d must not be split with p = %lld (strategy %lld)", i,
+				            (long long)p, (long long)r->s[0][i]);
 			if (r->s[0][i] != 1)
-				return FAIL("the reduced axis %d must not be split (strategy %lld)", i, (long long)r->s[0][i]);
+				r->fwd_mask |= 1u << i;
 			if (keep)
 				r->omap[0][j++] = -1;
 		} else {
@@ -973,6 +987,10 @@ static int r_lpnorm(Rule *r, const Node *n)
 	}
 	if (j != r->ork[0])
 		return FAIL("the declared output rank does not match the reduction");
+	if (r->fwd_mask) {
+		r->fwd = FC_ALLREDUCE_PNORM;
+		r->fwd_op = "sum";
+	}
 	return 0;
 }
 

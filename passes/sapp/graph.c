@@ -327,6 +327,18 @@ static void fill_op(Sapp *S, SappOp *X, Node *n)
 			X->orank = os->rank;
 			X->odims = os->dims;
 		}
+		/* LpNorm has no OperatorInfo of its own: MindSpore's fallback
+		 * (OperatorInstance, mindspore-ai/mindspore, mindspore/ccsrc/
+		 * frontend/parallel/step_parallel_utils.cc) makes it a
+		 * BatchParallelInfo only when dimension 0 of its first input and
+		 * of its output divide by the stage's devices, else a
+		 * StandAloneInfo (kRecStandAlone: all ones); a scalar input or
+		 * output is StandAlone too.  Decided with the configured stages,
+		 * as MindSpore does when it creates the OperatorInfo. */
+		if (X->type == REC_BatchParallel && X->fam == FAM_LPNORM &&
+		    (!k || !X->rank[0] || X->dims[0][0] % S->stage_devices != 0 || !X->orank ||
+		     X->odims[0] % S->stage_devices != 0))
+			X->type = REC_StandAlone;
 		if (X->type == REC_MatMul || X->type == REC_BatchMatMul) {
 			X->ta = (uint8_t)(sapp_attr_bool(S, n, 2, SA_transpose_a, 0) ||
 					  sapp_attr_bool(S, n, -1, SA_transpose_x1, 0));

@@ -590,8 +590,12 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 		check_divisible(X, &t);
 	} else if (f == FAM_LPNORM) {
 		/* kRecBatchParallel: set up front (§4.1 step 3); here only as a
-		 * default, data parallel */
-		data_parallel(S, X);
+		 * default, data parallel; kRecStandAlone (graph.c): all ones */
+		if (X->type == REC_StandAlone)
+			for (uint32_t i = 0; i < X->nin; i++)
+				sapp_set_input(X, i, NULL, 0, 1);
+		else
+			data_parallel(S, X);
 	} else if (f == FAM_L2NORM || f == FAM_CUM || f == FAM_SWIGLU || f == FAM_ROPE) {
 		/* L2Normalize: 1 on `axis` (§4.6); CumSum: 1 on the accumulated
 		 * axis; Swiglu and the rotary embedding: 1 on the halved / rotated
@@ -1555,6 +1559,18 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		 * (random_choice_with_mask_info.cc, moe_init_routing_info.cc,
 		 * scatter_math_ops_info.cc): their default is all ones */
 		int whole = fam == FAM_UNSPLIT || fam == FAM_SCATTER;
+		/* a StandAloneInfo (the fallback's LpNorm with an indivisible
+		 * dimension 0, graph.c) splits nothing */
+		whole |= X->type == REC_StandAlone;
+		/* CumSum/CumProd: the batch split flag is cleared when the
+		 * accumulated axis is dimension 0, so the input stays whole
+		 * rather than split on the axis CheckStrategy refuses
+		 * (CumOpBase::ReComputeBatchSplitFlagList, mindspore-ai/mindspore,
+		 * mindspore/ccsrc/frontend/parallel/ops_info/activation_info.cc) */
+		int mask = 0;
+		if (fam == FAM_CUM && i == 0)
+			axes_of(S, X, 1, SA_axis, X->rank[0], 0, -1, &mask);
+		whole |= mask & 1;
 		if (weight || bcast || whole)
 			continue;
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)

@@ -204,6 +204,10 @@ static int lower_slice(void *ctx, const Node *local, const Node *global, int ran
 		return 0;
 	if ((l->flags & LAY_OP) && (l->flags & LAY_REPLACED) && op_table[local->op].family == FAM_GATHER)
 		return 2;
+	/* an LpNorm over a split axis: each rank's norm of its block, which
+	 * the comm pass completes (the completed value is what users read) */
+	if ((l->flags & LAY_OP) && l->fwd == FC_ALLREDUCE_PNORM)
+		return 2;
 	Layout L;
 	tlay_to_layout(&l->out[0], &L);
 	int64_t pos = rank % pl->per_stage, ndev = 1;

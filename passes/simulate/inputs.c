@@ -14,7 +14,8 @@
  *   - integer inputs feeding Gather's indices get [0, rows of the table),
  *     sparse-loss labels [0, classes), OneHot indices [0, depth);
  *     ScatterDiv's indices [0, rows of its variable), MoeFinalizeRouting's
- *     experts [0, rows of its bias); other integers [0, 16); Bool inputs
+ *     experts [0, rows of its bias), MoeInitRoutingV2's [0, expert_num) and
+ *     MoeComputeExpertTokens' [0, num_expert); other integers [0, 16); Bool inputs
  *     {0, 1}; MoeInitRouting's row ids are no draw but the permutation
  *     MindFormers builds, k*N + n at (n, k) (its routing needs one);
  *   - inputs of Log, Sqrt, Rsqrt, BatchNorm's variance and ScatterDiv's
@@ -148,7 +149,18 @@ static Dist narrow(const Module *m, const Node *src, int start, Dist d)
 				positive = 1;
 			else if (n->op == OP_MoeFinalizeRouting && i == 6)
 				lim = in_dim(n, 3, 0);
-			else if (n->op == OP_MoeInitRouting && i == 1) {
+			else if (n->op == OP_MoeInitRoutingV2 && i == 1) {
+				MoeV2Info mi;
+				char why[8];
+				if (ir_moe_v2_info(n, &mi, why, sizeof why) >= 0 && mi.experts > 0)
+					lim = mi.experts;
+			} else if (n->op == OP_MoeComputeExpertTokens && i == 0) {
+				const Value *ev = n->nargs > 1 && n->args[1].kind != V_NODE
+				                      ? &n->args[1]
+				                      : ir_attr_get(&n->pattrs, "num_expert");
+				if (ev)
+					value_get_int(ev, &lim);
+			} else if (n->op == OP_MoeInitRouting && i == 1) {
 				route_n = in_dim(n, 1, 0);
 				route_k = in_dim(n, 1, 1);
 			}

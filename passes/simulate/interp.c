@@ -1271,9 +1271,11 @@ static SimValue *dispatch(Ctx *c)
 	case FAM_LPNORM:
 		return k_lpnorm(c);
 	case FAM_UNSPLIT:
-		return n->op == OP_RandomChoiceWithMask ? k_random_choice(c)
-		       : n->op == OP_MoeInitRouting     ? k_moe_init_routing(c)
-		                                        : k_moe_finalize_routing(c);
+		return n->op == OP_RandomChoiceWithMask     ? k_random_choice(c)
+		       : n->op == OP_MoeInitRouting         ? k_moe_init_routing(c)
+		       : n->op == OP_MoeInitRoutingV2       ? k_moe_init_routing_v2(c)
+		       : n->op == OP_MoeComputeExpertTokens ? k_moe_compute_expert_tokens(c)
+		                                            : k_moe_finalize_routing(c);
 	case FAM_GMM:
 		return k_grouped_matmul(c);
 	case FAM_VIRTUAL:

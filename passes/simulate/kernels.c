@@ -1400,6 +1400,128 @@ SimValue *k_moe_init_routing(Ctx *c)
 	return t;
 }
 
+/* an int32 output the operator leaves unwritten in its mode: zeros of
+ * the declared shape (or of (n,) without one) */
+static SimTensor *unwritten(Ctx *c, int k, int64_t n)
+{
+	const Shape *o = c->n->has_type_line && c->n->out.shape.kind == SK_TUPLE && c->n->out.shape.rank > k
+	                     ? &c->n->out.shape.sub[k]
+	                     : NULL;
+	if (o && o->kind == SK_DIMS && o->rank <= MAX_RANK) {
+		for (int i = 0; i < o->rank; i++)
+			if (o->dims[i] < 0)
+				o = NULL;
+		if (o)
+			return sim_tensor_new(c->r, SD_INT, o->rank, o->dims);
+	}
+	return sim_tensor_new(c->r, SD_INT, 1, &n);
+}
+
+/* MoeInitRoutingV2(x (N, H), expert_idx (N, K), active_num,
+ * expert_capacity, expert_num, drop_pad_mode, count_or_cumsum_flag,
+ * before_capacity_flag), CANN's aclnnMoeInitRoutingV2 definition: the
+ * flattened expert ids (j = n*K + k) sorted stably, expanded_row_idx[j] =
+ * the slot of pair j, expanded_x[slot] = x[j / K].  Dropless: slots
+ * 0..N*K-1 in sorted order, expanded_x keeps the first min(active_num,
+ * N*K) (all when active_num is 0), and output 2 counts each expert's pairs
+ * (flag 2) or their running sum (flag 1).  Drop/pad: expert e keeps its
+ * first expert_capacity pairs in slots e*C + i of an (E, C, H) expanded_x,
+ * zeros elsewhere, a dropped pair's row index -1, and output 3 counts the
+ * pairs before the capacity.  Outputs a mode does not write are zeros. */
+SimValue *k_moe_init_routing_v2(Ctx *c)
+{
+	SimTensor *x = sim_arg_tensor(c, 0), *ei = x ? sim_arg_tensor(c, 1) : NULL;
+	if (!ei)
+		return NULL;
+	MoeV2Info mi;
+	char why[256] = "";
+	if (ir_moe_v2_info(c->n, &mi, why, sizeof why) < 0)
+		return FAILV("MoeInitRoutingV2: %s", why);
+	if (x->ndim != 2 || ei->ndim != 2 || ei->shape[0] != x->shape[0])
+		return FAILV("MoeInitRoutingV2 takes x (N, H) and expert_idx (N, K)");
+	int64_t N = x->shape[0], H = x->shape[1], K = ei->shape[1], NK = N * K, E = mi.experts, C = mi.capacity;
+	int drop = mi.drop_pad == 1, counts = drop ? mi.before_flag : mi.count_flag > 0;
+	for (int64_t j = 0; j < NK; j++)
+		if ((drop || counts) && (ei->data[j] < 0 || ei->data[j] >= (float)E))
+			return FAILV("MoeInitRoutingV2: expert id %g outside [0, %lld)", (double)ei->data[j],
+			             (long long)E);
+	int64_t *ord = xmalloc((size_t)(NK ? NK : 1) * sizeof *ord);
+	for (int64_t j = 0; j < NK; j++)
+		ord[j] = j;
+	for (int64_t j = 1; j < NK; j++) { /* stable insertion sort on the expert */
+		int64_t t = ord[j], p = j;
+		while (p > 0 && ei->data[ord[p - 1]] > ei->data[t]) {
+			ord[p] = ord[p - 1];
+			p--;
+		}
+		ord[p] = t;
+	}
+	int64_t rows = mi.active > 0 && mi.active < NK ? mi.active : NK;
+	int64_t xs[3] = {drop ? E : rows, drop ? C : H, H};
+	int64_t ne = E > 0 ? E : 1;
+	SimTensor *ex = sim_tensor_new(c->r, x->dtype, drop ? 3 : 2, xs),
+	          *er = ex ? sim_tensor_new(c->r, SD_INT, 1, &NK) : NULL,
+	          *tc = er ? (!drop && counts ? sim_tensor_new(c->r, SD_INT, 1, &ne) : unwritten(c, 2, ne)) : NULL,
+	          *tb = tc ? (drop && counts ? sim_tensor_new(c->r, SD_INT, 1, &ne) : unwritten(c, 3, ne)) : NULL;
+	if (!tb) {
+		free(ord);
+		return NULL;
+	}
+	int64_t prev = -1, rank = 0;
+	for (int64_t i = 0; i < NK; i++) {
+		int64_t j = ord[i], e = (int64_t)ei->data[j], slot = i;
+		if (drop) {
+			rank = e == prev ? rank + 1 : 0;
+			prev = e;
+			slot = rank < C ? e * C + rank : -1;
+		}
+		er->data[j] = (float)slot;
+		if (slot >= 0 && (drop || slot < rows))
+			memcpy(ex->data + slot * H, x->data + (j / K) * H, (size_t)H * sizeof *ex->data);
+		if (counts)
+			(drop ? tb : tc)->data[e] += 1;
+	}
+	if (!drop && mi.count_flag == 1)
+		for (int64_t e = 1; e < E; e++)
+			tc->data[e] += tc->data[e - 1];
+	free(ord);
+	SimValue *t = sim_val_tuple(c->r, 4);
+	t->elems[0] = sim_val_tensor(c->r, ex);
+	t->elems[1] = sim_val_tensor(c->r, er);
+	t->elems[2] = sim_val_tensor(c->r, tc);
+	t->elems[3] = sim_val_tensor(c->r, tb);
+	return t;
+}
+
+/* MoeComputeExpertTokens(sorted_experts, num_expert) -> (num_expert,):
+ * out[e] = the end of expert e's rows in the sorted list, the number of
+ * ids <= e (CANN's BinarySearch(sortedExperts, e)); counted, so an
+ * unsorted input gives the same counts. */
+SimValue *k_moe_compute_expert_tokens(Ctx *c)
+{
+	SimTensor *se = sim_arg_tensor(c, 0);
+	int64_t E = 0;
+	if (!se)
+		return NULL;
+	if (sim_ints(c, 1, "num_expert", &E, 1) < 1 || E <= 0)
+		return FAILV("MoeComputeExpertTokens needs a positive num_expert");
+	if (se->ndim != 1)
+		return FAILV("MoeComputeExpertTokens takes a 1-D sorted_experts");
+	SimTensor *o = sim_tensor_new(c->r, SD_INT, 1, &E);
+	if (!o)
+		return NULL;
+	for (int64_t j = 0; j < se->numel; j++) {
+		int64_t v = (int64_t)se->data[j];
+		if (v < 0 || v >= E)
+			return FAILV("MoeComputeExpertTokens: expert id %lld outside [0, %lld)", (long long)v,
+			             (long long)E);
+		o->data[v] += 1;
+	}
+	for (int64_t e = 1; e < E; e++)
+		o->data[e] += o->data[e - 1];
+	return sim_val_tensor(c->r, o);
+}
+
 /* MoeFinalizeRouting(expanded_x, x1, x2, bias, scales, expanded_row_idx,
  * expanded_expert_idx) -> y (N, H):
  *   y[n] = x1[n] + x2[n] + sum_k scales[n, k] * (expanded_x[row[k*N + n]]

@@ -173,6 +173,8 @@ SimValue *k_scatter_div(Ctx *c); /* in backward.c's table: writes its variable *
 SimValue *k_random_choice(Ctx *c);
 SimValue *k_moe_init_routing(Ctx *c);
 SimValue *k_moe_finalize_routing(Ctx *c);
+SimValue *k_moe_init_routing_v2(Ctx *c);
+SimValue *k_moe_compute_expert_tokens(Ctx *c);
 SimValue *k_grouped_matmul(Ctx *c);
 
 /* ----------------------------------------------------------- backward.c */

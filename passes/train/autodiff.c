@@ -1041,19 +1041,24 @@ static void bp_div(Ad *a, Node *n, const GV *g, int gop)
 	}
 }
 
-/* MaximumGrad(x, y, g) -> (dx, dy) */
+/* MaximumGrad(x, y, g) -> (dx, dy), each shaped like its operand: the
+ * kernel sums g over the dimensions an operand was broadcast along
+ * (Maximum(r, Tensor(shape=[], ...)) gives a scalar dy) */
 static void bp_minmax(Ad *a, Node *n, const GV *g, int gop)
 {
+	GV x[2] = {gv_arg(n, 0), gv_arg(n, 1)};
+	Abs xa[2] = {tensor_abs(&x[0]), tensor_abs(&x[1])};
 	Abs t = {0};
 	t.tstr = lower_sym("Tuple[Tensor*2]");
 	t.shape.kind = SK_TUPLE;
 	t.shape.rank = 2;
 	t.shape.sub = arena_alloc(a->m->arena, 2 * sizeof(Shape));
-	t.shape.sub[0] = t.shape.sub[1] = g[0].a.shape;
-	Node *c = op3(a, gop, gv_arg(n, 0), gv_arg(n, 1), g[0], &t);
+	t.shape.sub[0] = xa[0].shape;
+	t.shape.sub[1] = xa[1].shape;
+	Node *c = op3(a, gop, x[0], x[1], g[0], &t);
 	for (uint32_t k = 0; k < 2; k++)
 		if (wants(a, n, k)) {
-			Node *e = op2(a, OP_TupleGetItem, gv_node(c), c_int(k), &g[0].a);
+			Node *e = op2(a, OP_TupleGetItem, gv_node(c), c_int(k), &xa[k]);
 			give(a, n, k, in_grad(a, n, k, gv_node(e)));
 		}
 }

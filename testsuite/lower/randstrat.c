@@ -307,6 +307,14 @@ static int gen(const Node *n, St *t, int64_t N)
 		if (fam == FAM_LPNORM)
 			k1 = value_int_list(ir_attr_get(&n->pattrs, "axis"), v1, MAX_RANK);
 		int sa = n->op == OP_TopK ? R - 1 : axis_of(n, 1, "axis", R, -1);
+		/* LpNorm's reduced axes may be cut when p > 0: the comm pass
+		 * sums the partial p-th powers */
+		int64_t p = 2;
+		const Value *pv = fam == FAM_LPNORM ? ir_attr_get(&n->pattrs, "p") : NULL;
+		if (pv)
+			value_get_int(pv, &p);
+		if (fam == FAM_LPNORM && p > 0)
+			k1 = 0;
 		for (int i = 0; i < R; i++) {
 			int whole = 0;
 			if (fam == FAM_SLICE)

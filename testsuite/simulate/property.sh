@@ -60,7 +60,7 @@ run_case() {
 inputs=()
 for f in "$top"/ir-samples/*.ir "$top"/testsuite/simulate/llama_small.ir "$top"/testsuite/lower/cnn_hybrid.ir \
 	"$top"/testsuite/lower/families.ir "$top"/testsuite/lower/scatter_moe.ir "$top"/testsuite/lower/gmm.ir \
-	"$top"/testsuite/train/gmm_step.ir; do
+	"$top"/testsuite/train/gmm_step.ir "$top"/testsuite/lower/norm_cum.ir "$top"/testsuite/lower/moe_v2.ir; do
 	[ -f "$f" ] || continue
 	case $(basename "$f") in llama_layer.ir) continue ;; esac
 	inputs+=("$f")

@@ -489,6 +489,119 @@ static void test_scatter_moe(void **state)
 	}
 }
 
+/* MoeInitRoutingV2 (ir_moe_v2_info) and MoeComputeExpertTokens
+ * (SHAPE_MOETOKENS): lookup, family, the output shapes of the dropless,
+ * active and drop/pad modes, the parameters they refuse, and verify
+ * checking a declared output against them. */
+static void test_moe_v2(void **state)
+{
+	(void)state;
+	assert_int_equal(op_lookup("MoeInitRoutingV2", 16), OP_MoeInitRoutingV2);
+	assert_int_equal(op_lookup("MoeComputeExpertTokens", 22), OP_MoeComputeExpertTokens);
+	assert_int_equal(op_table[OP_MoeInitRoutingV2].family, FAM_UNSPLIT);
+	assert_int_equal(op_table[OP_MoeComputeExpertTokens].family, FAM_UNSPLIT);
+	diag_set_quiet(1);
+	static const struct {
+		const char *args; /* active, capacity, experts, drop_pad, count_flag, before_flag */
+		int rc;
+		int64_t o0[3], o2, o3;
+		const char *why;
+	} cases[] = {
+	    {"I64(0), I64(0), I64(4), I64(0), I64(1), Bool(0)", 1, {12, 8, -1}, 4, -1, NULL},  /* dropless, cumsum */
+	    {"I64(5), I64(0), I64(4), I64(0), I64(0), Bool(0)", 1, {5, 8, -1}, -1, -1, NULL},  /* active 5 rows */
+	    {"I64(20), I64(0), I64(4), I64(0), I64(2), Bool(0)", 1, {12, 8, -1}, 4, -1, NULL}, /* active > N*K */
+	    {"I64(0), I64(3), I64(4), I64(1), I64(0), Bool(1)", 1, {4, 3, 8}, -1, 4, NULL},    /* drop/pad */
+	    {"I64(0), I64(7), I64(4), I64(1), I64(0), Bool(0)", -1, {0}, 0, 0, "expert_capacity 7"},
+	    {"I64(0), I64(0), I64(0), I64(0), I64(1), Bool(0)", -1, {0}, 0, 0, "expert_num must be positive"},
+	    {"I64(0), I64(0), I64(4), I64(2), I64(0), Bool(0)", -1, {0}, 0, 0, "drop_pad_mode is 2"},
+	    {"I64(0), I64(0), I64(4), I64(0), I64(3), Bool(0)", -1, {0}, 0, 0, "flag is 3"},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		char text[1024];
+		snprintf(
+		    text, sizeof text,
+		    "%%para1_x: <Tensor[Float32], (6, 8)>\n"
+		    "%%para2_e: <Tensor[Int32], (6, 2)>\n"
+		    "  %%0(a) = MoeInitRoutingV2(%%para1_x, %%para2_e, %s)\n"
+		    "      : (<Tensor[Float32], (6, 8)>, <Tensor[Int32], (6, 2)>, <Int64, NoShape>, <Int64, NoShape>, "
+		    "<Int64, NoShape>, <Int64, NoShape>, <Int64, NoShape>, <Bool, NoShape>) -> "
+		    "(<Tuple[Tensor[Float32],Tensor[Int32],Tensor[Int32],Tensor[Int32]], TupleShape((1), (1), (1), "
+		    "(1))>)\n"
+		    "  Return(%%0)\n",
+		    cases[c].args);
+		Module *m = parse(text, 0);
+		assert_non_null(m);
+		Node *n = ir_entry(m)->nodes.a[0];
+		assert_false(op_is_opaque(n));
+		MoeV2Info mi;
+		char why[256] = "";
+		assert_int_equal(ir_moe_v2_info(n, &mi, why, sizeof why), cases[c].rc);
+		if (cases[c].rc < 0) {
+			assert_non_null(strstr(why, cases[c].why));
+		} else {
+			int r0 = cases[c].o0[2] < 0 ? 2 : 3;
+			assert_int_equal(mi.orank[0], r0);
+			for (int i = 0; i < r0; i++)
+				assert_int_equal(mi.out[0][i], cases[c].o0[i]);
+			assert_int_equal(mi.orank[1], 1);
+			assert_int_equal(mi.out[1][0], 12);
+			assert_int_equal(mi.orank[2], cases[c].o2 < 0 ? -1 : 1);
+			assert_int_equal(mi.orank[3], cases[c].o3 < 0 ? -1 : 1);
+			if (cases[c].o2 >= 0)
+				assert_int_equal(mi.out[2][0], cases[c].o2);
+			if (cases[c].o3 >= 0)
+				assert_int_equal(mi.out[3][0], cases[c].o3);
+		}
+		ir_module_free(m);
+	}
+	/* verify: a declared expanded_x of 6 rows for 6 tokens x top-2 is refused */
+	for (int bad = 0; bad < 2; bad++) {
+		char text[2048];
+		snprintf(
+		    text, sizeof text,
+		    "%%para1_x: <Tensor[Float32], (6, 8)>\n"
+		    "%%para2_e: <Tensor[Int32], (6, 2)>\n"
+		    "  %%0(a) = MoeInitRoutingV2(%%para1_x, %%para2_e, I64(0), I64(0), I64(4), I64(0), I64(1), "
+		    "Bool(0))\n"
+		    "      : (<Tensor[Float32], (6, 8)>, <Tensor[Int32], (6, 2)>, <Int64, NoShape>, <Int64, NoShape>, "
+		    "<Int64, NoShape>, <Int64, NoShape>, <Int64, NoShape>, <Bool, NoShape>) -> "
+		    "(<Tuple[Tensor[Float32],Tensor[Int32],Tensor[Int32],Tensor[Int32]], TupleShape((%d, 8), (12), "
+		    "(4), (4))>)\n"
+		    "  Return(%%0)\n"
+		    "      : (<Tuple[Tensor[Float32],Tensor[Int32],Tensor[Int32],Tensor[Int32]], TupleShape((%d, 8), "
+		    "(12), (4), (4))>)\n",
+		    bad ? 6 : 12, bad ? 6 : 12);
+		Module *m = parse(text, 0);
+		assert_non_null(m);
+		assert_int_equal(pass_verify(m, NULL), bad);
+		ir_module_free(m);
+	}
+	/* MoeComputeExpertTokens: (num_expert,) of a 1-D input; a 2-D input
+	 * and a missing num_expert are refused */
+	Module *m = parse("%para1_s: <Tensor[Int32], (12)>\n"
+	                  "%para2_t: <Tensor[Int32], (6, 2)>\n"
+	                  "  %0(a) = MoeComputeExpertTokens(%para1_s, I64(5))\n"
+	                  "      : (<Tensor[Int32], (12)>, <Int64, NoShape>) -> (<Tensor[Int32], (5)>)\n"
+	                  "  %1(b) = MoeComputeExpertTokens(%para2_t, I64(5))\n"
+	                  "      : (<Tensor[Int32], (6, 2)>, <Int64, NoShape>) -> (<Tensor[Int32], (5)>)\n"
+	                  "  %2(c) = MoeComputeExpertTokens(%para1_s)\n"
+	                  "      : (<Tensor[Int32], (12)>) -> (<Tensor[Int32], (5)>)\n"
+	                  "  Return(%0)\n",
+	                  0);
+	assert_non_null(m);
+	Node **a = ir_entry(m)->nodes.a;
+	int64_t d[MAX_RANK];
+	int r;
+	char why[200];
+	assert_int_equal(ir_infer_shape(a[0], d, &r, why, sizeof why), 1);
+	assert_int_equal(r * 10 + d[0], 15);
+	assert_int_equal(ir_infer_shape(a[1], d, &r, why, sizeof why), -1);
+	assert_non_null(strstr(why, "1-D sorted_experts"));
+	assert_int_equal(ir_infer_shape(a[2], d, &r, why, sizeof why), -1);
+	assert_non_null(strstr(why, "positive literal num_expert"));
+	ir_module_free(m);
+}
+
 /* GroupedMatmul (ir_gmm_info): the shapes of its three modes (rows
  * grouped by a cumulative group_list over stacked weights, independent
  * pairs, groups along the shared axis), the forms it refuses, and verify
@@ -881,15 +994,15 @@ static void test_output_set(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_std_hash),    cmocka_unit_test(test_intern),
-	    cmocka_unit_test(test_has_prefix),  cmocka_unit_test(test_ops),
-	    cmocka_unit_test(test_parse_minimal), cmocka_unit_test(test_infer),
+	    cmocka_unit_test(test_std_hash),         cmocka_unit_test(test_intern),
+	    cmocka_unit_test(test_has_prefix),       cmocka_unit_test(test_ops),
+	    cmocka_unit_test(test_parse_minimal),    cmocka_unit_test(test_infer),
 	    cmocka_unit_test(test_attention_shapes), cmocka_unit_test(test_values),
-	    cmocka_unit_test(test_getnext),     cmocka_unit_test(test_scatter_moe),
-	    cmocka_unit_test(test_gmm),
-	    cmocka_unit_test(test_fragment),    cmocka_unit_test(test_keymap),
-	    cmocka_unit_test(test_fmt_int),     cmocka_unit_test(test_defer),
-	    cmocka_unit_test(test_output_set),  cmocka_unit_test(test_clone),
+	    cmocka_unit_test(test_getnext),          cmocka_unit_test(test_scatter_moe),
+	    cmocka_unit_test(test_moe_v2),           cmocka_unit_test(test_gmm),
+	    cmocka_unit_test(test_fragment),         cmocka_unit_test(test_keymap),
+	    cmocka_unit_test(test_fmt_int),          cmocka_unit_test(test_defer),
+	    cmocka_unit_test(test_output_set),       cmocka_unit_test(test_clone),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();

@@ -596,6 +596,52 @@ static void test_scatter_moe_ops(void **state)
 	}
 }
 
+/* MoeInitRoutingV2 in its dropless, active and drop/pad modes and
+ * MoeComputeExpertTokens, by hand: 3 tokens, top-2 of 3 experts. */
+static void test_moe_v2_ops(void **state)
+{
+	(void)state;
+	Module *m = parse("%para1_x: <Tensor[Float32], (3, 2)>\n"
+	                  "%para2_e: <Tensor[Int32], (3, 2)>\n"
+	                  "%para3_s: <Tensor[Int32], (6)>\n"
+	                  "  %0(a) = MoeInitRoutingV2(%para1_x, %para2_e, I64(0), I64(0), I64(3), I64(0), I64(1), "
+	                  "Bool(0))\n"
+	                  "  %1(a) = TupleGetItem(%0, I64(0))\n"
+	                  "  %2(a) = TupleGetItem(%0, I64(1))\n"
+	                  "  %3(a) = TupleGetItem(%0, I64(2))\n"
+	                  "  %4(b) = MoeInitRoutingV2(%para1_x, %para2_e, I64(4), I64(0), I64(3), I64(0), I64(2), "
+	                  "Bool(0))\n"
+	                  "  %5(b) = TupleGetItem(%4, I64(0))\n"
+	                  "  %6(b) = TupleGetItem(%4, I64(2))\n"
+	                  "  %7(c) = MoeInitRoutingV2(%para1_x, %para2_e, I64(0), I64(1), I64(3), I64(1), I64(0), "
+	                  "Bool(1))\n"
+	                  "  %8(c) = TupleGetItem(%7, I64(0))\n"
+	                  "  %9(c) = TupleGetItem(%7, I64(1))\n"
+	                  "  %10(c) = TupleGetItem(%7, I64(3))\n"
+	                  "  %11(d) = MoeComputeExpertTokens(%para3_s, I64(4))\n"
+	                  "  Return(%11)\n");
+	static const float x[] = {1, 2, 3, 4, 5, 6}, e[] = {2, 0, 1, 2, 0, 1}, so[] = {0, 0, 1, 1, 2, 2};
+	In in[] = {IN("x", x), IN("e", e), IN("s", so)};
+	SimRun *r = run(m, in, 3);
+	/* pairs j = n*2 + k with experts 2 0 1 2 0 1, stably by expert: j = 1 4
+	 * 2 5 0 3, tokens j / 2 = 0 2 1 2 0 1 */
+	EXPECT(r, m, 1, S(6, 2), S(1, 2, 5, 6, 3, 4, 5, 6, 1, 2, 3, 4));
+	EXPECT(r, m, 2, S(6), S(4, 0, 2, 5, 1, 3));
+	EXPECT(r, m, 3, S(3), S(2, 4, 6)); /* flag 1: running counts */
+	/* active_num 4: the first 4 slots; flag 2: the counts */
+	EXPECT(r, m, 5, S(4, 2), S(1, 2, 5, 6, 3, 4, 5, 6));
+	EXPECT(r, m, 6, S(3), S(2, 2, 2));
+	/* drop/pad, capacity 1: each expert keeps its first pair (j = 1, 2,
+	 * 0 in slots 0, 1, 2), the others' row index -1 */
+	EXPECT(r, m, 8, S(3, 1, 2), S(1, 2, 3, 4, 1, 2));
+	EXPECT(r, m, 9, S(6), S(2, 0, 1, -1, -1, -1));
+	EXPECT(r, m, 10, S(3), S(2, 2, 2));
+	/* the end of each of 4 experts' rows in (0 0 1 1 2 2) */
+	EXPECT(r, m, 11, S(4), S(2, 4, 6, 6));
+	sim_free(r);
+	ir_module_free(m);
+}
+
 static void test_conv_pool(void **state)
 {
 	(void)state;
@@ -1662,6 +1708,7 @@ int main(void)
 	    cmocka_unit_test(test_llm_ops),
 	    cmocka_unit_test(test_llm_ops2),
 	    cmocka_unit_test(test_scatter_moe_ops),
+	    cmocka_unit_test(test_moe_v2_ops),
 	    cmocka_unit_test(test_grouped_matmul),
 	    cmocka_unit_test(test_conv_pool),
 	    cmocka_unit_test(test_losses_virtual),
