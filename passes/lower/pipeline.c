@@ -113,6 +113,60 @@ static int64_t micro_of(const Node *n)
 	return a && value_get_int(a, &v) ? v : 0;
 }
 
+/* The trainable weight n reads, through Load, Cast and Depend, or NULL */
+static const Node *trainable_operand(const Node *n)
+{
+	for (uint32_t k = 0; k < n->nargs; k++) {
+		const Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+		while (p && p->kind == NK_CNODE && p->callee_kind == CK_PRIM &&
+		       (p->op == OP_Load || p->op == OP_Cast || p->op == OP_Depend) && p->nargs &&
+		       p->args[0].kind == V_NODE)
+			p = p->args[0].u.node;
+		if (p && p->kind == NK_PARAM && train_is_trainable(p))
+			return p;
+	}
+	return NULL;
+}
+
+/* parameter_start: in a training step, the first operator of stage 0 (of
+ * each micro-batch) that reads a trainable weight gets the primitive
+ * attribute parameter_start: 0 and the primal attribute parameter_start:
+ * its micro-batch - where stage 0's backward ends (MindSpore's
+ * LabelParameterStart, NeedGrad and IsPipelineCareNode in
+ * mindspore-ai/mindspore mindspore/ccsrc/frontend/parallel/pipeline_transformer/
+ * pipeline_transformer.cc; the operators that are not "care" nodes are the
+ * virtual and tuple ones, Load and the side-effect order). */
+static void label_parameter_start(Module *m, Graph *g, const int32_t *st)
+{
+	int K = m->micro > 1 ? m->micro : 1;
+	uint8_t *done = xcalloc((size_t)K, 1);
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		Node *n = g->nodes.a[i];
+		if (st[i] != 0 || n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+			continue;
+		switch (n->op) {
+		case OP_Load: case OP_Cast: case OP_Depend: case OP_MakeTuple: case OP_TupleGetItem:
+		case OP_UpdateState: case OP_Send: case OP_Receive: case OP_Unknown:
+			continue;
+		default:
+			break;
+		}
+		int64_t mb = micro_of(n);
+		if (mb < 0 || mb >= K || done[mb] || !trainable_operand(n))
+			continue;
+		done[mb] = 1;
+		ir_attr_set(m, &n->pattrs, "parameter_start", value_int(0, NT_I64));
+		n->has_pattrs = 1;
+		if (m->micro > 0) {
+			NodeExt *x = ir_node_ext_mut(m, n);
+			ir_attr_set(m, &x->primal, "parameter_start", value_int(mb, NT_I64));
+			x->has_primal = 1;
+			lower_order_attrs(&x->primal);
+		}
+	}
+	free(done);
+}
+
 /* Tensor(shape=[d...], dtype=T, value=v): a constant the value v fills */
 static Value tensor_literal(Module *m, const char *dtype, const int64_t *d, int rank, int64_t v)
 {
@@ -358,6 +412,8 @@ int pass_pipeline(Module *m, const Options *o)
 	}
 	for (uint32_t i = 0; i < nn; i++)
 		g->nodes.a[i]->stage = st[i];
+	if (train_wanted(m, o) && c.stage == 0)
+		label_parameter_start(m, g, st);
 	/* A weight read in several stages belongs to the first of them: later
 	 * stages use the owner's Load, so the value crosses the boundary like an
 	 * activation and is marked pipeline_param (§3.8). */
