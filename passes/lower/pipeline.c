@@ -24,8 +24,10 @@
  *             (as MindSpore's pipeline_transformer.cc gives a parameter the
  *             stage of the operators that use it), so a weight only a
  *             later stage uses is loaded there, not sent every step.  Parameters no operator
- *             of the stage uses are dropped; a non-last stage returns its
- *             last Send.
+ *             of the stage uses are dropped.  A non-last stage returns
+ *             Depend(zeros of the output, MakeTuple(its Sends)), as
+ *             MindSpore does (the loss is the last stage's); an output
+ *             that is not one tensor of static shape returns its last Send.
  *             With S = 1 the pass does nothing.
  *   Invalidates: nodes of other stages (removed).
  *   Not done: micro-batch slicing and the 1F1B schedule (`micro` is 0).
@@ -33,6 +35,7 @@
 #include <string.h>
 
 #include "lower.h"
+#include "../train/train.h"
 
 #define MAX_STAGES PIPELINE_MAX_STAGES
 
@@ -110,21 +113,164 @@ static int64_t micro_of(const Node *n)
 	return a && value_get_int(a, &v) ? v : 0;
 }
 
-static Value f16_placeholder(Module *m)
+/* The trainable weight n reads, through Load, Cast and Depend, or NULL */
+static const Node *trainable_operand(const Node *n)
 {
-	Value e[3], one = value_int(1, NT_BARE);
+	for (uint32_t k = 0; k < n->nargs; k++) {
+		const Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+		while (p && p->kind == NK_CNODE && p->callee_kind == CK_PRIM &&
+		       (p->op == OP_Load || p->op == OP_Cast || p->op == OP_Depend) && p->nargs &&
+		       p->args[0].kind == V_NODE)
+			p = p->args[0].u.node;
+		if (p && p->kind == NK_PARAM && train_is_trainable(p))
+			return p;
+	}
+	return NULL;
+}
+
+/* parameter_start: in a training step, the first operator of stage 0 (of
+ * each micro-batch) that reads a trainable weight gets the primitive
+ * attribute parameter_start: 0 and the primal attribute parameter_start:
+ * its micro-batch - where stage 0's backward ends (MindSpore's
+ * LabelParameterStart, NeedGrad and IsPipelineCareNode in
+ * mindspore-ai/mindspore mindspore/ccsrc/frontend/parallel/pipeline_transformer/
+ * pipeline_transformer.cc; the operators that are not "care" nodes are the
+ * virtual and tuple ones, Load and the side-effect order). */
+static void label_parameter_start(Module *m, Graph *g, const int32_t *st)
+{
+	int K = m->micro > 1 ? m->micro : 1;
+	uint8_t *done = xcalloc((size_t)K, 1);
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		Node *n = g->nodes.a[i];
+		if (st[i] != 0 || n->kind != NK_CNODE || n->callee_kind != CK_PRIM)
+			continue;
+		switch (n->op) {
+		case OP_Load: case OP_Cast: case OP_Depend: case OP_MakeTuple: case OP_TupleGetItem:
+		case OP_UpdateState: case OP_Send: case OP_Receive: case OP_Unknown:
+			continue;
+		default:
+			break;
+		}
+		int64_t mb = micro_of(n);
+		if (mb < 0 || mb >= K || done[mb] || !trainable_operand(n))
+			continue;
+		done[mb] = 1;
+		ir_attr_set(m, &n->pattrs, "parameter_start", value_int(0, NT_I64));
+		n->has_pattrs = 1;
+		if (m->micro > 0) {
+			NodeExt *x = ir_node_ext_mut(m, n);
+			ir_attr_set(m, &x->primal, "parameter_start", value_int(mb, NT_I64));
+			x->has_primal = 1;
+			lower_order_attrs(&x->primal);
+		}
+	}
+	free(done);
+}
+
+/* Tensor(shape=[d...], dtype=T, value=v): a constant the value v fills */
+static Value tensor_literal(Module *m, const char *dtype, const int64_t *d, int rank, int64_t v)
+{
+	Value e[3], *dims = arena_alloc(m->arena, (size_t)(rank ? rank : 1) * sizeof *dims);
+	for (int i = 0; i < rank; i++)
+		dims[i] = value_int(d[i], NT_BARE);
 	memset(e, 0, sizeof e);
-	e[0] = value_tuple_of(m->arena, &one, 1);
+	e[0] = value_tuple_of(m->arena, dims, (uint32_t)rank);
 	e[0].kind = V_LIST;
 	e[0].key = intern_cstr("shape");
-	e[1] = value_word("Float16");
+	e[1] = value_word(dtype);
 	e[1].key = intern_cstr("dtype");
-	e[2] = value_int(0, NT_BARE);
+	e[2] = value_int(v, NT_BARE);
 	e[2].key = intern_cstr("value");
 	Value t = value_tuple_of(m->arena, e, 3);
 	t.kind = V_CALL;
 	t.text = intern_cstr("Tensor");
 	return t;
+}
+
+static Value f16_placeholder(Module *m)
+{
+	int64_t one = 1;
+	return tensor_literal(m, "Float16", &one, 1, 0);
+}
+
+/* A zero tensor of the abstract of a graph output: scalar losses keep their
+ * shape; in inference, dimension 0 is this stage's slice of the batch (MindSpore's
+ * CreateZeroseOutput, mindspore-ai/mindspore
+ * mindspore/ccsrc/frontend/parallel/pipeline_transformer/pipeline_transformer.cc:
+ * only the last stage redistributes the network's output, unless full_batch).
+ * 0 when the output is not a tensor of known shape. */
+static int zero_of(LowerCtx *c, const Abs *a, int train, Value *out, Abs *ta)
+{
+	if (!a->is_tensor || a->shape.kind != SK_DIMS || a->shape.rank > LAYOUT_MAX_DIM)
+		return 0;
+	int64_t d[LAYOUT_MAX_DIM];
+	int r = a->shape.rank;
+	for (int i = 0; i < r; i++)
+		if ((d[i] = a->shape.dims[i]) < 0)
+			return 0;
+	if (!train && !c->o->full_batch && r >= 1 && d[0] % c->per_stage == 0)
+		d[0] /= c->per_stage;
+	*out = tensor_literal(c->m, sym_str(a->dtype ? a->dtype : intern_cstr("Float32")), d, r, 0);
+	*ta = lower_abs_like(c->m, a, d, r);
+	ta->is_ref = 0;
+	ta->has_value = 1;
+	return 1;
+}
+
+/* What a stage before the last returns, as MindSpore's HandleGraphOutputs
+ * (pipeline_transformer.cc, same file) builds it: Depend(zeros, MakeTuple(the
+ * stage's Sends)) - zeros of the network's output, since the loss is the last
+ * stage's, that wait for every value the stage sends on.  NULL (the caller
+ * keeps today's form, the stage's last Send) for an output that is not one
+ * tensor of static shape. */
+static Node *zero_output(LowerCtx *c, const Node *ret, Node *const *sends, uint32_t ns, const Node *like,
+                         int train)
+{
+	Value z;
+	Abs za;
+	const Abs *oa = ret->nin_types ? &ret->in_types[0] : &ret->out;
+	if (!zero_of(c, oa, train, &z, &za))
+		return NULL;
+	Node *t = lower_new_op(c, OP_MakeTuple, like, ns);
+	Abs ta = {0};
+	/* Tuple[T*n] when the Sends agree on their type, else Tuple[T1,T2,...] */
+	uint32_t same = 1;
+	size_t len = 16;
+	for (uint32_t k = 0; k < ns; k++) {
+		same &= sends[k]->out.tstr == sends[0]->out.tstr;
+		len += sym_len(sends[k]->out.tstr) + 1;
+	}
+	char *buf = xmalloc(len + 16);
+	if (!ns)
+		strcpy(buf, "Tuple[]");
+	else if (same)
+		snprintf(buf, len + 16, ns == 1 ? "Tuple[%s]" : "Tuple[%s*%u]", sym_str(sends[0]->out.tstr), ns);
+	else {
+		size_t at = (size_t)sprintf(buf, "Tuple[");
+		for (uint32_t k = 0; k < ns; k++)
+			at += (size_t)sprintf(buf + at, "%s%s", k ? "," : "", sym_str(sends[k]->out.tstr));
+		strcpy(buf + at, "]");
+	}
+	ta.tstr = intern_cstr(buf);
+	free(buf);
+	ta.shape.kind = SK_TUPLE;
+	ta.shape.rank = (uint8_t)ns;
+	ta.shape.sub = ns ? arena_alloc(c->m->arena, ns * sizeof(Shape)) : NULL;
+	for (uint32_t k = 0; k < ns; k++) {
+		t->args[k] = value_node(sends[k]);
+		t->in_types[k] = sends[k]->out;
+		ta.shape.sub[k] = sends[k]->out.shape;
+	}
+	t->out = ta;
+	Node *d = lower_new_op(c, OP_Depend, like, 2);
+	d->args[0] = z;
+	d->in_types[0] = za;
+	d->args[1] = value_node(t);
+	d->in_types[1] = ta;
+	d->out = za;
+	d->out.has_value = 0;
+	t->stage = d->stage = like->stage;
+	return d;
 }
 
 static const char *dump_dtype(Sym dt)
@@ -266,6 +412,8 @@ int pass_pipeline(Module *m, const Options *o)
 	}
 	for (uint32_t i = 0; i < nn; i++)
 		g->nodes.a[i]->stage = st[i];
+	if (train_wanted(m, o) && c.stage == 0)
+		label_parameter_start(m, g, st);
 	/* A weight read in several stages belongs to the first of them: later
 	 * stages use the owner's Load, so the value crosses the boundary like an
 	 * activation and is marked pipeline_param (§3.8). */
@@ -331,17 +479,29 @@ int pass_pipeline(Module *m, const Options *o)
 	Node **recv = xcalloc(nn + 1, sizeof *recv);
 	Vec(Node *) out = {0};
 	Node *last_send = NULL;
+	Vec(Node *) sends = {0};
 	int me = c.stage;
 	for (uint32_t i = 0; i < nn && !bad; i++) {
 		Node *n = g->nodes.a[i];
 		if (n->kind == NK_RETURN && me != S - 1) {
 			if (n->nargs >= 1) {
-				/* a non-last stage returns what it sends on (or its last
-				 * operator when it sends nothing) */
-				Node *r = last_send;
-				for (uint32_t k = out.n; !r && k-- > 0;)
+				/* a non-last stage returns zeros that wait for its Sends;
+				 * an output that is not one tensor: what it sends on (or
+				 * its last operator when it sends nothing) */
+				Node *r = last_send, *like = NULL;
+				for (uint32_t k = out.n; !like && k-- > 0;)
 					if (out.a[k]->kind == NK_CNODE)
-						r = out.a[k];
+						like = out.a[k];
+				if (!r)
+					r = like;
+				Node *z = like ? zero_output(&c, n, sends.a, sends.n, last_send ? last_send : like,
+				                             train_wanted(m, o))
+				               : NULL;
+				if (z) {
+					vec_push(&out, z->args[1].u.node);
+					vec_push(&out, z);
+					r = z;
+				}
 				if (!r) {
 					diag_error(
 					    "pipeline stage %d has no operators (use fewer --pipeline-stages, or "
@@ -437,9 +597,11 @@ int pass_pipeline(Module *m, const Options *o)
 			s->lay->in[0] = s->lay->out[0] = n->lay->out[0];
 			s->lay->flags = LAY_INSERTED | (wdep[i] ? 0 : LAY_NOGRAD);
 			vec_push(&out, s);
+			vec_push(&sends, s);
 			last_send = s;
 		}
 	}
+	vec_free(&sends);
 	if (!bad) {
 		ir_graph_set_nodes(g, out.a, out.n, out.cap);
 		/* parameters this stage does not read are not part of its graph */

@@ -25,8 +25,8 @@
  *     of dimension 0 among the weight's replicas, in replica-group order
  *     (the order the restoring AllGather concatenates in);
  *   - a Gather with a row-split table, whose local lookup only its
- *     AllReduce completes, and a Send (what a non-last stage returns) are
- *     not slices of anything and are left out.
+ *     AllReduce completes, and a Send (what a stage before the last sends
+ *     on) are not slices of anything and are left out.
  *
  * Memory: the reference and every rank live at once - each one's graph
  * (ir_module_bytes), tensors (sim_estimate_bytes) and run state
