@@ -877,7 +877,10 @@ static uint32_t phash(const Graph *g, int64_t num, Sym name)
 {
 	uint64_t h = ((uint64_t)name * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)num * 0xc2b2ae3d27d4eb4fULL) ^
 		     ((uint64_t)(uintptr_t)g * 0x165667b19e3779f9ULL);
-	return (uint32_t)(h ^ (h >> 29));
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (uint32_t)h;
 }
 
 static void ptab_insert(BuildCtx *b, Node *p)
