@@ -612,6 +612,42 @@ int lex_shape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	return 1;
 }
 
+/* A type that is a name and a shape, "<Tensor[Float32], (4096, 1024)>"
+ * (with ", ref_key=NAME" for a weight), is four of five tokens in a type
+ * line and five tokens and six reductions when read piece by piece; as
+ * one token it is the '<' TSTR ',' SHAPE [',' REFKEY] '>' it stands for,
+ * and b_abstract_tok makes what those would have made.  Only where both
+ * brackets fit under LEX_MAX_DEPTH and every number is one SHAPE takes
+ * (at most 18 digits); else it is read as before, from its '<'. */
+int lex_abstract(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	if (ls->depth >= LEX_MAX_DEPTH - 1)
+		return 0;
+	const char *comma = memchr(t, ',', n); /* the type name has none */
+	const char *sh = comma + 2, *p = sh + 1;
+	for (;;) {
+		size_t nd = 0;
+		p += *p == '-';
+		while (*p >= '0' && *p <= '9')
+			p++, nd++;
+		if (nd > 18)
+			return 0;
+		if (*p == ')')
+			break;
+		p += 2; /* ", " */
+	}
+	lv->tok.s = intern(t + 1, (size_t)(comma - t - 1));
+	lv->tok.p = sh;
+	lv->tok.n = (uint32_t)(p + 1 - sh);
+	lv->tok.i = 0;
+	if (p[1] == ',') {
+		const char *rk = p + 3 + strlen("ref_key="); /* after "), " */
+		lv->tok.i = rk - sh;
+		lv->tok.k = (int)(t + n - 1 - rk);
+	}
+	return 1;
+}
+
 /* ------------------------------------------------------------ grammar actions */
 
 /* bison's own messages (only "memory exhausted" reaches here) */
@@ -1919,6 +1955,18 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 	vec_free(&extras);
 	vrelease(b, items);
 	return a;
+}
+
+/* the abstract '<' TSTR ',' SHAPE [',' REFKEY] '>' would have made */
+Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t)
+{
+	VList *items = b_vlist(b);
+	b_vpush(items, b_shape(b, t));
+	if (t->i) {
+		Tok rk = {.p = t->p + t->i, .n = (uint32_t)t->k};
+		b_vpush(items, b_refkey(&rk));
+	}
+	return b_abstract(b, loc, t->s, items);
 }
 
 static Sym join3(Sym a, const char *mid, Sym c, const char *end)

@@ -86,6 +86,9 @@ int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv);
 int64_t lex_local(const char *t, size_t n); /* "%k": k (saturated, as strtoll) */
 /* "(4096, 1024)" in a type: 1 when it is read as one SHAPE token */
 int lex_shape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* "<Tensor[Float32], (4096, 1024)>": 1 when it is read as one ABSTRACT
+ * token (its type name interned, its shape and ref_key kept as text) */
+int lex_abstract(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 /* "I64(8)": 0 when it is read as one SCALAR token, else the length of the
  * name to read as an IDENT (the rest is scanned as usual) */
 int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
@@ -148,6 +151,7 @@ void b_vpush(VList *l, Value v);
 void b_vpush_kw(VList *l, Tok *key, Value v);
 void b_apush(BuildCtx *b, VList *l, Abs *a);
 Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items);
+Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t);
 Sym b_tstr_wrap(BuildCtx *b, Tok *outer, int bracket, Sym inner);
 Sym b_tstr_rep(BuildCtx *b, Sym t, Tok *n);
 Sym b_tstr_join(BuildCtx *b, Sym a, Sym c);
