@@ -648,6 +648,128 @@ int lex_abstract(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	return 1;
 }
 
+/* An attribute group of plain values, "{output_names: [output], transpose_a:
+ * Bool(0)}", is a third of a node line's tokens when read piece by piece;
+ * right after its keyword it is read as one token, and the group is made
+ * here, its names interned in the order the pieces would have interned
+ * them.  The scanner's pattern admits only keys, words, integers, I64(n)
+ * and Bool(0|1) scalars (a value's place: lex_scalar reads them so too) and
+ * lists of words, so nothing in it can be an error; what the pattern lets
+ * through and the pieces would not read the same way is left to them: a
+ * key that is a keyword ("parent:", the group keywords, "{in_strategy:"),
+ * a number longer than 18 digits, brackets over LEX_MAX_DEPTH, and a group
+ * anywhere but right after its keyword (a dict value reads differently). */
+static int aword_len(const char *p)
+{
+	const char *q = p;
+	while (*q == '_' || *q == '.' || (*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') ||
+	       (*q >= '0' && *q <= '9') || (unsigned char)*q >= 0x80)
+		q++;
+	return (int)(q - p);
+}
+
+static int digits_len(const char *p)
+{
+	const char *q = p + (*p == '-');
+	while (*q >= '0' && *q <= '9')
+		q++;
+	return (int)(q - p);
+}
+
+int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	const char *k = ls->attrkw_end;
+	if (!k || k > t || ls->depth >= LEX_MAX_DEPTH - 1)
+		return 0;
+	while (k < t && (*k == ' ' || *k == '\t' || *k == '\r'))
+		k++;
+	if (k != t)
+		return 0;
+	/* first pass: what the pattern cannot refuse */
+	const char *p = t + 1, *e = t + n - 1; /* at '}' */
+	while (p < e) {
+		int kl = aword_len(p);
+		static const char *const kw[] = {"parent", "primitive_attrs", "cnode_attrs", "cnode_primal_attrs",
+						 "in_strategy"};
+		for (size_t i = 0; i < sizeof kw / sizeof kw[0]; i++)
+			if ((size_t)kl == strlen(kw[i]) && memcmp(p, kw[i], (size_t)kl) == 0 &&
+			    (i < 4 || p == t + 1))
+				return 0;
+		p += kl + 2; /* ": " */
+		if (*p == '[') {
+			p++;
+			while (*p != ']')
+				p += aword_len(p) + (p[aword_len(p)] == ',' ? 2 : 0);
+			p++;
+		} else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+			int dl = digits_len(p);
+			if (dl - (*p == '-') > 18)
+				return 0;
+			p += dl;
+		} else {
+			p += aword_len(p);
+			if (*p == '(') {
+				int dl = digits_len(p + 1);
+				if (dl - (p[1] == '-') > 18)
+					return 0;
+				p += 1 + dl + 1;
+			}
+		}
+		if (*p == ',')
+			p += 2;
+	}
+	/* second pass: the group, as the grammar's actions make it */
+	Groups *g = b_groups(ls->b);
+	p = t + 1;
+	while (p < e) {
+		int kl = aword_len(p);
+		Tok key = {.s = intern(p, (size_t)kl)};
+		p += kl + 2;
+		Value v;
+		if (*p == '[') {
+			VList *l = NULL;
+			p++;
+			while (*p != ']') {
+				int wl = aword_len(p);
+				Tok w = {.s = intern(p, (size_t)wl)};
+				if (!l)
+					l = b_vlist(ls->b);
+				b_vpush(l, b_word(&w));
+				p += wl;
+				if (*p == ',')
+					p += 2;
+			}
+			p++;
+			v = b_seq(ls->b, V_LIST, l);
+		} else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+			int dl = digits_len(p);
+			Tok x = {.i = digits18(p + (*p == '-'), (size_t)(dl - (*p == '-')))};
+			if (*p == '-')
+				x.i = -x.i;
+			v = b_int(&x);
+			p += dl;
+		} else {
+			int wl = aword_len(p);
+			if (p[wl] == '(') {
+				union IR_YYSTYPE x;
+				size_t sl = (size_t)(wl + 1 + digits_len(p + wl + 1) + 1);
+				lex_scalar(ls, p, sl, &x); /* after ": ": a scalar */
+				v = b_scalar(&x.tok);
+				p += sl;
+			} else {
+				Tok w = {.s = intern(p, (size_t)wl)};
+				v = b_word(&w);
+				p += wl;
+			}
+		}
+		b_attr_push(ls->b, g, &key, &v);
+		if (*p == ',')
+			p += 2;
+	}
+	lv->gr = g;
+	return 1;
+}
+
 /* ------------------------------------------------------------ grammar actions */
 
 /* bison's own messages (only "memory exhausted" reaches here) */

@@ -46,6 +46,7 @@ typedef struct LexState {
 	uint32_t line;
 	int tdepth, rawdepth, rawkind, prev_state, eof_nl;
 	const char *rawstart;
+	const char *attrkw_end; /* the end of the last "primitive_attrs:" (or the other two) */
 	BuildCtx *b;
 	/* open brackets of the current line (all brackets close on their line);
 	 * depth may exceed LEX_MAX_DEPTH, then only the count is kept */
@@ -89,6 +90,9 @@ int lex_shape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 /* "<Tensor[Float32], (4096, 1024)>": 1 when it is read as one ABSTRACT
  * token (its type name interned, its shape and ref_key kept as text) */
 int lex_abstract(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* "{output_names: [output], transpose_a: Bool(0)}" after "primitive_attrs:"
+ * (or the other two keywords): 1 when it is read as one ATTRBLOCK token */
+int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 /* "I64(8)": 0 when it is read as one SCALAR token, else the length of the
  * name to read as an IDENT (the rest is scanned as usual) */
 int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
