@@ -30,6 +30,16 @@ typedef struct TstrMemo {
 	uint8_t is_ref;
 } TstrMemo;
 
+/* An attribute group read whole (lex_attrblock), kept by its text: a
+ * model's groups repeat, word for word, on thousands of lines. */
+typedef struct {
+	char *text;
+	uint32_t n, nattrs;
+	Attr *attrs; /* list values' elements are the memo's own copies */
+} AttrMemo;
+
+#define ATTR_MEMO 16
+
 struct BuildCtx {
 	Module *m;
 	LexState ls;
@@ -57,6 +67,7 @@ struct BuildCtx {
 	Node **ptab;           /* parameter lookup: (name, number) -> node */
 	uint32_t *ptag;        /* the hash of each slot: a probe that meets another parameter reads no node */
 	TstrMemo tmemo[64];
+	AttrMemo amemo[ATTR_MEMO];
 	uint32_t pmask, pcount;
 	int nforeign;
 	Sym cycle;
@@ -676,6 +687,37 @@ static int digits_len(const char *p)
 	return (int)(q - p);
 }
 
+static void attr_memo_free(AttrMemo *am)
+{
+	for (uint32_t i = 0; i < am->nattrs; i++)
+		if (am->attrs[i].val.kind == V_LIST)
+			free(am->attrs[i].val.u.elems);
+	free(am->attrs);
+	free(am->text);
+	*am = (AttrMemo){0};
+}
+
+static void attr_memo_keep(AttrMemo *am, const char *t, size_t n, const Groups *g)
+{
+	attr_memo_free(am);
+	am->text = xmalloc(n);
+	memcpy(am->text, t, n);
+	am->n = (uint32_t)n;
+	am->nattrs = g->attrs[0].n;
+	am->attrs = xmalloc((am->nattrs ? am->nattrs : 1) * sizeof *am->attrs);
+	for (uint32_t i = 0; i < am->nattrs; i++) {
+		Attr a = g->attrs[0].a[i];
+		if (a.val.kind == V_LIST && a.val.n) {
+			Value *e = xmalloc(a.val.n * sizeof *e);
+			memcpy(e, a.val.u.elems, a.val.n * sizeof *e);
+			a.val.u.elems = e;
+		} else if (a.val.kind == V_LIST) {
+			a.val.u.elems = NULL;
+		}
+		am->attrs[i] = a;
+	}
+}
+
 int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 {
 	const char *k = ls->attrkw_end;
@@ -685,6 +727,20 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		k++;
 	if (k != t)
 		return 0;
+	/* a group met before: its names are interned already (no Sym is
+	 * made out of order), its values are copied */
+	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
+	if (am->text && am->n == n && memcmp(am->text, t, n) == 0) {
+		Groups *g = b_groups(ls->b);
+		for (uint32_t i = 0; i < am->nattrs; i++) {
+			Attr a = am->attrs[i];
+			if (a.val.kind == V_LIST && a.val.n)
+				a.val.u.elems = arena_dup(ls->b->m->arena, a.val.u.elems, a.val.n * sizeof(Value));
+			vec_push(&g->attrs[0], a);
+		}
+		lv->gr = g;
+		return 1;
+	}
 	/* first pass: what the pattern cannot refuse */
 	const char *p = t + 1, *e = t + n - 1; /* at '}' */
 	while (p < e) {
@@ -766,6 +822,7 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		if (*p == ',')
 			p += 2;
 	}
+	attr_memo_keep(am, t, n, g);
 	lv->gr = g;
 	return 1;
 }
@@ -2364,6 +2421,8 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	vec_free(&b->afree);
 	free(b->ptab);
 	free(b->ptag);
+	for (int i = 0; i < ATTR_MEMO; i++)
+		attr_memo_free(&b->amemo[i]);
 	vec_free(&b->pend);
 	vec_free(&b->nodelines);
 	vec_free(&b->xlines);
