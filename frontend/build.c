@@ -2060,7 +2060,8 @@ static int to_shape(BuildCtx *b, Loc loc, const Value *v, Shape *s)
 	return 0;
 }
 
-Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
+/* shape: made already (b_abstract_tok), items then hold no shape */
+static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VList *items)
 {
 	Abs *a;
 	if (b->afree.n) {
@@ -2090,9 +2091,11 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 	Vec(Sym) extras = {0};
 	Sym ref_key = 0;
 	uint8_t ref_colon = 0;
+	if (shape)
+		a->shape = *shape;
 	for (uint32_t i = 0; items && i < items->v.n; i++) {
 		Value *v = &items->v.a[i];
-		if (i == 0 && to_shape(b, loc, v, &a->shape))
+		if (i == 0 && !shape && to_shape(b, loc, v, &a->shape))
 			continue;
 		if (v->kind == V_RAW && v->key) { /* ref_key */
 			const char *k = sym_str(v->text);
@@ -2136,16 +2139,51 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 	return a;
 }
 
-/* the abstract '<' TSTR ',' SHAPE [',' REFKEY] '>' would have made */
+/* the abstract '<' TSTR ',' SHAPE [',' REFKEY] '>' would have made; the
+ * shape's dimensions go from the text to the Shape (no tuple Value on the
+ * way) unless to_shape would refuse them, which is then left to it */
 Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t)
 {
-	VList *items = b_vlist(b);
-	b_vpush(items, b_shape(b, t));
+	int64_t d[MAX_RANK];
+	int rank = 0, ok = 1;
+	for (const char *p = t->p + 1; *p != ')';) {
+		int neg = *p == '-';
+		const char *q = p + neg;
+		int64_t v = 0;
+		while (*q >= '0' && *q <= '9') /* at most 18 digits (lex_abstract) */
+			v = v * 10 + (*q++ - '0');
+		if (neg)
+			v = -v;
+		if (rank == MAX_RANK || v < -2) {
+			ok = 0;
+			break;
+		}
+		d[rank++] = v;
+		p = *q == ',' ? q + 2 : q;
+	}
+	VList *items = NULL;
+	Shape s = {0};
+	if (ok) {
+		s.kind = SK_DIMS;
+		s.rank = (uint8_t)rank;
+		s.dims = arena_alloc(b->m->arena, (size_t)rank * sizeof(int64_t));
+		memcpy(s.dims, d, (size_t)rank * sizeof(int64_t));
+	} else {
+		items = b_vlist(b);
+		b_vpush(items, b_shape(b, t));
+	}
 	if (t->i) {
 		Tok rk = {.p = t->p + t->i, .n = (uint32_t)t->k};
+		if (!items)
+			items = b_vlist(b);
 		b_vpush(items, b_refkey(&rk));
 	}
-	return b_abstract(b, loc, t->s, items);
+	return abstract_make(b, loc, t->s, ok ? &s : NULL, items);
+}
+
+Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
+{
+	return abstract_make(b, loc, tstr, NULL, items);
 }
 
 static Sym join3(Sym a, const char *mid, Sym c, const char *end)
