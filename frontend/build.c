@@ -383,6 +383,8 @@ static void note_name(LexState *ls, const char *p, size_t n)
 	ls->lname[n] = 0;
 }
 
+static int64_t digits18(const char *p, size_t n);
+
 /* "%k(name) =": also notes the operator that follows, for messages */
 void lex_nodedef(LexState *ls, const char *t, size_t len, char held, union IR_YYSTYPE *lv)
 {
@@ -399,10 +401,12 @@ void lex_nodedef(LexState *ls, const char *t, size_t len, char held, union IR_YY
 	ls->lname[i] = 0;
 	ls->lkind = LK_NODE;
 	const char *p = strchr(t, '%');
-	char *end;
-	errno = 0;
-	long long v = strtoll(p + 1, &end, 10);
-	if (errno || v > MAX_LOCAL) {
+	const char *end = p + 1;
+	while (*end >= '0' && *end <= '9')
+		end++;
+	/* more than 18 digits is over MAX_LOCAL: no strtoll for its errno */
+	int64_t v = end - p - 1 <= 18 ? digits18(p + 1, (size_t)(end - p - 1)) : INT64_MAX;
+	if (v > MAX_LOCAL) {
 		diag_error_at(lexloc(ls, p), "node number %.*s is too large (the limit is %d)", (int)strspn(p + 1, "0123456789") + 1,
 			      p, MAX_LOCAL);
 		v = -1;
