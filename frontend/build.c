@@ -663,6 +663,21 @@ int lex_abstract(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	return 1;
 }
 
+/* "<UMonad, NoShape>" (a monad, a scalar's type): '<' IDENT ',' IDENT '>'
+ * read as one token; both names are interned here, as the IDENTs were.
+ * The token's p is NULL: b_abstract_tok then makes a NoShape type. */
+int lex_abstract_noshape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	if (ls->depth >= LEX_MAX_DEPTH)
+		return 0;
+	size_t k = n - strlen("<, NoShape>");
+	lv->tok.s = intern(t + 1, k);
+	lv->tok.s2 = intern(t + 1 + k + 2, strlen("NoShape"));
+	lv->tok.p = NULL;
+	lv->tok.i = 0;
+	return 1;
+}
+
 /* An attribute group of plain values, "{output_names: [output], transpose_a:
  * Bool(0)}", is a third of a node line's tokens when read piece by piece;
  * right after its keyword it is read as one token, and the group is made
@@ -2148,6 +2163,8 @@ static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VL
  * way) unless to_shape would refuse them, which is then left to it */
 Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t)
 {
+	if (!t->p) /* "<UMonad, NoShape>": what to_shape makes of the word */
+		return abstract_make(b, loc, t->s, &(Shape){.kind = SK_NOSHAPE}, NULL);
 	int64_t d[MAX_RANK];
 	int rank = 0, ok = 1;
 	for (const char *p = t->p + 1; *p != ')';) {

@@ -90,6 +90,8 @@ int lex_shape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 /* "<Tensor[Float32], (4096, 1024)>": 1 when it is read as one ABSTRACT
  * token (its type name interned, its shape and ref_key kept as text) */
 int lex_abstract(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* "<UMonad, NoShape>": 1 when it is read as one ABSTRACT token */
+int lex_abstract_noshape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 /* "{output_names: [output], transpose_a: Bool(0)}" after "primitive_attrs:"
  * (or the other two keywords): 1 when it is read as one ATTRBLOCK token */
 int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
