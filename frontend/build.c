@@ -678,6 +678,37 @@ int lex_abstract_noshape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE
 	return 1;
 }
 
+/* "<Tuple[Int64*4], TupleShape(NoShape, NoShape, NoShape, NoShape)>", a
+ * shape's type, was twenty tokens.  Its names are interned here in the
+ * order the pieces interned them: the IDENTs "Tuple" and "Int64" as they
+ * were scanned, then "4", "Int64*4" and "Tuple[Int64*4]" as the grammar
+ * reduced tstr (b_tstr_rep, b_tstr_wrap: before the next token was
+ * scanned), then "TupleShape" and "NoShape".  The token's p is NULL and
+ * its i the number of elements: b_abstract_tok makes the tuple of NoShape
+ * to_shape made of the call. */
+int lex_abstract_tuple(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	if (ls->depth >= LEX_MAX_DEPTH - 1)
+		return 0;
+	const char *open = memchr(t, '[', n), *star = memchr(t, '*', n);
+	const char *digits = star + 1, *close = digits;
+	while (*close >= '0' && *close <= '9')
+		close++;
+	const char *elems = close + strlen("], TupleShape(");
+	size_t k = ((size_t)(t + n - strlen(")>") - elems) + 2) / strlen("NoShape, ");
+	if (close - digits > 18 || k > 255)
+		return 0;
+	Tok outer = {.s = intern(t + 1, (size_t)(open - t - 1))};
+	Sym inner = intern(open + 1, (size_t)(star - open - 1));
+	Tok count = {.i = digits18(digits, (size_t)(close - digits))};
+	lv->tok.s = b_tstr_wrap(ls->b, &outer, '[', b_tstr_rep(ls->b, inner, &count));
+	intern(close + 3, strlen("TupleShape"));
+	intern(elems, strlen("NoShape"));
+	lv->tok.p = NULL;
+	lv->tok.i = (int64_t)k;
+	return 1;
+}
+
 /* An attribute group of plain values, "{output_names: [output], transpose_a:
  * Bool(0)}", is a third of a node line's tokens when read piece by piece;
  * right after its keyword it is read as one token, and the group is made
@@ -2163,8 +2194,15 @@ static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VL
  * way) unless to_shape would refuse them, which is then left to it */
 Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t)
 {
-	if (!t->p) /* "<UMonad, NoShape>": what to_shape makes of the word */
+	if (!t->p && !t->i) /* "<UMonad, NoShape>": what to_shape makes of the word */
 		return abstract_make(b, loc, t->s, &(Shape){.kind = SK_NOSHAPE}, NULL);
+	if (!t->p) { /* "<Tuple[...], TupleShape(NoShape, ...)>": of the call */
+		Shape s = {.kind = SK_TUPLE, .rank = (uint8_t)t->i};
+		s.sub = arena_alloc(b->m->arena, (size_t)t->i * sizeof(Shape));
+		for (int64_t i = 0; i < t->i; i++)
+			s.sub[i] = (Shape){.kind = SK_NOSHAPE};
+		return abstract_make(b, loc, t->s, &s, NULL);
+	}
 	int64_t d[MAX_RANK];
 	int rank = 0, ok = 1;
 	for (const char *p = t->p + 1; *p != ')';) {

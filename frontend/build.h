@@ -92,6 +92,8 @@ int lex_shape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 int lex_abstract(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 /* "<UMonad, NoShape>": 1 when it is read as one ABSTRACT token */
 int lex_abstract_noshape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* "<Tuple[Int64*4], TupleShape(NoShape, ...)>": 1 when it is one ABSTRACT token */
+int lex_abstract_tuple(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 /* "{output_names: [output], transpose_a: Bool(0)}" after "primitive_attrs:"
  * (or the other two keywords): 1 when it is read as one ATTRBLOCK token */
 int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
