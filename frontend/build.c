@@ -30,6 +30,16 @@ typedef struct TstrMemo {
 	uint8_t is_ref;
 } TstrMemo;
 
+/* An attribute group read whole (lex_attrblock), kept by its text: a
+ * model's groups repeat, word for word, on thousands of lines. */
+typedef struct {
+	char *text;
+	uint32_t n, nattrs;
+	Attr *attrs; /* list values' elements are the memo's own copies */
+} AttrMemo;
+
+#define ATTR_MEMO 16
+
 struct BuildCtx {
 	Module *m;
 	LexState ls;
@@ -57,6 +67,7 @@ struct BuildCtx {
 	Node **ptab;           /* parameter lookup: (name, number) -> node */
 	uint32_t *ptag;        /* the hash of each slot: a probe that meets another parameter reads no node */
 	TstrMemo tmemo[64];
+	AttrMemo amemo[ATTR_MEMO];
 	uint32_t pmask, pcount;
 	int nforeign;
 	Sym cycle;
@@ -372,6 +383,8 @@ static void note_name(LexState *ls, const char *p, size_t n)
 	ls->lname[n] = 0;
 }
 
+static int64_t digits18(const char *p, size_t n);
+
 /* "%k(name) =": also notes the operator that follows, for messages */
 void lex_nodedef(LexState *ls, const char *t, size_t len, char held, union IR_YYSTYPE *lv)
 {
@@ -388,10 +401,12 @@ void lex_nodedef(LexState *ls, const char *t, size_t len, char held, union IR_YY
 	ls->lname[i] = 0;
 	ls->lkind = LK_NODE;
 	const char *p = strchr(t, '%');
-	char *end;
-	errno = 0;
-	long long v = strtoll(p + 1, &end, 10);
-	if (errno || v > MAX_LOCAL) {
+	const char *end = p + 1;
+	while (*end >= '0' && *end <= '9')
+		end++;
+	/* more than 18 digits is over MAX_LOCAL: no strtoll for its errno */
+	int64_t v = end - p - 1 <= 18 ? digits18(p + 1, (size_t)(end - p - 1)) : INT64_MAX;
+	if (v > MAX_LOCAL) {
 		diag_error_at(lexloc(ls, p), "node number %.*s is too large (the limit is %d)", (int)strspn(p + 1, "0123456789") + 1,
 			      p, MAX_LOCAL);
 		v = -1;
@@ -609,6 +624,256 @@ int lex_shape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		return 0;
 	lv->tok.p = t;
 	lv->tok.n = (uint32_t)n;
+	return 1;
+}
+
+/* A type that is a name and a shape, "<Tensor[Float32], (4096, 1024)>"
+ * (with ", ref_key=NAME" for a weight), is four of five tokens in a type
+ * line and five tokens and six reductions when read piece by piece; as
+ * one token it is the '<' TSTR ',' SHAPE [',' REFKEY] '>' it stands for,
+ * and b_abstract_tok makes what those would have made.  Only where both
+ * brackets fit under LEX_MAX_DEPTH and every number is one SHAPE takes
+ * (at most 18 digits); else it is read as before, from its '<'. */
+int lex_abstract(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	if (ls->depth >= LEX_MAX_DEPTH - 1)
+		return 0;
+	const char *comma = memchr(t, ',', n); /* the type name has none */
+	const char *sh = comma + 2, *p = sh + 1;
+	for (;;) {
+		size_t nd = 0;
+		p += *p == '-';
+		while (*p >= '0' && *p <= '9')
+			p++, nd++;
+		if (nd > 18)
+			return 0;
+		if (*p == ')')
+			break;
+		p += 2; /* ", " */
+	}
+	lv->tok.s = intern(t + 1, (size_t)(comma - t - 1));
+	lv->tok.p = sh;
+	lv->tok.n = (uint32_t)(p + 1 - sh);
+	lv->tok.i = 0;
+	if (p[1] == ',') {
+		const char *rk = p + 3 + strlen("ref_key="); /* after "), " */
+		lv->tok.i = rk - sh;
+		lv->tok.k = (int)(t + n - 1 - rk);
+	}
+	return 1;
+}
+
+/* "<UMonad, NoShape>" (a monad, a scalar's type): '<' IDENT ',' IDENT '>'
+ * read as one token; both names are interned here, as the IDENTs were.
+ * The token's p is NULL: b_abstract_tok then makes a NoShape type. */
+int lex_abstract_noshape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	if (ls->depth >= LEX_MAX_DEPTH)
+		return 0;
+	size_t k = n - strlen("<, NoShape>");
+	lv->tok.s = intern(t + 1, k);
+	lv->tok.s2 = intern(t + 1 + k + 2, strlen("NoShape"));
+	lv->tok.p = NULL;
+	lv->tok.i = 0;
+	return 1;
+}
+
+/* "<Tuple[Int64*4], TupleShape(NoShape, NoShape, NoShape, NoShape)>", a
+ * shape's type, was twenty tokens.  Its names are interned here in the
+ * order the pieces interned them: the IDENTs "Tuple" and "Int64" as they
+ * were scanned, then "4", "Int64*4" and "Tuple[Int64*4]" as the grammar
+ * reduced tstr (b_tstr_rep, b_tstr_wrap: before the next token was
+ * scanned), then "TupleShape" and "NoShape".  The token's p is NULL and
+ * its i the number of elements: b_abstract_tok makes the tuple of NoShape
+ * to_shape made of the call. */
+int lex_abstract_tuple(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	if (ls->depth >= LEX_MAX_DEPTH - 1)
+		return 0;
+	const char *open = memchr(t, '[', n), *star = memchr(t, '*', n);
+	const char *digits = star + 1, *close = digits;
+	while (*close >= '0' && *close <= '9')
+		close++;
+	const char *elems = close + strlen("], TupleShape(");
+	size_t k = ((size_t)(t + n - strlen(")>") - elems) + 2) / strlen("NoShape, ");
+	if (close - digits > 18 || k > 255)
+		return 0;
+	Tok outer = {.s = intern(t + 1, (size_t)(open - t - 1))};
+	Sym inner = intern(open + 1, (size_t)(star - open - 1));
+	Tok count = {.i = digits18(digits, (size_t)(close - digits))};
+	lv->tok.s = b_tstr_wrap(ls->b, &outer, '[', b_tstr_rep(ls->b, inner, &count));
+	intern(close + 3, strlen("TupleShape"));
+	intern(elems, strlen("NoShape"));
+	lv->tok.p = NULL;
+	lv->tok.i = (int64_t)k;
+	return 1;
+}
+
+/* An attribute group of plain values, "{output_names: [output], transpose_a:
+ * Bool(0)}", is a third of a node line's tokens when read piece by piece;
+ * right after its keyword it is read as one token, and the group is made
+ * here, its names interned in the order the pieces would have interned
+ * them.  The scanner's pattern admits only keys, words, integers, I64(n)
+ * and Bool(0|1) scalars (a value's place: lex_scalar reads them so too) and
+ * lists of words, so nothing in it can be an error; what the pattern lets
+ * through and the pieces would not read the same way is left to them: a
+ * key that is a keyword ("parent:", the group keywords, "{in_strategy:"),
+ * a number longer than 18 digits, brackets over LEX_MAX_DEPTH, and a group
+ * anywhere but right after its keyword (a dict value reads differently). */
+static int aword_len(const char *p)
+{
+	const char *q = p;
+	while (*q == '_' || *q == '.' || (*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') ||
+	       (*q >= '0' && *q <= '9') || (unsigned char)*q >= 0x80)
+		q++;
+	return (int)(q - p);
+}
+
+static int digits_len(const char *p)
+{
+	const char *q = p + (*p == '-');
+	while (*q >= '0' && *q <= '9')
+		q++;
+	return (int)(q - p);
+}
+
+static void attr_memo_free(AttrMemo *am)
+{
+	for (uint32_t i = 0; i < am->nattrs; i++)
+		if (am->attrs[i].val.kind == V_LIST)
+			free(am->attrs[i].val.u.elems);
+	free(am->attrs);
+	free(am->text);
+	*am = (AttrMemo){0};
+}
+
+static void attr_memo_keep(AttrMemo *am, const char *t, size_t n, const Groups *g)
+{
+	attr_memo_free(am);
+	am->text = xmalloc(n);
+	memcpy(am->text, t, n);
+	am->n = (uint32_t)n;
+	am->nattrs = g->attrs[0].n;
+	am->attrs = xmalloc((am->nattrs ? am->nattrs : 1) * sizeof *am->attrs);
+	for (uint32_t i = 0; i < am->nattrs; i++) {
+		Attr a = g->attrs[0].a[i];
+		if (a.val.kind == V_LIST && a.val.n) {
+			Value *e = xmalloc(a.val.n * sizeof *e);
+			memcpy(e, a.val.u.elems, a.val.n * sizeof *e);
+			a.val.u.elems = e;
+		} else if (a.val.kind == V_LIST) {
+			a.val.u.elems = NULL;
+		}
+		am->attrs[i] = a;
+	}
+}
+
+int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	const char *k = ls->attrkw_end;
+	if (!k || k > t || ls->depth >= LEX_MAX_DEPTH - 1)
+		return 0;
+	while (k < t && (*k == ' ' || *k == '\t' || *k == '\r'))
+		k++;
+	if (k != t)
+		return 0;
+	/* a group met before: its names are interned already (no Sym is
+	 * made out of order), its values are copied */
+	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
+	if (am->text && am->n == n && memcmp(am->text, t, n) == 0) {
+		Groups *g = b_groups(ls->b);
+		for (uint32_t i = 0; i < am->nattrs; i++) {
+			Attr a = am->attrs[i];
+			if (a.val.kind == V_LIST && a.val.n)
+				a.val.u.elems = arena_dup(ls->b->m->arena, a.val.u.elems, a.val.n * sizeof(Value));
+			vec_push(&g->attrs[0], a);
+		}
+		lv->gr = g;
+		return 1;
+	}
+	/* first pass: what the pattern cannot refuse */
+	const char *p = t + 1, *e = t + n - 1; /* at '}' */
+	while (p < e) {
+		int kl = aword_len(p);
+		static const char *const kw[] = {"parent", "primitive_attrs", "cnode_attrs", "cnode_primal_attrs",
+						 "in_strategy"};
+		for (size_t i = 0; i < sizeof kw / sizeof kw[0]; i++)
+			if ((size_t)kl == strlen(kw[i]) && memcmp(p, kw[i], (size_t)kl) == 0 &&
+			    (i < 4 || p == t + 1))
+				return 0;
+		p += kl + 2; /* ": " */
+		if (*p == '[') {
+			p++;
+			while (*p != ']')
+				p += aword_len(p) + (p[aword_len(p)] == ',' ? 2 : 0);
+			p++;
+		} else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+			int dl = digits_len(p);
+			if (dl - (*p == '-') > 18)
+				return 0;
+			p += dl;
+		} else {
+			p += aword_len(p);
+			if (*p == '(') {
+				int dl = digits_len(p + 1);
+				if (dl - (p[1] == '-') > 18)
+					return 0;
+				p += 1 + dl + 1;
+			}
+		}
+		if (*p == ',')
+			p += 2;
+	}
+	/* second pass: the group, as the grammar's actions make it */
+	Groups *g = b_groups(ls->b);
+	p = t + 1;
+	while (p < e) {
+		int kl = aword_len(p);
+		Tok key = {.s = intern(p, (size_t)kl)};
+		p += kl + 2;
+		Value v;
+		if (*p == '[') {
+			VList *l = NULL;
+			p++;
+			while (*p != ']') {
+				int wl = aword_len(p);
+				Tok w = {.s = intern(p, (size_t)wl)};
+				if (!l)
+					l = b_vlist(ls->b);
+				b_vpush(l, b_word(&w));
+				p += wl;
+				if (*p == ',')
+					p += 2;
+			}
+			p++;
+			v = b_seq(ls->b, V_LIST, l);
+		} else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+			int dl = digits_len(p);
+			Tok x = {.i = digits18(p + (*p == '-'), (size_t)(dl - (*p == '-')))};
+			if (*p == '-')
+				x.i = -x.i;
+			v = b_int(&x);
+			p += dl;
+		} else {
+			int wl = aword_len(p);
+			if (p[wl] == '(') {
+				union IR_YYSTYPE x;
+				size_t sl = (size_t)(wl + 1 + digits_len(p + wl + 1) + 1);
+				lex_scalar(ls, p, sl, &x); /* after ": ": a scalar */
+				v = b_scalar(&x.tok);
+				p += sl;
+			} else {
+				Tok w = {.s = intern(p, (size_t)wl)};
+				v = b_word(&w);
+				p += wl;
+			}
+		}
+		b_attr_push(ls->b, g, &key, &v);
+		if (*p == ',')
+			p += 2;
+	}
+	attr_memo_keep(am, t, n, g);
+	lv->gr = g;
 	return 1;
 }
 
@@ -877,7 +1142,10 @@ static uint32_t phash(const Graph *g, int64_t num, Sym name)
 {
 	uint64_t h = ((uint64_t)name * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)num * 0xc2b2ae3d27d4eb4fULL) ^
 		     ((uint64_t)(uintptr_t)g * 0x165667b19e3779f9ULL);
-	return (uint32_t)(h ^ (h >> 29));
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return (uint32_t)h;
 }
 
 static void ptab_insert(BuildCtx *b, Node *p)
@@ -1842,7 +2110,8 @@ static int to_shape(BuildCtx *b, Loc loc, const Value *v, Shape *s)
 	return 0;
 }
 
-Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
+/* shape: made already (b_abstract_tok), items then hold no shape */
+static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VList *items)
 {
 	Abs *a;
 	if (b->afree.n) {
@@ -1872,9 +2141,11 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 	Vec(Sym) extras = {0};
 	Sym ref_key = 0;
 	uint8_t ref_colon = 0;
+	if (shape)
+		a->shape = *shape;
 	for (uint32_t i = 0; items && i < items->v.n; i++) {
 		Value *v = &items->v.a[i];
-		if (i == 0 && to_shape(b, loc, v, &a->shape))
+		if (i == 0 && !shape && to_shape(b, loc, v, &a->shape))
 			continue;
 		if (v->kind == V_RAW && v->key) { /* ref_key */
 			const char *k = sym_str(v->text);
@@ -1916,6 +2187,62 @@ Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
 	vec_free(&extras);
 	vrelease(b, items);
 	return a;
+}
+
+/* the abstract '<' TSTR ',' SHAPE [',' REFKEY] '>' would have made; the
+ * shape's dimensions go from the text to the Shape (no tuple Value on the
+ * way) unless to_shape would refuse them, which is then left to it */
+Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t)
+{
+	if (!t->p && !t->i) /* "<UMonad, NoShape>": what to_shape makes of the word */
+		return abstract_make(b, loc, t->s, &(Shape){.kind = SK_NOSHAPE}, NULL);
+	if (!t->p) { /* "<Tuple[...], TupleShape(NoShape, ...)>": of the call */
+		Shape s = {.kind = SK_TUPLE, .rank = (uint8_t)t->i};
+		s.sub = arena_alloc(b->m->arena, (size_t)t->i * sizeof(Shape));
+		for (int64_t i = 0; i < t->i; i++)
+			s.sub[i] = (Shape){.kind = SK_NOSHAPE};
+		return abstract_make(b, loc, t->s, &s, NULL);
+	}
+	int64_t d[MAX_RANK];
+	int rank = 0, ok = 1;
+	for (const char *p = t->p + 1; *p != ')';) {
+		int neg = *p == '-';
+		const char *q = p + neg;
+		int64_t v = 0;
+		while (*q >= '0' && *q <= '9') /* at most 18 digits (lex_abstract) */
+			v = v * 10 + (*q++ - '0');
+		if (neg)
+			v = -v;
+		if (rank == MAX_RANK || v < -2) {
+			ok = 0;
+			break;
+		}
+		d[rank++] = v;
+		p = *q == ',' ? q + 2 : q;
+	}
+	VList *items = NULL;
+	Shape s = {0};
+	if (ok) {
+		s.kind = SK_DIMS;
+		s.rank = (uint8_t)rank;
+		s.dims = arena_alloc(b->m->arena, (size_t)rank * sizeof(int64_t));
+		memcpy(s.dims, d, (size_t)rank * sizeof(int64_t));
+	} else {
+		items = b_vlist(b);
+		b_vpush(items, b_shape(b, t));
+	}
+	if (t->i) {
+		Tok rk = {.p = t->p + t->i, .n = (uint32_t)t->k};
+		if (!items)
+			items = b_vlist(b);
+		b_vpush(items, b_refkey(&rk));
+	}
+	return abstract_make(b, loc, t->s, ok ? &s : NULL, items);
+}
+
+Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items)
+{
+	return abstract_make(b, loc, tstr, NULL, items);
 }
 
 static Sym join3(Sym a, const char *mid, Sym c, const char *end)
@@ -2191,6 +2518,8 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	vec_free(&b->afree);
 	free(b->ptab);
 	free(b->ptag);
+	for (int i = 0; i < ATTR_MEMO; i++)
+		attr_memo_free(&b->amemo[i]);
 	vec_free(&b->pend);
 	vec_free(&b->nodelines);
 	vec_free(&b->xlines);

@@ -46,6 +46,7 @@ typedef struct LexState {
 	uint32_t line;
 	int tdepth, rawdepth, rawkind, prev_state, eof_nl;
 	const char *rawstart;
+	const char *attrkw_end; /* the end of the last "primitive_attrs:" (or the other two) */
 	BuildCtx *b;
 	/* open brackets of the current line (all brackets close on their line);
 	 * depth may exceed LEX_MAX_DEPTH, then only the count is kept */
@@ -86,6 +87,16 @@ int lex_int(LexState *ls, const char *t, union IR_YYSTYPE *lv);
 int64_t lex_local(const char *t, size_t n); /* "%k": k (saturated, as strtoll) */
 /* "(4096, 1024)" in a type: 1 when it is read as one SHAPE token */
 int lex_shape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* "<Tensor[Float32], (4096, 1024)>": 1 when it is read as one ABSTRACT
+ * token (its type name interned, its shape and ref_key kept as text) */
+int lex_abstract(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* "<UMonad, NoShape>": 1 when it is read as one ABSTRACT token */
+int lex_abstract_noshape(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* "<Tuple[Int64*4], TupleShape(NoShape, ...)>": 1 when it is one ABSTRACT token */
+int lex_abstract_tuple(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* "{output_names: [output], transpose_a: Bool(0)}" after "primitive_attrs:"
+ * (or the other two keywords): 1 when it is read as one ATTRBLOCK token */
+int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 /* "I64(8)": 0 when it is read as one SCALAR token, else the length of the
  * name to read as an IDENT (the rest is scanned as usual) */
 int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
@@ -148,6 +159,7 @@ void b_vpush(VList *l, Value v);
 void b_vpush_kw(VList *l, Tok *key, Value v);
 void b_apush(BuildCtx *b, VList *l, Abs *a);
 Abs *b_abstract(BuildCtx *b, Loc loc, Sym tstr, VList *items);
+Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t);
 Sym b_tstr_wrap(BuildCtx *b, Tok *outer, int bracket, Sym inner);
 Sym b_tstr_rep(BuildCtx *b, Sym t, Tok *n);
 Sym b_tstr_join(BuildCtx *b, Sym a, Sym c);

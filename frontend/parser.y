@@ -60,6 +60,12 @@ static void ir_yyerror(IR_YYLTYPE *l, void *scanner, BuildCtx *b, const char *ms
 /* SHAPE is "(4096, 1024)" read as one token after ',' in a type; messages
  * call it the '(' it starts with */
 %token <tok> SHAPE "shape"
+/* ABSTRACT is "<Tensor[Float32], (4096, 1024)>" read as one token where a
+ * type starts (lex_abstract); messages call it the '<' it starts with */
+%token <tok> ABSTRACT "type"
+/* ATTRBLOCK is a group of plain values after its keyword, read as one
+ * token (lex_attrblock); messages call it the '{' it starts with */
+%token <gr> ATTRBLOCK "attribute group"
 %token <tok> INT "integer" FLOAT "number" STRING "string" BAREWORD "word" IDENT "identifier"
 %token <tok> RAW "bracketed value" REFKEY "'ref_key='" INSTANCE "'{instance name: ...}'"
 %token <tok> HDR_ENTRY "'# IR entry' line" HDR_NSUB "'# Total subgraphs' line" HDR_ATTRS "'# Attrs:' line"
@@ -149,6 +155,7 @@ groups:	  %empty			{ $$ = b_groups(b); }
 
 /* "{in_strategy:" is one token; inside an attribute group it is just the first key */
 attrblock: '{' attrlist_opt '}'		{ $$ = $2; }
+	| ATTRBLOCK			{ $$ = $1; }
 	| STRAT_OPEN value strat_rest '}'	{ $$ = b_groups(b); b_group_strategy(b, $$, &$2, $3); b_group_flatten($$); }
 	;
 
@@ -216,6 +223,7 @@ abs_list: abstract			{ $$ = b_vlist(b); b_apush(b, $$, $1); }
 	;
 
 abstract: '<' tstr titems '>'		{ $$ = b_abstract(b, LOC(@1), $2, $3); }
+	| ABSTRACT			{ $$ = b_abstract_tok(b, LOC(@1), &$1); }
 	;
 
 tstr:	  IDENT				{ $$ = $1.s; }
@@ -268,12 +276,17 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, BuildCt
 	const char *names[YYNTOKENS];
 	int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS), k = 0;
 	for (int i = 0; i < n; i++)
-		if (exp[i] != YYSYMBOL_SCALAR && exp[i] != YYSYMBOL_TSTR && exp[i] != YYSYMBOL_SHAPE)
-			names[k++] = yysymbol_name(exp[i]); /* IDENT or '(' is expected wherever they are */
+		if (exp[i] != YYSYMBOL_SCALAR && exp[i] != YYSYMBOL_TSTR && exp[i] != YYSYMBOL_SHAPE &&
+		    exp[i] != YYSYMBOL_ABSTRACT && exp[i] != YYSYMBOL_ATTRBLOCK)
+			names[k++] = yysymbol_name(exp[i]); /* IDENT, '(' or '<' is expected wherever they are */
 	if (got == YYSYMBOL_SCALAR || got == YYSYMBOL_TSTR)
 		got = YYSYMBOL_IDENT;
 	if (got == YYSYMBOL_SHAPE)
 		got = YYTRANSLATE('(');
+	if (got == YYSYMBOL_ABSTRACT)
+		got = YYTRANSLATE('<');
+	if (got == YYSYMBOL_ATTRBLOCK)
+		got = YYTRANSLATE('{');
 	const char *gn = yysymbol_name(got);
 	int cls = SE_OTHER;
 	switch (got) {

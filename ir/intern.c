@@ -91,7 +91,40 @@ static const char *store(const char *s, size_t n)
 	return p;
 }
 
+/* The words a file repeats (operator names, attribute keys, "Tensor[Float32]")
+ * are most of what the reader interns, and with a few hundred thousand
+ * names in the table each of their probes was a cache miss (three quarters
+ * of intern's time).  A small direct-mapped cache in front keeps a short
+ * name's bytes beside its Sym: a hit reads one line, not the table, the
+ * entry and the stored string. */
+#define FRONT_BITS 10
+#define FRONT_MAX 20
+typedef struct {
+	uint32_t hash, len;
+	Sym id;
+	char s[FRONT_MAX];
+} Front;
+static Front front[1u << FRONT_BITS];
+
+static Sym intern_table(const char *s, size_t n, uint32_t h);
+
 Sym intern(const char *s, size_t n)
+{
+	if (n > FRONT_MAX || !ents)
+		return intern_table(s, n, hash(s, n));
+	uint32_t h = hash(s, n);
+	Front *f = &front[h >> (32 - FRONT_BITS)];
+	if (f->hash == h && f->len == n && f->id && memcmp(f->s, s, n) == 0)
+		return f->id;
+	Sym id = intern_table(s, n, h);
+	f->hash = h;
+	f->len = (uint32_t)n;
+	f->id = id;
+	memcpy(f->s, s, n);
+	return id;
+}
+
+static Sym intern_table(const char *s, size_t n, uint32_t h)
 {
 	if (!ents) {
 		capents = 4096;
@@ -100,7 +133,6 @@ Sym intern(const char *s, size_t n)
 		nents = 1;
 		rehash();
 	}
-	uint32_t h = hash(s, n);
 	uint32_t j = h & tmask;
 	while (table[j]) {
 		if ((uint32_t)(table[j] >> 32) == h) {
@@ -289,4 +321,5 @@ void intern_free_all(void)
 	nents = capents = tmask = 0;
 	block = NULL;
 	block_left = 0;
+	memset(front, 0, sizeof front);
 }
