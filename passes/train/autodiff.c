@@ -2299,6 +2299,15 @@ static int is_send(const Node *n)
 	return n->kind == NK_CNODE && n->callee_kind == CK_PRIM && n->op == OP_Send;
 }
 
+/* What a stage before the last returns instead of a loss (pipeline.c):
+ * Depend(zeros, MakeTuple(Sends)), or a Send.  Its backward starts at the
+ * gradients the next stage sends back, not at a seed of 1. */
+static int stage_output(const Node *n)
+{
+	return is_send(n) || (n->kind == NK_CNODE && n->callee_kind == CK_PRIM && n->op == OP_Depend && n->nargs &&
+	                      n->args[0].kind != V_NODE);
+}
+
 /* Which nodes need a gradient (a trainable weight or a Receive upstream,
  * through operators that carry one) and which reach the loss or a Send;
  * an operator without a bprop where both hold is an error.  0 ok. */
@@ -2477,7 +2486,7 @@ int pass_autodiff(Module *m, const Options *o)
 	if (ret->kind != NK_RETURN || !ret->nargs)
 		return 0;
 	Node *root = arg_node(ret, 0);
-	if (root && !is_send(root)) {
+	if (root && !stage_output(root)) {
 		const Abs *l = &root->out;
 		if (!l->is_tensor || l->shape.kind != SK_DIMS || l->shape.rank != 0) {
 			diag_error_at(root->loc.line ? root->loc : ret->loc,
@@ -2551,7 +2560,7 @@ int pass_autodiff(Module *m, const Options *o)
 		m->train = ti;
 		ti->ret = ret->args[0];
 		ti->ret_abs = ret->nin_types ? ret->in_types[0] : (root ? root->out : ret->out);
-		if (root && !is_send(root)) {
+		if (root && !stage_output(root)) {
 			uint32_t r = idx(&a, root);
 			Abs la = train_abs_value(&root->out);
 			Abs ca = la;
@@ -2609,7 +2618,7 @@ int pass_autodiff(Module *m, const Options *o)
 		ti->keep = a.keep.n ? arena_dup(m->arena, a.keep.a, a.keep.n * sizeof(Node *)) : NULL;
 		ti->monad = a.accu_u;
 		ti->monad_abs = a.accu_ua;
-		if (root && !is_send(root) && !ti->nw && !ti->nkeep) {
+		if (root && !stage_output(root) && !ti->nw && !ti->nkeep) {
 			diag_error_at(root->loc.line ? root->loc : ret->loc,
 			              "no trainable weight (a parameter with a default value) reaches the loss the graph "
 			              "returns: there is nothing to train (--forward-only prints the forward graph)");
