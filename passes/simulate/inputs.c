@@ -312,17 +312,21 @@ static int make_param(SimRun *r, RankState *s, Node *p)
 }
 
 /* t is the block at off of a global tensor of shape gs: element i of the
- * global tensor is draw(d, key, i) */
+ * global tensor is draw(d, key, i).  Row by row: the global index of a
+ * row's first element, then one stride per element. */
 static void fill_block(SimTensor *t, const Dist *d, uint64_t key, const int64_t *off, const Shape *gs)
 {
 	int64_t gst[MAX_RANK], idx[MAX_RANK] = {0};
 	sim_strides(gs->rank, gs->dims, gst);
-	for (int64_t i = 0; i < t->numel; i++) {
-		int64_t gi = 0;
-		for (int k = 0; k < t->ndim; k++)
+	int nd = t->ndim;
+	int64_t row = nd ? t->shape[nd - 1] : 1, step = nd ? gst[nd - 1] : 0;
+	for (int64_t i = 0; i < t->numel; i += row) {
+		int64_t gi = nd ? off[nd - 1] * step : 0;
+		for (int k = 0; k < nd - 1; k++)
 			gi += (off[k] + idx[k]) * gst[k];
-		t->data[i] = draw(d, key, gi);
-		for (int k = t->ndim - 1; k >= 0; k--) {
+		for (int64_t j = 0; j < row; j++)
+			t->data[i + j] = draw(d, key, gi + j * step);
+		for (int k = nd - 2; k >= 0; k--) {
 			if (++idx[k] < t->shape[k])
 				break;
 			idx[k] = 0;

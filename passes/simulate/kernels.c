@@ -57,36 +57,6 @@ static SimValue *outputs(Ctx *c, SimValue *t)
 }
 
 /* ------------------------------------------------------------- MatMul */
-/* C (m, n) = A (m, k) x B (k, n), A possibly stored transposed.  Blocks of
- * MM_ROWS rows x MM_COLS columns keep their double accumulators in L1 while
- * the k loop streams B's row segment once per block: the inner loop is an
- * axpy the compiler vectorises without reassociating a sum. */
-#define MM_ROWS 4
-#define MM_COLS 256
-static void mm_block(const float *A, const float *B, float *C, int64_t m, int64_t k, int64_t n, int ta, double *acc)
-{
-	for (int64_t i0 = 0; i0 < m; i0 += MM_ROWS) {
-		int64_t ni = m - i0 < MM_ROWS ? m - i0 : MM_ROWS;
-		for (int64_t j0 = 0; j0 < n; j0 += MM_COLS) {
-			int64_t nj = n - j0 < MM_COLS ? n - j0 : MM_COLS;
-			for (int64_t x = 0; x < ni * MM_COLS; x++)
-				acc[x] = 0;
-			for (int64_t p = 0; p < k; p++) {
-				const float *row = B + p * n + j0;
-				for (int64_t r = 0; r < ni; r++) {
-					double av = ta ? A[p * m + i0 + r] : A[(i0 + r) * k + p];
-					double *ac = acc + r * MM_COLS;
-					for (int64_t j = 0; j < nj; j++)
-						ac[j] += av * row[j];
-				}
-			}
-			for (int64_t r = 0; r < ni; r++)
-				for (int64_t j = 0; j < nj; j++)
-					C[(i0 + r) * n + j0 + j] = (float)acc[r * MM_COLS + j];
-		}
-	}
-}
-
 /* MatMul (2-D) and BatchMatMul (broadcast batch dims).  Transposes come from
  * Bool operands 2 and 3 (newest dumps) or transpose_a/transpose_x1 and
  * transpose_b/transpose_x2. */
@@ -121,8 +91,6 @@ SimValue *k_matmul(Ctx *c)
 	int64_t nbatch = 1;
 	for (int i = 0; i < nb; i++)
 		nbatch *= shape[i];
-	float *bkn = tb ? xmalloc((size_t)(k * n > 0 ? k * n : 1) * sizeof(float)) : NULL;
-	double *acc = xmalloc(MM_ROWS * MM_COLS * sizeof(double));
 	int64_t idx[MAX_RANK] = {0};
 	for (int64_t bi = 0; bi < nbatch; bi++) {
 		int64_t aoff = 0, boff = 0;
@@ -131,21 +99,13 @@ SimValue *k_matmul(Ctx *c)
 			boff += idx[d] * st[1][d];
 		}
 		const float *A = a->data + aoff * ar * ac, *B = b->data + boff * br * bc;
-		if (tb) { /* B is (n, k): make it (k, n) */
-			for (int64_t j = 0; j < n; j++)
-				for (int64_t p = 0; p < k; p++)
-					bkn[p * n + j] = B[j * k + p];
-			B = bkn;
-		}
-		mm_block(A, B, o->data + bi * m * n, m, k, n, ta, acc);
+		sim_gemm(ta, tb, m, n, k, A, ac, B, bc, NULL, o->data + bi * m * n, n);
 		for (int d = nb - 1; d >= 0; d--) {
 			if (++idx[d] < shape[d])
 				break;
 			idx[d] = 0;
 		}
 	}
-	free(bkn);
-	free(acc);
 	return sim_val_tensor(c->r, o);
 }
 
@@ -1134,13 +1094,7 @@ SimValue *k_dense(Ctx *c)
 	SimTensor *o = sim_tensor_new(c->r, SD_F32, x->ndim, sh);
 	if (!o)
 		return NULL;
-	for (int64_t i = 0; i < x->numel / (K ? K : 1); i++)
-		for (int64_t j = 0; j < N; j++) {
-			double acc = b ? b->data[j] : 0;
-			for (int64_t p = 0; p < K; p++)
-				acc += (double)x->data[i * K + p] * w->data[j * K + p];
-			o->data[i * N + j] = (float)acc;
-		}
+	sim_gemm(0, 1, K ? x->numel / K : 0, N, K, x->data, K, w->data, K, b ? b->data : NULL, o->data, N);
 	return sim_val_tensor(c->r, o);
 }
 
@@ -1611,13 +1565,7 @@ SimValue *k_grouped_matmul(Ctx *c)
 			SimTensor *y = sim_tensor_new(c->r, x->dtype, x->ndim, d);
 			if (!y)
 				return NULL;
-			for (int64_t i = 0; i < rows; i++)
-				for (int64_t j = 0; j < N; j++) {
-					double acc = 0;
-					for (int64_t q = 0; q < K; q++)
-						acc += (double)x->data[i * K + q] * w->data[q * N + j];
-					y->data[i * N + j] = (float)acc;
-				}
+			sim_gemm(0, 0, rows, N, K, x->data, K, w->data, N, NULL, y->data, N);
 			t->elems[k] = sim_val_tensor(c->r, y);
 		}
 		return t;
@@ -1645,13 +1593,7 @@ SimValue *k_grouped_matmul(Ctx *c)
 			return NULL;
 		for (int64_t g = 0; g < E; g++) {
 			int64_t lo = g ? (int64_t)gl->data[g - 1] : 0, hi = (int64_t)gl->data[g];
-			for (int64_t i = 0; i < M; i++)
-				for (int64_t j = 0; j < N; j++) {
-					double acc = 0;
-					for (int64_t q = lo; q < hi; q++)
-						acc += (double)x->data[i * Kx + q] * w->data[q * N + j];
-					y->data[(g * M + i) * N + j] = (float)acc;
-				}
+			sim_gemm(0, 0, M, N, hi - lo, x->data + lo, Kx, w->data + lo * N, N, NULL, y->data + g * M * N, N);
 		}
 		t->elems[0] = sim_val_tensor(c->r, y);
 		return t;
@@ -1673,13 +1615,7 @@ SimValue *k_grouped_matmul(Ctx *c)
 			             (long long)N);
 		const float *wd = stacked ? w->data + g * Kx * N : w->data;
 		int64_t lo = g ? (int64_t)gl->data[g - 1] : 0, hi = (int64_t)gl->data[g];
-		for (int64_t i = lo; i < hi; i++)
-			for (int64_t j = 0; j < N; j++) {
-				double acc = 0;
-				for (int64_t q = 0; q < Kx; q++)
-					acc += (double)x->data[i * Kx + q] * wd[q * N + j];
-				y->data[i * N + j] = (float)acc;
-			}
+		sim_gemm(0, 0, hi - lo, N, Kx, x->data + lo * Kx, Kx, wd, N, NULL, y->data + lo * N, N);
 	}
 	t->elems[0] = sim_val_tensor(c->r, y);
 	return t;

@@ -126,6 +126,14 @@ const Value *sim_attr(const Node *n, const char *key); /* primitive_attrs, then 
 int sim_out_dtype(const Node *n, int dflt);
 int sim_allocates(const Node *n); /* whether the op makes new storage (memory estimate) */
 
+/* --------------------------------------------------------------- gemm.c */
+/* C = op(A) op(B) (+ bias, one value per column): op(A) is (m, k), op(B)
+ * (k, n), all row-major with row strides lda, ldb, ldc; ta: A is stored
+ * (k, m), tb: B is stored (n, k).  Sums in double, rounded once to float32;
+ * through cblas_dgemm when configure found a CBLAS. */
+void sim_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
+              int64_t ldb, const float *bias, float *C, int64_t ldc);
+
 /* ------------------------------------------------------------ kernels.c */
 /* a tensor seen as outer x shape[ax] x inner around axis ax */
 void sim_around(const SimTensor *x, int ax, int64_t *outer, int64_t *inner);

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "sappc.h"
-#include "sim.h"
+#include "simint.h" /* sim_gemm */
 
 /* ------------------------------------------------------------- helpers */
 /* diagnostics quote the source, so every parsed buffer lives to the end */
@@ -129,6 +129,70 @@ static void test_matmul(void **state)
 	EXPECT(r, m, 4, S(2, 2, 2), S(5, 11, 11, 25, 17, 39, 23, 53));
 	sim_free(r);
 	ir_module_free(m);
+}
+
+/* sim_gemm (gemm.c), whichever kernel configure chose, against the plain
+ * double sum: the four transpose cases, row strides wider than a row, a
+ * bias, an empty sum, and a k long enough that the operands are cut into
+ * several blocks of rows and of columns */
+static float gemm_rand(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((double)(*s >> 40) / (double)(1u << 24) - 0.5);
+}
+
+static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t pad, int bias)
+{
+	uint64_t seed = (uint64_t)(ta * 2 + tb + 1) * 977 + (uint64_t)(m * 31 + n * 7 + k);
+	int64_t ar = ta ? k : m, acl = ta ? m : k, br = tb ? n : k, bcl = tb ? k : n;
+	int64_t lda = acl + pad, ldb = bcl + pad, ldc = n + pad;
+	float *A = malloc((size_t)(ar * lda + 1) * sizeof *A), *B = malloc((size_t)(br * ldb + 1) * sizeof *B);
+	float *C = malloc((size_t)(m * ldc + 1) * sizeof *C), bv[80];
+	for (int64_t i = 0; i < ar * lda; i++)
+		A[i] = gemm_rand(&seed);
+	for (int64_t i = 0; i < br * ldb; i++)
+		B[i] = gemm_rand(&seed);
+	for (int64_t j = 0; j < n && j < 80; j++)
+		bv[j] = gemm_rand(&seed);
+	for (int64_t i = 0; i < m * ldc; i++)
+		C[i] = 12345; /* the padding must stay untouched */
+	assert_true(!bias || n <= 80);
+	sim_gemm(ta, tb, m, n, k, A, lda, B, ldb, bias ? bv : NULL, C, ldc);
+	for (int64_t i = 0; i < m; i++)
+		for (int64_t j = 0; j < ldc; j++) {
+			if (j >= n) {
+				assert_true(C[i * ldc + j] == 12345);
+				continue;
+			}
+			double want = bias ? bv[j] : 0, mag = fabs(want);
+			for (int64_t p = 0; p < k; p++) {
+				double t = (double)(ta ? A[p * lda + i] : A[i * lda + p]) * (tb ? B[j * ldb + p] : B[p * ldb + j]);
+				want += t;
+				mag += fabs(t);
+			}
+			/* the double sums differ in order only: equal after rounding to float32 but for a tie */
+			if (!(fabs(C[i * ldc + j] - want) <= 1e-7 * mag + 1e-30))
+				fail_msg("ta %d tb %d (%lld x %lld x %lld): C[%lld][%lld] = %.9g, want %.9g", ta, tb, (long long)m,
+				         (long long)n, (long long)k, (long long)i, (long long)j, (double)C[i * ldc + j], want);
+		}
+	free(A);
+	free(B);
+	free(C);
+}
+
+static void test_gemm(void **state)
+{
+	(void)state;
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++) {
+			gemm_case(ta, tb, 5, 7, 3, 0, 0);
+			gemm_case(ta, tb, 6, 9, 11, 3, 1);
+			gemm_case(ta, tb, 4, 3, 0, 2, 1); /* k = 0: the bias alone */
+			gemm_case(ta, tb, 1, 1, 1, 0, 0);
+		}
+	/* 1 M elements per block of an operand: k = 16400 cuts m and n into blocks of 64 */
+	gemm_case(0, 1, 80, 72, 16400, 0, 1);
+	gemm_case(1, 0, 70, 66, 16400, 1, 0);
 }
 
 static void test_elementwise(void **state)
@@ -1700,6 +1764,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_matmul),
+	    cmocka_unit_test(test_gemm),
 	    cmocka_unit_test(test_elementwise),
 	    cmocka_unit_test(test_unary),
 	    cmocka_unit_test(test_reduce_softmax),
