@@ -404,6 +404,19 @@ static int check_out_elem(const Node *n, int k, const Shape *e, const int64_t *d
 	return 1;
 }
 
+/* What an operator's info function (ir_attention_info and the like) said:
+ * rc < 0 is the operator's error, reported here (1); rc == 0, or no type
+ * line, leaves nothing to check (0); else -1: check the declared outputs. */
+static int info_verdict(const Node *n, int rc, const char *why)
+{
+	char lu[160];
+	if (rc < 0) {
+		diag_error_at(n->loc, "%s: %s", label(n, lu, sizeof lu), why);
+		return 1;
+	}
+	return rc == 0 || !n->has_type_line ? 0 : -1;
+}
+
 /* The attention operators: a layout the operator knows, q/k/v/mask shapes
  * that fit it, and the declared outputs it gives (ir_attention_info). */
 static int check_attention(const Node *n)
@@ -412,13 +425,9 @@ static int check_attention(const Node *n)
 	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || op_table[n->op].family != FAM_ATTENTION)
 		return 0;
 	AttnInfo ai;
-	int rc = ir_attention_info(n, &ai, why, sizeof why);
-	if (rc < 0) {
-		diag_error_at(n->loc, "%s: %s", label(n, lu, sizeof lu), why);
-		return 1;
-	}
-	if (rc == 0 || !n->has_type_line)
-		return 0;
+	int v = info_verdict(n, ir_attention_info(n, &ai, why, sizeof why), why);
+	if (v >= 0)
+		return v;
 	const Shape *o = &n->out.shape;
 	for (int k = 0; k < ai.nout; k++) {
 		const Shape *e = ai.nout == 1 ? o : o->kind == SK_TUPLE && o->rank == ai.nout ? &o->sub[k] : NULL;
@@ -442,13 +451,9 @@ static int check_gmm(const Node *n)
 	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || op_table[n->op].family != FAM_GMM)
 		return 0;
 	GmmInfo gi;
-	int rc = ir_gmm_info(n, &gi, why, sizeof why);
-	if (rc < 0) {
-		diag_error_at(n->loc, "%s: %s", label(n, lu, sizeof lu), why);
-		return 1;
-	}
-	if (rc == 0 || !n->has_type_line)
-		return 0;
+	int v = info_verdict(n, ir_gmm_info(n, &gi, why, sizeof why), why);
+	if (v >= 0)
+		return v;
 	const Shape *o = &n->out.shape;
 	if (!is_seq(o) || o->rank != gi.nout) {
 		diag_error_at(type_loc(n), "%s: declares %s, but GroupedMatmul gives a list of %d",
@@ -472,13 +477,9 @@ static int check_moe_v2(const Node *n)
 	if (n->kind != NK_CNODE || n->callee_kind != CK_PRIM || n->op != OP_MoeInitRoutingV2)
 		return 0;
 	MoeV2Info mi;
-	int rc = ir_moe_v2_info(n, &mi, why, sizeof why);
-	if (rc < 0) {
-		diag_error_at(n->loc, "%s: %s", label(n, lu, sizeof lu), why);
-		return 1;
-	}
-	if (rc == 0 || !n->has_type_line)
-		return 0;
+	int v = info_verdict(n, ir_moe_v2_info(n, &mi, why, sizeof why), why);
+	if (v >= 0)
+		return v;
 	const Shape *o = &n->out.shape;
 	if (o->kind != SK_TUPLE || o->rank != 4) {
 		diag_error_at(type_loc(n), "%s: declares %s, but MoeInitRoutingV2 gives a tuple of 4",
