@@ -28,12 +28,18 @@ void sim_around(const SimTensor *x, int ax, int64_t *outer, int64_t *inner)
 		*inner *= x->shape[i];
 }
 
+/* a tuple value of the n tensors ts, in order */
+static SimValue *sim_tuple_of(Ctx *c, uint32_t n, SimTensor *const *ts)
+{
+	SimValue *t = sim_val_tuple(c->r, n);
+	for (uint32_t i = 0; i < n; i++)
+		t->elems[i] = sim_val_tensor(c->r, ts[i]);
+	return t;
+}
+
 SimValue *sim_tuple2(Ctx *c, SimTensor *a, SimTensor *b)
 {
-	SimValue *t = sim_val_tuple(c->r, 2);
-	t->elems[0] = sim_val_tensor(c->r, a);
-	t->elems[1] = sim_val_tensor(c->r, b);
-	return t;
+	return sim_tuple_of(c, 2, (SimTensor *[]){a, b});
 }
 
 static int declared_tuple(const Ctx *c)
@@ -487,11 +493,7 @@ SimValue *k_layernorm(Ctx *c)
 		mean->data[r] = (float)mu;
 		rstd->data[r] = (float)rs;
 	}
-	SimValue *t = sim_val_tuple(c->r, 3);
-	t->elems[0] = sim_val_tensor(c->r, o);
-	t->elems[1] = sim_val_tensor(c->r, mean);
-	t->elems[2] = sim_val_tensor(c->r, rstd);
-	return outputs(c, t);
+	return outputs(c, sim_tuple_of(c, 3, (SimTensor *[]){o, mean, rstd}));
 }
 
 /* RmsNorm(x, gamma, epsilon): y = x / sqrt(mean(x^2) + eps) * gamma over the
@@ -816,12 +818,7 @@ SimValue *k_attention(Ctx *c)
 		so = sim_tensor_new(c->r, SD_F32, 1, &one);
 	if (!so)
 		return NULL;
-	SimValue *t = sim_val_tuple(c->r, 4);
-	t->elems[0] = sim_val_tensor(c->r, mx);
-	t->elems[1] = sim_val_tensor(c->r, sm);
-	t->elems[2] = sim_val_tensor(c->r, so);
-	t->elems[3] = sim_val_tensor(c->r, o);
-	return t;
+	return sim_tuple_of(c, 4, (SimTensor *[]){mx, sm, so, o});
 }
 
 /* FlashAttentionScoreGrad(q, k, v, dout, real_shift, drop_mask,
@@ -894,11 +891,7 @@ SimValue *k_attention_grad(Ctx *c)
 	free(ds);
 	free(ak);
 	free(av);
-	SimValue *t = sim_val_tuple(c->r, 3);
-	t->elems[0] = sim_val_tensor(c->r, dq);
-	t->elems[1] = sim_val_tensor(c->r, dk);
-	t->elems[2] = sim_val_tensor(c->r, dv);
-	return t;
+	return sim_tuple_of(c, 3, (SimTensor *[]){dq, dk, dv});
 }
 
 /* RoPE's operands in[] = x, cos, sin (mode in operand mode_at): cos and
@@ -1152,10 +1145,7 @@ SimValue *k_sort(Ctx *c)
 			}
 		}
 	free(ord);
-	SimValue *t = sim_val_tuple(c->r, 2);
-	t->elems[0] = sim_val_tensor(c->r, v);
-	t->elems[1] = sim_val_tensor(c->r, ix);
-	return t;
+	return sim_tuple_of(c, 2, (SimTensor *[]){v, ix});
 }
 
 /* LpNorm(x): (sum |x|^p)^(1/p) over axis, at least epsilon */
@@ -1347,11 +1337,7 @@ SimValue *k_moe_init_routing(Ctx *c)
 			memcpy(ex->data + i * H, x->data + (id % N) * H, (size_t)H * sizeof *ex->data);
 	}
 	free(ord);
-	SimValue *t = sim_val_tuple(c->r, 3);
-	t->elems[0] = sim_val_tensor(c->r, ex);
-	t->elems[1] = sim_val_tensor(c->r, er);
-	t->elems[2] = sim_val_tensor(c->r, ee);
-	return t;
+	return sim_tuple_of(c, 3, (SimTensor *[]){ex, er, ee});
 }
 
 /* an int32 output the operator leaves unwritten in its mode: zeros of
@@ -1439,12 +1425,7 @@ SimValue *k_moe_init_routing_v2(Ctx *c)
 		for (int64_t e = 1; e < E; e++)
 			tc->data[e] += tc->data[e - 1];
 	free(ord);
-	SimValue *t = sim_val_tuple(c->r, 4);
-	t->elems[0] = sim_val_tensor(c->r, ex);
-	t->elems[1] = sim_val_tensor(c->r, er);
-	t->elems[2] = sim_val_tensor(c->r, tc);
-	t->elems[3] = sim_val_tensor(c->r, tb);
-	return t;
+	return sim_tuple_of(c, 4, (SimTensor *[]){ex, er, tc, tb});
 }
 
 /* MoeComputeExpertTokens(sorted_experts, num_expert) -> (num_expert,):
