@@ -181,6 +181,11 @@ int ir_node_is_op(const Node *n, int op)
 	return n && n->kind == NK_CNODE && n->callee_kind == CK_PRIM && n->op == op;
 }
 
+int ir_node_is_stage_zeros(const Node *n)
+{
+	return ir_node_is_op(n, OP_Depend) && n->nargs && n->args[0].kind != V_NODE;
+}
+
 const NodeExt *ir_node_ext(const Node *n)
 {
 	static const NodeExt none;

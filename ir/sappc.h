@@ -537,6 +537,9 @@ Value *ir_attr_get(const AttrList *l, const char *key);
 Value *ir_attr_get_sym(const AttrList *l, Sym key);
 void ir_attr_set(Module *m, AttrList *l, const char *key, Value v);
 int ir_node_is_op(const Node *n, int op);
+/* what a pipeline stage before the last returns instead of its outputs
+ * (passes/lower/pipeline.c): Depend(zeros, MakeTuple(its Sends)) */
+int ir_node_is_stage_zeros(const Node *n);
 const NodeExt *ir_node_ext(const Node *n);     /* n's NodeExt, or an empty one: never NULL */
 NodeExt *ir_node_ext_mut(Module *m, Node *n); /* n's NodeExt, made on first use */
 uint32_t ir_node_fwd_id(const Node *n);       /* the forward node a backward node differentiates (has_fwd) */

@@ -319,7 +319,7 @@ static int returned(const Graph *g, const SimValue *v, const Node **out, int max
 		n = n->args[0].u.node;
 	/* a stage before the last returns zeros that wait for its Sends
 	 * (pipeline.c): the network's outputs are the last stage's */
-	if (n->kind == NK_CNODE && n->op == OP_Depend && n->nargs && n->args[0].kind != V_NODE)
+	if (ir_node_is_stage_zeros(n))
 		return 0;
 	if (v->kind == SV_TUPLE && n->op == OP_MakeTuple && n->nargs == v->n) {
 		int k = 0;

@@ -1613,8 +1613,8 @@ static int gmm_differentiable(const Node *n)
  * and its single result (an element of the list it gives) */
 static GV gmm_call(Ad *a, int gop, GV p, GV q, GV gl, int64_t type, const Abs *out)
 {
-	Abs pa = lower_abs_tuple_tensors(a->m, &p.a, 1), qa = lower_abs_tuple_tensors(a->m, &q.a, 1);
-	Abs oa = lower_abs_tuple_tensors(a->m, out, 1);
+	Abs pa = lower_abs_tuple(a->m, &p.a, 1, 0), qa = lower_abs_tuple(a->m, &q.a, 1, 0);
+	Abs oa = lower_abs_tuple(a->m, out, 1, 0);
 	Node *mp = op1(a, OP_MakeTuple, p, &pa), *mq = op1(a, OP_MakeTuple, q, &qa);
 	Node *c = emit(a, gop, 12, &oa);
 	set(c, 0, gv_node(mp));
@@ -2304,8 +2304,7 @@ static int is_send(const Node *n)
  * gradients the next stage sends back, not at a seed of 1. */
 static int stage_output(const Node *n)
 {
-	return is_send(n) || (n->kind == NK_CNODE && n->callee_kind == CK_PRIM && n->op == OP_Depend && n->nargs &&
-	                      n->args[0].kind != V_NODE);
+	return is_send(n) || ir_node_is_stage_zeros(n);
 }
 
 /* Which nodes need a gradient (a trainable weight or a Receive upstream,
