@@ -718,20 +718,35 @@ Abs lower_abs_tuple_ints(Module *m, int n)
 	return a;
 }
 
-Abs lower_abs_tuple_tensors(Module *m, const Abs *elem, int n)
+Abs lower_abs_tuple(Module *m, const Abs *e, uint32_t n, uint32_t inc)
 {
 	Abs a = {0};
-	char buf[128];
-	if (n == 1)
-		snprintf(buf, sizeof buf, "Tuple[%s]", sym_str(elem->tstr));
-	else
-		snprintf(buf, sizeof buf, "Tuple[%s*%d]", sym_str(elem->tstr), n);
+	/* Tuple[T] or Tuple[T*n] when the elements agree on their type, else
+	 * Tuple[T1,T2,...] */
+	int same = 1;
+	size_t len = 32;
+	for (uint32_t k = 0; k < n; k++) {
+		same &= e[k * inc].tstr == e[0].tstr;
+		len += sym_len(e[k * inc].tstr) + 1;
+	}
+	char *buf = xmalloc(len);
+	if (!n)
+		strcpy(buf, "Tuple[]");
+	else if (same)
+		snprintf(buf, len, n == 1 ? "Tuple[%s]" : "Tuple[%s*%u]", sym_str(e[0].tstr), n);
+	else {
+		size_t at = (size_t)sprintf(buf, "Tuple[");
+		for (uint32_t k = 0; k < n; k++)
+			at += (size_t)sprintf(buf + at, "%s%s", k ? "," : "", sym_str(e[k * inc].tstr));
+		strcpy(buf + at, "]");
+	}
 	a.tstr = intern_cstr(buf);
+	free(buf);
 	a.shape.kind = SK_TUPLE;
 	a.shape.rank = (uint8_t)n;
-	a.shape.sub = arena_alloc(m->arena, (size_t)n * sizeof(Shape));
-	for (int i = 0; i < n; i++)
-		a.shape.sub[i] = elem->shape;
+	a.shape.sub = n ? arena_alloc(m->arena, (size_t)n * sizeof(Shape)) : NULL;
+	for (uint32_t k = 0; k < n; k++)
+		a.shape.sub[k] = e[k * inc].shape;
 	return a;
 }
 

@@ -92,7 +92,9 @@ int lower_match_cell(const char *scope, const char *pat, size_t plen, size_t *en
 Abs lower_abs_like(Module *m, const Abs *like, const int64_t *d, int rank);
 Abs lower_abs_int(void);
 Abs lower_abs_tuple_ints(Module *m, int n);
-Abs lower_abs_tuple_tensors(Module *m, const Abs *elem, int n);
+/* the abstract of a tuple of n tensors whose k-th element is e[k * inc]
+ * (inc 0: n copies of e[0]) */
+Abs lower_abs_tuple(Module *m, const Abs *e, uint32_t n, uint32_t inc);
 Value lower_ints(Module *m, const int64_t *v, int n);
 void lower_order_attrs(AttrList *l);
 void lower_reorder_attrs(AttrList *l, const char *const *keys, int nk);

@@ -232,35 +232,13 @@ static Node *zero_output(LowerCtx *c, const Node *ret, Node *const *sends, uint3
 	if (!zero_of(c, oa, train, &z, &za))
 		return NULL;
 	Node *t = lower_new_op(c, OP_MakeTuple, like, ns);
-	Abs ta = {0};
-	/* Tuple[T*n] when the Sends agree on their type, else Tuple[T1,T2,...] */
-	uint32_t same = 1;
-	size_t len = 16;
-	for (uint32_t k = 0; k < ns; k++) {
-		same &= sends[k]->out.tstr == sends[0]->out.tstr;
-		len += sym_len(sends[k]->out.tstr) + 1;
-	}
-	char *buf = xmalloc(len + 16);
-	if (!ns)
-		strcpy(buf, "Tuple[]");
-	else if (same)
-		snprintf(buf, len + 16, ns == 1 ? "Tuple[%s]" : "Tuple[%s*%u]", sym_str(sends[0]->out.tstr), ns);
-	else {
-		size_t at = (size_t)sprintf(buf, "Tuple[");
-		for (uint32_t k = 0; k < ns; k++)
-			at += (size_t)sprintf(buf + at, "%s%s", k ? "," : "", sym_str(sends[k]->out.tstr));
-		strcpy(buf + at, "]");
-	}
-	ta.tstr = intern_cstr(buf);
-	free(buf);
-	ta.shape.kind = SK_TUPLE;
-	ta.shape.rank = (uint8_t)ns;
-	ta.shape.sub = ns ? arena_alloc(c->m->arena, ns * sizeof(Shape)) : NULL;
+	Abs *outs = xmalloc((ns ? ns : 1) * sizeof *outs);
 	for (uint32_t k = 0; k < ns; k++) {
 		t->args[k] = value_node(sends[k]);
-		t->in_types[k] = sends[k]->out;
-		ta.shape.sub[k] = sends[k]->out.shape;
+		t->in_types[k] = outs[k] = sends[k]->out;
 	}
+	Abs ta = lower_abs_tuple(c->m, outs, ns, 1);
+	free(outs);
 	t->out = ta;
 	Node *d = lower_new_op(c, OP_Depend, like, 2);
 	d->args[0] = z;

@@ -284,7 +284,7 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 		n->in_types[0] = cur->out;
 		Abs t = tensor_abs(m, dt, o->out_shape, o->rank_out);
 		if (o->kind == RD_SPLIT) {
-			n->out = lower_abs_tuple_tensors(m, &t, o->n);
+			n->out = lower_abs_tuple(m, &t, (uint32_t)o->n, 0);
 			vec_push(out, n);
 			/* Split's outputs feed Concat through TupleGetItem + MakeTuple (§4.4) */
 			Node *mt = lower_new_op(c, OP_MakeTuple, like, (uint32_t)o->n);
