@@ -92,24 +92,6 @@ Node *lower_all_reduce(LowerCtx *c, Node *src, Node *origin, const int64_t *g, i
 	return a;
 }
 
-static Node *real_div(LowerCtx *c, Node *src, Node *origin, int64_t divisor, int index)
-{
-	Module *m = c->m;
-	Node *d = lower_new_op(c, OP_RealDiv, origin, 2);
-	d->args[0] = value_node(src);
-	Sym dt = src->out.dtype ? src->out.dtype : intern_cstr("Float32");
-	d->args[1] = lower_scalar_tensor(m, dt, divisor);
-	d->in_types[0] = src->out;
-	d->in_types[1] = lower_abs_like(m, &src->out, NULL, 0);
-	d->in_types[1].has_value = 1;
-	d->out = src->out;
-	char inst[64];
-	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(origin, index));
-	d->instance = intern_cstr(inst);
-	d->lay = pass_lay(m, &origin->lay->out[0], origin);
-	return d;
-}
-
 typedef Vec(Node *) NodeVec;
 
 /* a scalar Tensor constant of dtype dt holding x (a float spelling) */
@@ -422,7 +404,9 @@ int pass_comm(Module *m, const Options *o)
 		Node *last = lower_all_reduce(&c, n, n, grp, ng, l->fwd_op, 0);
 		vec_push(&out, last);
 		if (l->fwd == FC_ALLREDUCE_MEAN) {
-			last = real_div(&c, last, n, ng, 1);
+			last = scalar_op(&c, OP_RealDiv, last, n,
+			                 lower_scalar_tensor(m, last->out.dtype ? last->out.dtype : intern_cstr("Float32"), ng),
+			                 1);
 			vec_push(&out, last);
 		}
 		l->subst = last;
