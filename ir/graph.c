@@ -246,14 +246,19 @@ void ir_renumber(Graph *g)
 			g->nodes.a[i]->local = k++;
 }
 
+/* Most marks are 0 already: a node is only written when its mark is set,
+ * so that a sweep of a few million nodes reads them and dirties (writes
+ * back) only the few it changes. */
 void ir_clear_marks(Module *m)
 {
 	for (uint32_t i = 0; i < m->graphs.n; i++) {
 		Graph *g = m->graphs.a[i];
 		for (uint32_t j = 0; j < g->params.n; j++)
-			g->params.a[j]->mark = 0;
+			if (g->params.a[j]->mark)
+				g->params.a[j]->mark = 0;
 		for (uint32_t j = 0; j < g->nodes.n; j++)
-			g->nodes.a[j]->mark = 0;
+			if (g->nodes.a[j]->mark)
+				g->nodes.a[j]->mark = 0;
 	}
 }
 
