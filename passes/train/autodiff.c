@@ -2518,6 +2518,7 @@ int pass_autodiff(Module *m, const Options *o)
 	a.fwd_tab = arena_alloc(m->arena, sizeof *a.fwd_tab);
 	a.fwd_tab->base = m->next_id;
 	ir_clear_marks(m);
+	uint32_t marked_params = g->params.n, marked_nodes = g->nodes.n;
 	for (uint32_t i = 0; i < g->params.n; i++) /* index: params, then nodes */
 		g->params.a[i]->mark = i + 1;
 	for (uint32_t i = 0; i < g->nodes.n; i++)
@@ -2625,10 +2626,18 @@ int pass_autodiff(Module *m, const Options *o)
 			rc = 1;
 		}
 		if (!rc) {
+			/* the marks set above are the only ones: cleared before the
+			 * backward joins the graph, a sweep of the forward instead of
+			 * the whole step */
+			for (uint32_t i = 0; i < marked_params; i++)
+				g->params.a[i]->mark = 0;
+			for (uint32_t i = 0; i < marked_nodes; i++)
+				g->nodes.a[i]->mark = 0;
 			train_splice(&a.e); /* forward nodes, the backward, then the Return */
 		}
 	}
-	ir_clear_marks(m);
+	if (rc)
+		ir_clear_marks(m);
 	a.fwd_tab->n = a.fwd.n;
 	a.fwd_tab->id = a.fwd.n ? arena_dup(m->arena, a.fwd.a, a.fwd.n * sizeof *a.fwd.a) : NULL;
 	vec_free(&a.fwd);
