@@ -238,12 +238,20 @@ Node *ir_look_through(Node *n)
 	return n;
 }
 
+/* A pass that added nodes at the end renumbers the graph: the nodes before
+ * them keep their numbers, and are only read (as ir_clear_marks). */
 void ir_renumber(Graph *g)
 {
 	int32_t k = 0;
-	for (uint32_t i = 0; i < g->nodes.n; i++)
-		if (g->nodes.a[i]->kind == NK_CNODE)
-			g->nodes.a[i]->local = k++;
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
+		Node *n = g->nodes.a[i];
+		if (n->kind == NK_CNODE) {
+			if (n->local != k)
+				n->local = k;
+			k++;
+		}
+	}
 }
 
 /* Most marks are 0 already: a node is only written when its mark is set,
@@ -256,9 +264,11 @@ void ir_clear_marks(Module *m)
 		for (uint32_t j = 0; j < g->params.n; j++)
 			if (g->params.a[j]->mark)
 				g->params.a[j]->mark = 0;
-		for (uint32_t j = 0; j < g->nodes.n; j++)
+		for (uint32_t j = 0; j < g->nodes.n; j++) {
+			sweep_prefetch(g->nodes.a, j, g->nodes.n);
 			if (g->nodes.a[j]->mark)
 				g->nodes.a[j]->mark = 0;
+		}
 	}
 }
 
@@ -280,6 +290,7 @@ uint32_t ir_count_nodes(const Module *m)
 		const Graph *g = m->graphs.a[i];
 		c += g->params.n + g->nodes.n;
 		for (uint32_t j = 0; j < g->nodes.n; j++) {
+			sweep_prefetch(g->nodes.a, j, g->nodes.n);
 			const Node *n = g->nodes.a[j];
 			if (n->kind != NK_CNODE)
 				continue;

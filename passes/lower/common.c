@@ -501,6 +501,7 @@ static void seed_counters(LowerCtx *c)
 		Graph *g = c->m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			Node *n = g->nodes.a[i];
+			sweep_prefetch(g->nodes.a, i, g->nodes.n);
 			if (n->scope_kind != SCOPE_FULLNAME)
 				continue;
 			if (n->scope_op) { /* inserted by an earlier pass: scope is the prefix */

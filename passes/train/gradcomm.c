@@ -124,6 +124,7 @@ int pass_gradcomm(Module *m, const Options *o)
 	 * forward part, and the backward after it is most of the graph */
 	uint32_t found = 0;
 	for (uint32_t i = 0; i < g->nodes.n && found < ti->nw; i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
 		Node *n = g->nodes.a[i];
 		for (uint32_t k = 0; k < n->nargs; k++) {
 			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
@@ -200,6 +201,7 @@ int pass_gradcomm(Module *m, const Options *o)
 		uint32_t n0 = g->nodes.n, pos = n0 + e.out.n;
 		vec_grow(&g->nodes, e.out.n);
 		for (uint32_t i = n0; i-- > 0;) {
+			sweep_prefetch_back(g->nodes.a, i);
 			Node *n = g->nodes.a[i];
 			uint32_t cnt = 0;
 			for (uint32_t w = n->mark; w; w = next[w - 1])
