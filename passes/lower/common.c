@@ -578,11 +578,17 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 		size_t k = plen + (plen ? 1 : 0) + ol; /* "dir/Prim" */
 		if (k >= sizeof buf - 16)
 			return;
-		memcpy(buf, s, plen);
-		if (plen)
-			buf[plen] = '/';
-		memcpy(buf + k - ol, sym_str(n->prim), ol);
-		Sym key = intern(buf, k);
+		Sym key;
+		if (!(like->scope & SYM_DEFERRED) && sym_len(like->scope) == k &&
+		    memcmp(s + k - ol, sym_str(n->prim), ol) == 0) {
+			key = like->scope; /* like is named after n's primitive (a bprop's template): its own key */
+		} else {
+			memcpy(buf, s, plen);
+			if (plen)
+				buf[plen] = '/';
+			memcpy(buf + k - ol, sym_str(n->prim), ol);
+			key = intern(buf, k);
+		}
 		c->fn_ctr[h] = counter(c, key);
 		c->fn_scope[h] = like->scope;
 		c->fn_prim[h] = n->prim;
