@@ -152,10 +152,14 @@ Value *ir_attr_get_sym(const AttrList *l, Sym key)
 	return NULL;
 }
 
+/* the lengths first: most keys differ in length, and a length is one
+ * table read where strcmp reads the text too (the passes ask every node
+ * of a rank graph for an attribute it rarely has) */
 Value *ir_attr_get(const AttrList *l, const char *key)
 {
+	size_t kl = strlen(key);
 	for (uint32_t i = 0; i < l->n; i++)
-		if (strcmp(sym_str(l->a[i].key), key) == 0)
+		if (sym_len(l->a[i].key) == kl && memcmp(sym_str(l->a[i].key), key, kl) == 0)
 			return &l->a[i].val;
 	return NULL;
 }
