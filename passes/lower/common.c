@@ -539,6 +539,10 @@ static void seed_counters(LowerCtx *c)
 /* the counters of the full names waiting for primitive prim */
 static void seed_prim(LowerCtx *c, Sym prim)
 {
+	Sym *done = &c->seeded[prim % 64];
+	if (prim && *done == prim)
+		return; /* its list is empty: a keymap look saved on every cache miss */
+	*done = prim;
 	int64_t key = prim;
 	int fresh;
 	int32_t *head = keymap_get(&c->seed_prims, &key, 1, &fresh);
