@@ -112,6 +112,13 @@ enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
 #define MEMO_SLOTS (1u << MEMO_BITS)
 #define MEMO_POOL (1u << 20)
 #define MEMO_MAXLEN 4096u
+/* A communication op's rank list (group_rank_ids, rank_list) is one shared
+ * array per group (lower_comm_group_attrs) but its text is 5 bytes a rank:
+ * 24 KB at 4096 devices, printed by every collective of the group.  Lists
+ * of at least MEMO_LONG_N elements are kept up to MEMO_LONG_MAXLEN bytes,
+ * with the buffer flushed first so that their text stays in one piece. */
+#define MEMO_LONG_N 256u
+#define MEMO_LONG_MAXLEN (1u << 15)
 #define MEMO_BYADDR (1u << 24) /* an abstract's entry under its dims' address */
 typedef struct MemoEnt {
 	const void *key;
@@ -179,7 +186,7 @@ static int memo_keep(const Memo *m)
 	if (m->flushes != sink.flushes || m->ctx != memo.ctx)
 		return 0;
 	size_t len = sink.n - m->start;
-	if (len > MEMO_MAXLEN)
+	if (len > (m->n >= MEMO_LONG_N && m->tag == MEMO_ELEMS ? MEMO_LONG_MAXLEN : MEMO_MAXLEN))
 		return 0;
 	if (len > MEMO_POOL - memo.used) {
 		memo.gen++;
@@ -363,6 +370,10 @@ static void print_elems(FILE *f, const Value *v)
 	Memo m;
 	if (!v->n || memo_get(f, &m, v->u.elems, v->n, MEMO_ELEMS))
 		return;
+	if (v->n >= MEMO_LONG_N && sizeof sink.buf - sink.n < MEMO_LONG_MAXLEN) {
+		w_flush();
+		memo_miss(&m, m.e, m.key, m.n, m.tag);
+	}
 	for (uint32_t i = 0; i < v->n; i++) {
 		if (i)
 			fputs(", ", f);

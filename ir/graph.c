@@ -152,10 +152,14 @@ Value *ir_attr_get_sym(const AttrList *l, Sym key)
 	return NULL;
 }
 
+/* the lengths first: most keys differ in length, and a length is one
+ * table read where strcmp reads the text too (the passes ask every node
+ * of a rank graph for an attribute it rarely has) */
 Value *ir_attr_get(const AttrList *l, const char *key)
 {
+	size_t kl = strlen(key);
 	for (uint32_t i = 0; i < l->n; i++)
-		if (strcmp(sym_str(l->a[i].key), key) == 0)
+		if (sym_len(l->a[i].key) == kl && memcmp(sym_str(l->a[i].key), key, kl) == 0)
 			return &l->a[i].val;
 	return NULL;
 }
@@ -243,22 +247,37 @@ Node *ir_look_through(Node *n)
 	return n;
 }
 
+/* A pass that added nodes at the end renumbers the graph: the nodes before
+ * them keep their numbers, and are only read (as ir_clear_marks). */
 void ir_renumber(Graph *g)
 {
 	int32_t k = 0;
-	for (uint32_t i = 0; i < g->nodes.n; i++)
-		if (g->nodes.a[i]->kind == NK_CNODE)
-			g->nodes.a[i]->local = k++;
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
+		Node *n = g->nodes.a[i];
+		if (n->kind == NK_CNODE) {
+			if (n->local != k)
+				n->local = k;
+			k++;
+		}
+	}
 }
 
+/* Most marks are 0 already: a node is only written when its mark is set,
+ * so that a sweep of a few million nodes reads them and dirties (writes
+ * back) only the few it changes. */
 void ir_clear_marks(Module *m)
 {
 	for (uint32_t i = 0; i < m->graphs.n; i++) {
 		Graph *g = m->graphs.a[i];
 		for (uint32_t j = 0; j < g->params.n; j++)
-			g->params.a[j]->mark = 0;
-		for (uint32_t j = 0; j < g->nodes.n; j++)
-			g->nodes.a[j]->mark = 0;
+			if (g->params.a[j]->mark)
+				g->params.a[j]->mark = 0;
+		for (uint32_t j = 0; j < g->nodes.n; j++) {
+			sweep_prefetch(g->nodes.a, j, g->nodes.n);
+			if (g->nodes.a[j]->mark)
+				g->nodes.a[j]->mark = 0;
+		}
 	}
 }
 
@@ -280,6 +299,7 @@ uint32_t ir_count_nodes(const Module *m)
 		const Graph *g = m->graphs.a[i];
 		c += g->params.n + g->nodes.n;
 		for (uint32_t j = 0; j < g->nodes.n; j++) {
+			sweep_prefetch(g->nodes.a, j, g->nodes.n);
 			const Node *n = g->nodes.a[j];
 			if (n->kind != NK_CNODE)
 				continue;

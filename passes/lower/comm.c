@@ -30,12 +30,16 @@ static Node *subst_of(Node *p)
 	return p;
 }
 
-/* substitutions are valid inside the pass that made them only */
+/* substitutions are valid inside the pass that made them only (few are
+ * set: a layout is only written when it has one) */
 void lower_clear_subst(Graph *g)
 {
-	for (uint32_t i = 0; g && i < g->nodes.n; i++)
-		if (g->nodes.a[i]->lay)
-			g->nodes.a[i]->lay->subst = NULL;
+	for (uint32_t i = 0; g && i < g->nodes.n; i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
+		NodeLayout *l = g->nodes.a[i]->lay;
+		if (l && l->subst)
+			l->subst = NULL;
+	}
 }
 
 void lower_subst_args(Node *n)

@@ -501,6 +501,7 @@ static void seed_counters(LowerCtx *c)
 		Graph *g = c->m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			Node *n = g->nodes.a[i];
+			sweep_prefetch(g->nodes.a, i, g->nodes.n);
 			if (n->scope_kind != SCOPE_FULLNAME)
 				continue;
 			if (n->scope_op) { /* inserted by an earlier pass: scope is the prefix */
@@ -538,6 +539,10 @@ static void seed_counters(LowerCtx *c)
 /* the counters of the full names waiting for primitive prim */
 static void seed_prim(LowerCtx *c, Sym prim)
 {
+	Sym *done = &c->seeded[prim % 64];
+	if (prim && *done == prim)
+		return; /* its list is empty: a keymap look saved on every cache miss */
+	*done = prim;
 	int64_t key = prim;
 	int fresh;
 	int32_t *head = keymap_get(&c->seed_prims, &key, 1, &fresh);
@@ -577,11 +582,17 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 		size_t k = plen + (plen ? 1 : 0) + ol; /* "dir/Prim" */
 		if (k >= sizeof buf - 16)
 			return;
-		memcpy(buf, s, plen);
-		if (plen)
-			buf[plen] = '/';
-		memcpy(buf + k - ol, sym_str(n->prim), ol);
-		Sym key = intern(buf, k);
+		Sym key;
+		if (!(like->scope & SYM_DEFERRED) && sym_len(like->scope) == k &&
+		    memcmp(s + k - ol, sym_str(n->prim), ol) == 0) {
+			key = like->scope; /* like is named after n's primitive (a bprop's template): its own key */
+		} else {
+			memcpy(buf, s, plen);
+			if (plen)
+				buf[plen] = '/';
+			memcpy(buf + k - ol, sym_str(n->prim), ol);
+			key = intern(buf, k);
+		}
 		c->fn_ctr[h] = counter(c, key);
 		c->fn_scope[h] = like->scope;
 		c->fn_prim[h] = n->prim;

@@ -43,6 +43,7 @@ typedef struct LowerCtx {
 	KeyMap seed_prims;   /* primitive -> first waiting node in seed_nodes, -1 */
 	Node **seed_nodes;   /* full names not yet counted (seed_counters) */
 	int32_t *seed_next;
+	Sym seeded[64];      /* primitives seed_prim has done (by Sym % 64): nothing more to do */
 	Sym fn_scope[LOWER_FNCACHE], fn_prim[LOWER_FNCACHE], fn_key[LOWER_FNCACHE];
 	int32_t *fn_ctr[LOWER_FNCACHE];
 	uint32_t fn_gen[LOWER_FNCACHE], fn_epoch; /* counter pointers die when the table grows */

@@ -1023,6 +1023,7 @@ int pass_redistribute(Module *m, const Options *o)
 	NodeVec out = {0};
 	int bad = 0;
 	for (uint32_t i = 0; g && i < g->nodes.n && !diag_too_many(); i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
 		Node *n = g->nodes.a[i];
 		lower_subst_args(n);
 		NodeLayout *l = n->lay;
@@ -1091,9 +1092,12 @@ int pass_redistribute(Module *m, const Options *o)
 	}
 	if (g) {
 		Vec(Node *) live = {0};
-		for (uint32_t i = 0; i < out.n; i++)
+		vec_grow(&live, out.n); /* one allocation, not a doubling copy of a million pointers */
+		for (uint32_t i = 0; i < out.n; i++) {
+			sweep_prefetch(out.a, i, out.n);
 			if (!out.a[i]->dead)
-				vec_push(&live, out.a[i]);
+				live.a[live.n++] = out.a[i];
+		}
 		vec_free(&out);
 		ir_graph_set_nodes(g, live.a, live.n, live.cap);
 		if (!bad) {
@@ -1108,6 +1112,7 @@ int pass_redistribute(Module *m, const Options *o)
 					p->lay->flags |= LAY_LOCAL;
 			}
 			for (uint32_t i = 0; i < g->nodes.n; i++) {
+				sweep_prefetch(g->nodes.a, i, g->nodes.n);
 				localize_node(&c, g->nodes.a[i]);
 				if (g->nodes.a[i]->lay)
 					g->nodes.a[i]->lay->flags |= LAY_LOCAL;

@@ -241,6 +241,18 @@ static int ends_with(const char *s, const char *t)
 	return a >= b && strcmp(s + a - b, t) == 0;
 }
 
+/* what the name of primitive p says: 1 a gradient operator (*Grad,
+ * *Backprop*), 2 an optimizer update, 0 neither */
+static int prim_says(const char *p)
+{
+	if (ends_with(p, "Grad") || strstr(p, "Backprop"))
+		return 1;
+	for (size_t k = 0; k < sizeof optimizer_prims / sizeof optimizer_prims[0]; k++)
+		if (strcmp(p, optimizer_prims[k]) == 0)
+			return 2;
+	return 0;
+}
+
 /* `training: 1` in a "subgraph attr:" or "# Attrs:" block: 1 train, 0
  * predict, -1 absent */
 static int training_flag(const AttrList *l)
@@ -278,9 +290,17 @@ static int detect_training(const Module *m, const char **why)
 		return f;
 	}
 	const Node *loss = NULL;
+	/* prim_says() once per distinct primitive, not once per node */
+	enum { SAYS_SLOTS = 1024 };
+	static struct {
+		Sym prim;
+		int says;
+	} said[SAYS_SLOTS];
+	memset(said, 0, sizeof said);
 	for (uint32_t gi = 0; gi < m->graphs.n; gi++) {
 		const Graph *g = m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
+			sweep_prefetch(g->nodes.a, i, g->nodes.n);
 			const Node *n = g->nodes.a[i];
 			if (n->dead || n->kind != NK_CNODE)
 				continue;
@@ -290,16 +310,25 @@ static int detect_training(const Module *m, const char **why)
 			}
 			if (n->callee_kind != CK_PRIM || !n->prim)
 				continue;
-			const char *p = sym_str(n->prim);
-			if (ends_with(p, "Grad") || strstr(p, "Backprop")) {
+			uint32_t h = (n->prim * 2654435761u) % SAYS_SLOTS, probes = 0;
+			while (said[h].prim && said[h].prim != n->prim && probes++ < SAYS_SLOTS / 2)
+				h = (h + 1) % SAYS_SLOTS;
+			int says;
+			if (said[h].prim == n->prim) {
+				says = said[h].says;
+			} else {
+				says = prim_says(sym_str(n->prim));
+				if (!said[h].prim)
+					said[h].prim = n->prim, said[h].says = says;
+			}
+			if (says == 1) {
 				*why = "the graph has gradient operators (*Grad, *Backprop*)";
 				return 1;
 			}
-			for (size_t k = 0; k < sizeof optimizer_prims / sizeof optimizer_prims[0]; k++)
-				if (strcmp(p, optimizer_prims[k]) == 0) {
-					*why = "the graph has an optimizer update";
-					return 1;
-				}
+			if (says == 2) {
+				*why = "the graph has an optimizer update";
+				return 1;
+			}
 			int fam = op_table[n->op].family;
 			if (!loss &&
 			    (fam == FAM_LOSS || fam == FAM_SPARSELOSS || n->op == OP_SigmoidCrossEntropyWithLogits))

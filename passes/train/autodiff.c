@@ -2317,6 +2317,7 @@ static int analyse(Ad *a, Node *root)
 	for (uint32_t i = 0; i < np; i++)
 		a->needs[i] = (uint8_t)train_is_trainable(g->params.a[i]);
 	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
 		Node *n = g->nodes.a[i];
 		uint32_t j = np + i;
 		if (n->kind != NK_CNODE || n->dead)
@@ -2343,6 +2344,7 @@ static int analyse(Ad *a, Node *root)
 	if (root && idx(a, root) != UINT32_MAX)
 		a->reach[idx(a, root)] = 1;
 	for (uint32_t i = g->nodes.n; i-- > 0;) {
+		sweep_prefetch_back(g->nodes.a, i);
 		Node *n = g->nodes.a[i];
 		/* every boundary transfer with a gradient back builds its half of it,
 		 * even when nothing here reads the value (the other rank waits) */
@@ -2357,6 +2359,7 @@ static int analyse(Ad *a, Node *root)
 		}
 	}
 	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
 		Node *n = g->nodes.a[i];
 		uint32_t j = np + i;
 		if (n->kind != NK_CNODE || n->dead || !a->needs[j] || !a->reach[j] || rule_kind(n) != RULE_NONE)
@@ -2517,10 +2520,13 @@ int pass_autodiff(Module *m, const Options *o)
 	a.fwd_tab = arena_alloc(m->arena, sizeof *a.fwd_tab);
 	a.fwd_tab->base = m->next_id;
 	ir_clear_marks(m);
+	uint32_t marked_params = g->params.n, marked_nodes = g->nodes.n;
 	for (uint32_t i = 0; i < g->params.n; i++) /* index: params, then nodes */
 		g->params.a[i]->mark = i + 1;
-	for (uint32_t i = 0; i < g->nodes.n; i++)
+	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
 		g->nodes.a[i]->mark = g->params.n + i + 1;
+	}
 	/* the monad the forward Loads use: the update (and the accumulation
 	 * of micro-batches) starts from it */
 	a.accu_u = value_word("U");
@@ -2624,10 +2630,20 @@ int pass_autodiff(Module *m, const Options *o)
 			rc = 1;
 		}
 		if (!rc) {
+			/* the marks set above are the only ones: cleared before the
+			 * backward joins the graph, a sweep of the forward instead of
+			 * the whole step */
+			for (uint32_t i = 0; i < marked_params; i++)
+				g->params.a[i]->mark = 0;
+			for (uint32_t i = 0; i < marked_nodes; i++) {
+				sweep_prefetch(g->nodes.a, i, marked_nodes);
+				g->nodes.a[i]->mark = 0;
+			}
 			train_splice(&a.e); /* forward nodes, the backward, then the Return */
 		}
 	}
-	ir_clear_marks(m);
+	if (rc)
+		ir_clear_marks(m);
 	a.fwd_tab->n = a.fwd.n;
 	a.fwd_tab->id = a.fwd.n ? arena_dup(m->arena, a.fwd.a, a.fwd.n * sizeof *a.fwd.a) : NULL;
 	vec_free(&a.fwd);

@@ -120,15 +120,22 @@ int pass_gradcomm(Module *m, const Options *o)
 	ir_clear_marks(m);
 	for (uint32_t w = 0; w < ti->nw; w++)
 		ti->weight[w]->mark = w + 1;
-	for (uint32_t i = 0; i < g->nodes.n; i++) {
+	/* the sweep stops once every weight has its user: they are all in the
+	 * forward part, and the backward after it is most of the graph */
+	uint32_t found = 0;
+	for (uint32_t i = 0; i < g->nodes.n && found < ti->nw; i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
 		Node *n = g->nodes.a[i];
 		for (uint32_t k = 0; k < n->nargs; k++) {
 			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
-			if (p && p->kind == NK_PARAM && p->mark && !user[p->mark - 1])
+			if (p && p->kind == NK_PARAM && p->mark && !user[p->mark - 1]) {
 				user[p->mark - 1] = n;
+				found++;
+			}
 		}
 	}
-	ir_clear_marks(m);
+	for (uint32_t w = 0; w < ti->nw; w++) /* the only marks set since the clear */
+		ti->weight[w]->mark = 0;
 	FwdIds *tab = arena_alloc(m->arena, sizeof *tab);
 	tab->base = m->next_id;
 	/* with micro-batches the mirror is _MirrorMicroStepOperator
@@ -194,6 +201,7 @@ int pass_gradcomm(Module *m, const Options *o)
 		uint32_t n0 = g->nodes.n, pos = n0 + e.out.n;
 		vec_grow(&g->nodes, e.out.n);
 		for (uint32_t i = n0; i-- > 0;) {
+			sweep_prefetch_back(g->nodes.a, i);
 			Node *n = g->nodes.a[i];
 			uint32_t cnt = 0;
 			for (uint32_t w = n->mark; w; w = next[w - 1])
@@ -207,8 +215,10 @@ int pass_gradcomm(Module *m, const Options *o)
 		}
 		g->nodes.n = n0 + e.out.n;
 		ir_renumber(g);
+		for (uint32_t w = 0; w < ti->nw; w++) /* the only marks set: all 0 again */
+			if (start[w] < start[w + 1])
+				e.out.a[start[w]]->args[0].u.node->mark = 0;
 	}
-	ir_clear_marks(m);
 	free(user);
 	free(next);
 	free(start);

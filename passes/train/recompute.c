@@ -808,12 +808,14 @@ static int any_candidate(const Graph *g, const Options *o)
 	if (o->nrecompute_rules)
 		return 1;
 	for (uint32_t i = 0; i < g->nodes.n; i++) {
+		sweep_prefetch(g->nodes.a, i, g->nodes.n);
 		const Node *n = g->nodes.a[i];
 		if (n->kind != NK_CNODE)
 			continue;
 		if (flag_attr(&n->pattrs, "recompute") == 1 || flag_attr(&ir_node_ext(n)->cattrs, "recompute") == 1)
 			return 1;
-		if (n->scope && n->scope_kind == SCOPE_FULLNAME && starts(sym_str(n->scope), "recompute"))
+		if (n->scope && n->scope_kind == SCOPE_FULLNAME && sym_len(n->scope) >= 9 &&
+		    memcmp(sym_str(n->scope), "recompute", 9) == 0)
 			return 1;
 	}
 	return 0;

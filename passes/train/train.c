@@ -79,16 +79,29 @@ void train_emit_bprop_of(TrainEmit *e, const Node *f, const char *prim, int grad
 		const char *fs = f->scope_kind ? sym_str(f->scope) : "Default/x";
 		if (f->scope_kind && f->scope_kind != SCOPE_FULLNAME)
 			fs = "Default/x";
+		/* every forward node misses (its scope is its own): the text is
+		 * put together with memcpy, not three snprintf calls and a malloc */
 		const char *slash = strrchr(fs, '/');
 		size_t dl = slash ? (size_t)(slash - fs) : 0;
-		size_t cap = dl + (prim ? strlen(prim) : 0) + strlen(leaf) + 32;
-		char *buf = xmalloc(cap);
-		int k = snprintf(buf, cap, "Gradients/%.*s", (int)dl, fs);
-		if (grad)
-			k += snprintf(buf + k, cap - (size_t)k, "/Grad_%s", prim);
-		snprintf(buf + k, cap - (size_t)k, "/%s", leaf);
-		*s = intern_cstr(buf);
-		free(buf);
+		size_t pl = grad ? strlen(prim) : 0, ll = strlen(leaf);
+		size_t len = sizeof "Gradients/" - 1 + dl + (grad ? sizeof "/Grad_" - 1 + pl : 0) + 1 + ll;
+		char stack[512];
+		char *buf = len <= sizeof stack ? stack : xmalloc(len), *p = buf;
+		memcpy(p, "Gradients/", sizeof "Gradients/" - 1);
+		p += sizeof "Gradients/" - 1;
+		memcpy(p, fs, dl);
+		p += dl;
+		if (grad) {
+			memcpy(p, "/Grad_", sizeof "/Grad_" - 1);
+			p += sizeof "/Grad_" - 1;
+			memcpy(p, prim, pl);
+			p += pl;
+		}
+		*p++ = '/';
+		memcpy(p, leaf, ll);
+		*s = intern(buf, len);
+		if (buf != stack)
+			free(buf);
 	}
 	train_emit_dir(e, *s);
 }
