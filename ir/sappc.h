@@ -29,7 +29,7 @@
 typedef struct Arena Arena;
 
 Arena *arena_new(void);
-void *arena_alloc(Arena *a, size_t n);  /* zeroed, 16-byte aligned */
+void *arena_alloc(Arena *a, size_t n);  /* zeroed, 8-byte aligned */
 void *arena_dup(Arena *a, const void *p, size_t n);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 size_t arena_used(const Arena *a);
