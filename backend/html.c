@@ -99,7 +99,7 @@ static void strategy_text(FILE *f, const Node *n)
 {
 	static const char *const keys[] = {"in_strategy", "out_strategy"};
 	for (int i = 0; i < 2; i++) {
-		const Value *v = ir_attr_get(&n->strat, keys[i]);
+		const Value *v = ir_attr_get(ir_node_strat(n), keys[i]);
 		if (!v)
 			continue;
 		if (i)

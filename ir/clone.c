@@ -130,7 +130,10 @@ static void fill_node(Cloner *c, Node *x)
 {
 	x->args = x->nargs ? clone_values(c, x->args, x->nargs) : NULL;
 	x->pattrs = clone_attrs(c, &x->pattrs);
-	x->strat = clone_attrs(c, &x->strat);
+	if (x->strat) {
+		AttrList st = clone_attrs(c, x->strat);
+		x->strat = arena_dup(c->to->arena, &st, sizeof st);
+	}
 	if (x->in_types) {
 		Abs *t = arena_alloc(c->to->arena, (x->nin_types ? x->nin_types : 1) * sizeof *t);
 		for (uint32_t i = 0; i < x->nin_types; i++)

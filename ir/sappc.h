@@ -10,6 +10,7 @@
 #define SAPPC_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -442,39 +443,50 @@ typedef struct NodeExt {
 	uint32_t fwd_id;
 	Sym fwd_prim;
 	const FwdIds *fwd_tab;
+	Loc tloc;          /* the type line, when Node.tloc_ext */
 } NodeExt;
 
+/* A rank graph is millions of Nodes (a 4096-layer training step at 4096
+ * devices: 2.2 million), so every byte here is megabytes: flags are bits,
+ * the rest is ordered without holes (168 bytes), and what only parsed
+ * nodes have lives elsewhere (NodeExt, the strategy list). */
 struct Node {
 	uint32_t id;       /* module-wide creation index, stable */
-	uint8_t kind;
-	uint8_t callee_kind;
-	uint8_t scope_kind;
-	uint8_t has_type_line;
-	uint8_t primfunc;  /* operator printed with PrimFunc_ prefix */
-	uint8_t has_default;
-	uint8_t dead;      /* removed by a pass; skipped by the printer */
-	uint8_t autoname;  /* debug name is CNode_<id>, formed when needed (name is 0) */
 	uint16_t op;       /* OP_* of the primitive, OP_UNKNOWN otherwise */
-	uint8_t has_pattrs, has_strat;
+	int16_t stage;     /* pass data: pipeline stage, -1 unknown */
+	unsigned kind : 2;        /* NodeKind */
+	unsigned callee_kind : 2; /* CalleeKind */
+	unsigned scope_kind : 3;  /* ScopeKind */
+	bool has_type_line : 1;
+	bool primfunc : 1;  /* operator printed with PrimFunc_ prefix */
+	bool has_default : 1;
+	bool dead : 1;      /* removed by a pass; skipped by the printer */
+	bool autoname : 1;  /* debug name is CNode_<id>, formed when needed (name is 0) */
+	bool has_pattrs : 1, has_strat : 1;
+	/* the type line's position (verify points its shape errors there):
+	 * tline lines below loc, at column tcol; tline 0: none, or, with
+	 * tloc_ext, in NodeExt.tloc (a position these bits cannot hold) */
+	unsigned tline : 8;
+	unsigned tcol : 9;
+	bool tloc_ext : 1;
 	int32_t local;     /* %N; parameters: the N of %paraN (0 = none) */
 	uint32_t scope_op; /* SCOPE_FULLNAME: 0, or k+1 when the full name is scope + "-op<k>" */
-	Graph *g;
 	Sym name;          /* debug name; parameter: name without %paraN_ */
 	Sym prim;          /* primitive name without PrimFunc_ */
-	Value *args;
 	uint32_t nargs;
 	Sym instance;
-	AttrList pattrs, strat; /* strat: in_strategy/out_strategy/in_layout/out_layout */
-	Abs *in_types;     /* type line inputs */
 	uint32_t nin_types;
 	Sym scope;         /* text inside the parentheses of the scope line */
-	Abs out;           /* output abstract (params: the parameter type) */
+	uint32_t mark;     /* pass data: scratch for passes (cleared by ir_clear_marks) */
 	Loc loc;
-	Loc tloc;          /* the type line (line 0: none); verify points its shape errors there */
+	Graph *g;
+	Value *args;
+	AttrList pattrs;
+	AttrList *strat;   /* in_strategy/out_strategy/in_layout/out_layout (NULL: none); read with ir_node_strat() */
+	Abs *in_types;     /* type line inputs */
+	Abs out;           /* output abstract (params: the parameter type) */
 	NodeExt *x;        /* NULL for most nodes: see NodeExt */
 	/* pass data */
-	int32_t stage;     /* pipeline stage, -1 unknown */
-	uint32_t mark;     /* scratch for passes (cleared by ir_clear_marks) */
 	StratInfo *si;
 	NodeLayout *lay;
 };
@@ -540,6 +552,14 @@ int ir_node_is_op(const Node *n, int op);
 const NodeExt *ir_node_ext(const Node *n);     /* n's NodeExt, or an empty one: never NULL */
 NodeExt *ir_node_ext_mut(Module *m, Node *n); /* n's NodeExt, made on first use */
 uint32_t ir_node_fwd_id(const Node *n);       /* the forward node a backward node differentiates (has_fwd) */
+/* the position of n's type line (line 0: it has none) */
+Loc ir_node_tloc(const Node *n);
+void ir_node_set_tloc(Module *m, Node *n, Loc t);
+/* n's strategy attributes (in_strategy ...): an empty list when it has none */
+const AttrList *ir_node_strat(const Node *n);
+/* gives n the list l (its header is copied into the module's arena, the
+ * attributes are not: nodes copied from one another may share a header) */
+void ir_node_set_strat(Module *m, Node *n, AttrList l);
 /* Names a pass may leave unformed (inserted operators: one interned string
  * each would cost more than the node).  Both return the interned text when
  * there is one, else text formed in a static buffer that the next call of

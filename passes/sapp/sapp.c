@@ -473,8 +473,7 @@ static void write_node(StraTab *t, SappOp *X)
 		a[1].key = t->out_key;
 		a[1].val = stra_value(t, X, 1);
 	}
-	n->strat.a = a;
-	n->strat.n = na;
+	ir_node_set_strat(m, n, (AttrList){a, na});
 	n->has_strat = 1;
 	uint8_t src = X->loaded ? SRC_LOADED : X->source;
 	if (t->levels && t->levels[X - t->ops].n) {
@@ -503,7 +502,7 @@ static void write_nodes(Sapp *S)
 	t.ops = S->ops;
 	for (uint32_t x = 0; x < S->nops; x++) {
 		if (x + 8 < S->nops && S->ops[x + 8].n) { /* the node's fields this writes */
-			sapp_prefetch(&S->ops[x + 8].n->strat);
+			sapp_prefetch(S->ops[x + 8].n->strat);
 			sapp_prefetch(&S->ops[x + 8].n->si);
 		}
 		if (S->ops[x].n && S->ops[x].has_s)
@@ -530,8 +529,8 @@ static int semi_auto(Sapp *S)
 		SappOp *X = &S->ops[x];
 		if (!X->n)
 			continue;
-		const Value *in = sapp_attr(S, &X->n->strat, SA_in_strategy);
-		const Value *out = sapp_attr(S, &X->n->strat, SA_out_strategy);
+		const Value *in = sapp_attr(S, ir_node_strat(X->n), SA_in_strategy);
+		const Value *out = sapp_attr(S, ir_node_strat(X->n), SA_out_strategy);
 		if (!in) {
 			in = sapp_attr(S, &X->n->pattrs, SA_in_strategy);
 			if (!out)
