@@ -2175,15 +2175,8 @@ static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VL
 			free(buf);
 		}
 	}
-	if (ref_key || extras.n) {
-		AbsExt *x = arena_alloc(b->m->arena, sizeof *x + extras.n * sizeof(Sym));
-		x->ref_key = ref_key;
-		x->ref_colon = ref_colon;
-		x->nextras = extras.n;
-		if (extras.n)
-			memcpy(x->extras, extras.a, extras.n * sizeof(Sym));
-		a->x = x;
-	}
+	if (ref_key || extras.n)
+		a->xi = abs_ext_intern(ref_key, ref_colon, extras.a, extras.n);
 	vec_free(&extras);
 	vrelease(b, items);
 	return a;

@@ -108,8 +108,6 @@ static Abs clone_abs(Cloner *c, const Abs *a)
 {
 	Abs r = *a;
 	r.shape = clone_shape(c, &a->shape);
-	if (a->x)
-		r.x = arena_dup(c->to->arena, a->x, sizeof *a->x + a->x->nextras * sizeof(Sym));
 	return r;
 }
 

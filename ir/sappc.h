@@ -262,8 +262,8 @@ typedef struct Shape {
 } Shape;
 
 /* The parameter-only text of an abstract: ", ref_key=..." and the other
- * ", item" texts.  Made once by the reader and shared by every copy of the
- * Abs, so never written after it is made. */
+ * ", item" texts.  Interned (abs_ext_intern): one per distinct text for the
+ * whole process, shared by every Abs that has it and never written. */
 typedef struct AbsExt {
 	Sym ref_key;    /* without the leading ':' (0: none) */
 	uint8_t ref_colon;
@@ -272,14 +272,19 @@ typedef struct AbsExt {
 } AbsExt;
 
 /* An abstract as printed in a type line: <TYPESTR[, SHAPE][, extras...]>.
- * Copied by value (a rank graph holds millions), so the rare text is behind x. */
+ * Copied by value (a rank graph holds millions), so the rare text is an
+ * index of 32 bits (the struct is 32 bytes, not 40 with a pointer). */
 typedef struct Abs {
 	Sym tstr;       /* "Tensor[Float32]", "Ref[Tensor[Float32]]", "UMonad", "null" */
 	Sym dtype;      /* element type: Float32 ... (0 if not a tensor) */
 	uint8_t is_ref, is_tensor, has_value;
+	uint32_t xi;    /* its AbsExt: abs_ext(); 0: no ref_key and no extras (every abstract a pass makes) */
 	Shape shape;
-	const AbsExt *x; /* NULL: no ref_key and no extras (every abstract a pass makes) */
 } Abs;
+
+/* the AbsExt of this text, made on first use: its index for Abs.xi (never 0) */
+uint32_t abs_ext_intern(Sym ref_key, uint8_t ref_colon, const Sym *extras, uint32_t nextras);
+const AbsExt *abs_ext(const Abs *a); /* NULL: none */
 
 int shape_numel(const Shape *s, int64_t *out); /* 0 ok, -1 overflow/not dims */
 int shape_equal(const Shape *a, const Shape *b);

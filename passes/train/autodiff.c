@@ -226,7 +226,7 @@ static uint32_t abs_key(const Abs *t, int64_t *key)
 	key[3] = t->shape.kind == SK_DIMS || t->shape.kind == SK_OLD ? (int64_t)(intptr_t)t->shape.dims
 	         : t->shape.kind == SK_TUPLE || t->shape.kind == SK_LIST ? (int64_t)(intptr_t)t->shape.sub
 	                                                               : 0;
-	key[4] = (int64_t)(intptr_t)t->x;
+	key[4] = t->xi;
 	key[5] = 0;
 	return 6;
 }
