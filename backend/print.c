@@ -630,9 +630,9 @@ static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 		}
 		fputc('}', f);
 	}
-	if (n->strat && n->strat->n) {
+	if (n->strat && n->strat->l.n) {
 		fputs(" {", f);
-		print_attrs(f, n->strat);
+		print_attrs(f, &n->strat->l);
 		fputc('}', f);
 	}
 }

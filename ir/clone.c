@@ -118,8 +118,6 @@ static Node *copy_node(Cloner *c, const Node *n, Graph *g)
 	x->g = g;
 	x->lay = NULL;
 	x->mark = 0;
-	if (n->si)
-		x->si = arena_dup(c->to->arena, n->si, sizeof *n->si);
 	c->node[n->id] = x;
 	return x;
 }
@@ -129,8 +127,9 @@ static void fill_node(Cloner *c, Node *x)
 	x->args = x->nargs ? clone_values(c, x->args, x->nargs) : NULL;
 	x->pattrs = clone_attrs(c, &x->pattrs);
 	if (x->strat) {
-		AttrList st = clone_attrs(c, x->strat);
-		x->strat = arena_dup(c->to->arena, &st, sizeof st);
+		NodeStrat *st = arena_dup(c->to->arena, x->strat, sizeof *st);
+		st->l = clone_attrs(c, &st->l);
+		x->strat = st;
 	}
 	if (x->in_types) {
 		Abs *t = arena_alloc(c->to->arena, (x->nin_types ? x->nin_types : 1) * sizeof *t);

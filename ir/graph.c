@@ -228,12 +228,32 @@ void ir_node_set_tloc(Module *m, Node *n, Loc t)
 const AttrList *ir_node_strat(const Node *n)
 {
 	static const AttrList none;
-	return n->strat ? n->strat : &none;
+	return n->strat ? &n->strat->l : &none;
+}
+
+const StratInfo *ir_node_si(const Node *n)
+{
+	return n->strat && n->strat->has_si ? &n->strat->si : NULL;
+}
+
+void ir_node_set_strat_si(Module *m, Node *n, AttrList l, const StratInfo *si)
+{
+	if (!l.n && !l.a && !si) {
+		n->strat = NULL;
+		return;
+	}
+	NodeStrat *s = arena_alloc(m->arena, sizeof *s);
+	s->l = l;
+	if (si) {
+		s->si = *si;
+		s->has_si = 1;
+	}
+	n->strat = s;
 }
 
 void ir_node_set_strat(Module *m, Node *n, AttrList l)
 {
-	n->strat = l.n || l.a ? arena_dup(m->arena, &l, sizeof l) : NULL;
+	ir_node_set_strat_si(m, n, l, ir_node_si(n));
 }
 
 uint32_t ir_node_fwd_id(const Node *n)

@@ -453,8 +453,8 @@ typedef struct NodeExt {
 
 /* A rank graph is millions of Nodes (a 4096-layer training step at 4096
  * devices: 2.2 million), so every byte here is megabytes: flags are bits,
- * the rest is ordered without holes (168 bytes), and what only parsed
- * nodes have lives elsewhere (NodeExt, the strategy list). */
+ * the rest is ordered without holes (152 bytes), and what only some
+ * nodes have lives elsewhere (NodeExt, NodeStrat). */
 struct Node {
 	uint32_t id;       /* module-wide creation index, stable */
 	uint16_t op;       /* OP_* of the primitive, OP_UNKNOWN otherwise */
@@ -487,13 +487,11 @@ struct Node {
 	Graph *g;
 	Value *args;
 	AttrList pattrs;
-	AttrList *strat;   /* in_strategy/out_strategy/in_layout/out_layout (NULL: none); read with ir_node_strat() */
+	struct NodeStrat *strat; /* strategy attributes and their source (NULL: none): ir_node_strat(), ir_node_si() */
 	Abs *in_types;     /* type line inputs */
 	Abs out;           /* output abstract (params: the parameter type) */
 	NodeExt *x;        /* NULL for most nodes: see NodeExt */
-	/* pass data */
-	StratInfo *si;
-	NodeLayout *lay;
+	NodeLayout *lay;   /* pass data: the lowering's layouts */
 };
 
 struct Graph {
@@ -562,8 +560,8 @@ Loc ir_node_tloc(const Node *n);
 void ir_node_set_tloc(Module *m, Node *n, Loc t);
 /* n's strategy attributes (in_strategy ...): an empty list when it has none */
 const AttrList *ir_node_strat(const Node *n);
-/* gives n the list l (its header is copied into the module's arena, the
- * attributes are not: nodes copied from one another may share a header) */
+/* gives n the list l, keeping its StratInfo (a new NodeStrat: nodes copied
+ * from one another may share one; the attributes themselves are not copied) */
 void ir_node_set_strat(Module *m, Node *n, AttrList l);
 /* Names a pass may leave unformed (inserted operators: one interned string
  * each would cost more than the node).  Both return the interned text when
@@ -816,6 +814,17 @@ struct StratInfo {
 	uint8_t source;
 	Sym levels; /* the search levels' text (interned, so equal tables are shared), else 0 */
 };
+/* Node.strat: only operators given or searched a strategy have one */
+typedef struct NodeStrat {
+	AttrList l;    /* in_strategy/out_strategy/in_layout/out_layout */
+	StratInfo si;  /* when has_si */
+	uint8_t has_si;
+} NodeStrat;
+/* what the sapp pass left on n (NULL: nothing) */
+const StratInfo *ir_node_si(const Node *n);
+/* gives n the list l and the record si (NULL: none); a new NodeStrat,
+ * since nodes copied from one another may share one */
+void ir_node_set_strat_si(Module *m, Node *n, AttrList l, const StratInfo *si);
 
 /* Node.lay, set by the lowering (passes/lower/, parallel-lowering.md §2-§5) */
 /* A tensor layout in compact form: Layout without the fixed arrays'

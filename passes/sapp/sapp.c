@@ -357,8 +357,7 @@ static int log2_exact(int64_t n)
 /* Strategies repeat: every layer of a deep network has the same ones.
  * Each distinct strategy value is built once and shared by the nodes that
  * have it (nothing writes into a strategy value after this pass; a pass
- * that changes an attribute value clones it first), and so is the
- * StratInfo of each source.  Keys are the integers of the value: kind
+ * that changes an attribute value clones it first).  Keys are the integers of the value: kind
  * (0 in, 1 out), entry count, then per entry its rank and counts. */
 typedef struct StraSlot {
 	uint64_t h;
@@ -369,7 +368,6 @@ typedef struct StraSlot {
 typedef struct StraTab {
 	Module *m;
 	Sym in_key, out_key;
-	StratInfo *si[SRC_COUNT_];
 	const SappText *levels; /* Sapp.levels, by operator; NULL: not recorded */
 	const SappOp *ops;
 	StraSlot *slot;
@@ -473,22 +471,11 @@ static void write_node(StraTab *t, SappOp *X)
 		a[1].key = t->out_key;
 		a[1].val = stra_value(t, X, 1);
 	}
-	ir_node_set_strat(m, n, (AttrList){a, na});
 	n->has_strat = 1;
-	uint8_t src = X->loaded ? SRC_LOADED : X->source;
-	if (t->levels && t->levels[X - t->ops].n) {
-		/* its own record: the level table is the operator's */
-		StratInfo *si = arena_alloc(m->arena, sizeof *si);
-		si->source = src;
-		si->levels = intern(t->levels[X - t->ops].s, t->levels[X - t->ops].n);
-		n->si = si;
-		return;
-	}
-	if (!t->si[src]) {
-		t->si[src] = arena_alloc(m->arena, sizeof(StratInfo));
-		t->si[src]->source = src;
-	}
-	n->si = t->si[src];
+	StratInfo si = {.source = X->loaded ? SRC_LOADED : X->source};
+	if (t->levels && t->levels[X - t->ops].n) /* the level table is the operator's */
+		si.levels = intern(t->levels[X - t->ops].s, t->levels[X - t->ops].n);
+	ir_node_set_strat_si(m, n, (AttrList){a, na}, &si);
 }
 
 static void write_nodes(Sapp *S)
@@ -502,8 +489,7 @@ static void write_nodes(Sapp *S)
 	t.ops = S->ops;
 	for (uint32_t x = 0; x < S->nops; x++) {
 		if (x + 8 < S->nops && S->ops[x + 8].n) { /* the node's fields this writes */
-			sapp_prefetch(S->ops[x + 8].n->strat);
-			sapp_prefetch(&S->ops[x + 8].n->si);
+			sapp_prefetch(&S->ops[x + 8].n->strat);
 		}
 		if (S->ops[x].n && S->ops[x].has_s)
 			write_node(&t, &S->ops[x]);
