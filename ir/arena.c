@@ -142,7 +142,7 @@ static Chunk *chunk_new(size_t sz, size_t need)
 
 /* Blocks are rounded to 8 bytes, the strictest alignment of anything an
  * arena holds (pointers, int64_t, double): a rank graph is millions of
- * small blocks (a 24-byte operand, a 168-byte Node), and rounding to 16
+ * small blocks (a 24-byte operand, a 152-byte Node), and rounding to 16
  * cost a tenth of them. */
 void *arena_alloc(Arena *a, size_t n)
 {

@@ -6,7 +6,7 @@
  * The copy lives in its own arena and shares nothing with the original but
  * interned symbols, so either may be freed first.  Nodes keep their ids,
  * %N numbers and order, so a pass gives the copy the same names and the
- * same output as it gives the original.  What the sapp pass left (Node.si,
+ * same output as it gives the original.  What the sapp pass left (Node.strat,
  * Module.sapp) is copied; the lowering's Node.lay is not (a lowered module
  * is one rank's and is never copied: the copy's lay is NULL).
  */

@@ -1,4 +1,4 @@
-/* passdata.c - what the passes leave on the IR (Node.si from the sapp
+/* passdata.c - what the passes leave on the IR (ir_node_si() from the sapp
  * pass, Node.lay from the lowering), as text for the printers, the report
  * and the pictures.  The records are defined in sappc.h; nothing here
  * calls into a pass.

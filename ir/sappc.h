@@ -804,7 +804,7 @@ int recompute_check_patterns(const Module *m, const Options *o);
  * pictures: these read the records below (and the text of passdata.c),
  * never the passes' own code.
  *
- * Node.si, set by the sapp pass: where the node's strategy came from, and
+ * ir_node_si(), set by the sapp pass: where the node's strategy came from, and
  * the --explain text of its search levels when Options.record_levels is
  * set.  STRAT_LOADED: from --strategy-in (the file's own source is kept
  * by the sapp pass). */

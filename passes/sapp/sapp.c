@@ -3,7 +3,7 @@
  * Requires: a verified module (operands defined, shapes consistent).
  * Provides: on every operator that MindSpore gives an OperatorInfo, the
  *   strategy suffix `{in_strategy: ((4, 2), (1, 2))}` (and `out_strategy`
- *   where one is set), as a step_parallel_begin dump shows it; Node.si says
+ *   where one is set), as a step_parallel_begin dump shows it; ir_node_si() says
  *   whether the strategy was pinned by the user, searched or propagated;
  *   with --strategy-out the same decisions as JSON.
  * Invalidates: nothing (no node is added or removed).
