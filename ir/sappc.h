@@ -31,6 +31,7 @@ typedef struct Arena Arena;
 
 Arena *arena_new(void);
 void *arena_alloc(Arena *a, size_t n);  /* zeroed, 8-byte aligned */
+void xmem_release(void *p, size_t n);   /* [p, p + n) of a malloc'd block is dead: its whole pages go back */
 void *arena_dup(Arena *a, const void *p, size_t n);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 size_t arena_used(const Arena *a);
