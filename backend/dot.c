@@ -173,7 +173,7 @@ static void label_node(Agnode_t *an, const Node *n, const Options *o, int with_n
 			if (peer && value_get_int(peer, &pr))
 				snprintf(extra, sizeof extra, "%s rank %lld", n->op == OP_Send ? "to" : "from", (long long)pr);
 		} else if (o && o->view_plan) {
-			const Value *st = ir_attr_get(&n->strat, "in_strategy");
+			const Value *st = ir_attr_get(ir_node_strat(n), "in_strategy");
 			if (st) {
 				FILE *f = fmemopen(extra, sizeof extra - 1, "w");
 				if (f) {

@@ -13,7 +13,7 @@
  *   report   this plan against pure data parallel (report.c), and for
  *            pipelines the stages with their ranks and 1F1B order.
  *
- * Everything shown is read from the IR the pipeline left: Node.si (the
+ * Everything shown is read from the IR the pipeline left: ir_node_si() (the
  * strategy's source and search levels, Options.record_levels), Node.lay
  * (layouts), the type lines (local shapes), report_collect() (bytes and
  * time); nothing calls back into the passes.
@@ -99,7 +99,7 @@ static void strategy_text(FILE *f, const Node *n)
 {
 	static const char *const keys[] = {"in_strategy", "out_strategy"};
 	for (int i = 0; i < 2; i++) {
-		const Value *v = ir_attr_get(&n->strat, keys[i]);
+		const Value *v = ir_attr_get(ir_node_strat(n), keys[i]);
 		if (!v)
 			continue;
 		if (i)

@@ -542,7 +542,7 @@ static void ir_print_abs_impl(FILE *f, const Abs *a)
 	m.e = ma.e = NULL;
 	uint32_t tag =
 	    MEMO_ABS | (uint32_t)a->shape.kind << 8 | (uint32_t)a->has_value << 12 | (uint32_t)a->shape.rank << 16;
-	if (!a->x && a->shape.rank) {
+	if (!a->xi && a->shape.rank) {
 		if (a->shape.kind == SK_DIMS || a->shape.kind == SK_OLD) {
 			if (memo_get(f, &ma, a->shape.dims, a->tstr, tag | MEMO_BYADDR))
 				return;
@@ -566,13 +566,14 @@ static void ir_print_abs_impl(FILE *f, const Abs *a)
 	}
 	if (a->has_value)
 		fputs(", value=...", f);
-	if (a->x && a->x->ref_key) {
-		fputs(a->x->ref_colon ? ", ref_key=:" : ", ref_key=", f);
-		put_sym(f, a->x->ref_key);
+	const AbsExt *x = abs_ext(a);
+	if (x && x->ref_key) {
+		fputs(x->ref_colon ? ", ref_key=:" : ", ref_key=", f);
+		put_sym(f, x->ref_key);
 	}
-	for (uint32_t i = 0; a->x && i < a->x->nextras; i++) {
+	for (uint32_t i = 0; x && i < x->nextras; i++) {
 		fputs(", ", f);
-		put_sym(f, a->x->extras[i]);
+		put_sym(f, x->extras[i]);
 	}
 	fputc('>', f);
 	if (m.e && memo_keep(&m) && ma.e)
@@ -640,9 +641,9 @@ static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 		}
 		fputc('}', f);
 	}
-	if (n->strat.n) {
+	if (n->strat && n->strat->l.n) {
 		fputs(" {", f);
-		print_attrs(f, &n->strat);
+		print_attrs(f, &n->strat->l);
 		fputc('}', f);
 	}
 }

@@ -351,7 +351,7 @@ void report_collect(const Module *m, const ReportConfig *c, Report *r)
 					r->act_bytes += tensor_bytes(&n->out);
 				if (rc > 0)
 					r->recomputed_bytes += tensor_bytes(&n->out);
-				if (n->strat.n)
+				if (ir_node_strat(n)->n)
 					r->nops++;
 			}
 		}
@@ -504,7 +504,7 @@ void report_print_text(FILE *f, const Module *m, const ReportConfig *c, const Re
 		const Graph *g = m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			const Node *n = g->nodes.a[i];
-			const Value *st = ir_attr_get(&n->strat, "in_strategy");
+			const Value *st = ir_attr_get(ir_node_strat(n), "in_strategy");
 			if (n->dead || !st)
 				continue;
 			char strat[256] = "";
@@ -671,7 +671,7 @@ int report_print_json(FILE *f, const Module *m, const ReportConfig *c, const Rep
 		const Graph *g = m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			const Node *n = g->nodes.a[i];
-			const Value *st = ir_attr_get(&n->strat, "in_strategy");
+			const Value *st = ir_attr_get(ir_node_strat(n), "in_strategy");
 			if (n->dead || !st)
 				continue;
 			json_t *o = json_object();

@@ -1462,7 +1462,7 @@ static void apply_groups(BuildCtx *b, Node *n, Groups *g)
 	n->has_pattrs = g->has[0];
 	n->pattrs = group_attrs(b, g, 0);
 	n->has_strat = g->has[3];
-	n->strat = group_attrs(b, g, 3);
+	ir_node_set_strat(b->m, n, group_attrs(b, g, 3));
 	/* cnode_attrs and cnode_primal_attrs are rare: a NodeExt only for them */
 	if (g->has[1] || g->attrs[1].n || g->has[2] || g->attrs[2].n) {
 		NodeExt *x = ir_node_ext_mut(b->m, n);
@@ -1635,7 +1635,7 @@ static void typeline(BuildCtx *b, Loc loc, Loc eol, VList *ins, Abs *out)
 		return;
 	}
 	n->has_type_line = 1;
-	n->tloc = loc;
+	ir_node_set_tloc(b->m, n, loc);
 	if (ins && ins->abs.n) {
 		n->nin_types = ins->abs.n;
 		n->in_types = arena_alloc(b->m->arena, ins->abs.n * sizeof(Abs));
@@ -2175,15 +2175,8 @@ static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VL
 			free(buf);
 		}
 	}
-	if (ref_key || extras.n) {
-		AbsExt *x = arena_alloc(b->m->arena, sizeof *x + extras.n * sizeof(Sym));
-		x->ref_key = ref_key;
-		x->ref_colon = ref_colon;
-		x->nextras = extras.n;
-		if (extras.n)
-			memcpy(x->extras, extras.a, extras.n * sizeof(Sym));
-		a->x = x;
-	}
+	if (ref_key || extras.n)
+		a->xi = abs_ext_intern(ref_key, ref_colon, extras.a, extras.n);
 	vec_free(&extras);
 	vrelease(b, items);
 	return a;

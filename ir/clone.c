@@ -6,7 +6,7 @@
  * The copy lives in its own arena and shares nothing with the original but
  * interned symbols, so either may be freed first.  Nodes keep their ids,
  * %N numbers and order, so a pass gives the copy the same names and the
- * same output as it gives the original.  What the sapp pass left (Node.si,
+ * same output as it gives the original.  What the sapp pass left (Node.strat,
  * Module.sapp) is copied; the lowering's Node.lay is not (a lowered module
  * is one rank's and is never copied: the copy's lay is NULL).
  */
@@ -108,8 +108,6 @@ static Abs clone_abs(Cloner *c, const Abs *a)
 {
 	Abs r = *a;
 	r.shape = clone_shape(c, &a->shape);
-	if (a->x)
-		r.x = arena_dup(c->to->arena, a->x, sizeof *a->x + a->x->nextras * sizeof(Sym));
 	return r;
 }
 
@@ -120,8 +118,6 @@ static Node *copy_node(Cloner *c, const Node *n, Graph *g)
 	x->g = g;
 	x->lay = NULL;
 	x->mark = 0;
-	if (n->si)
-		x->si = arena_dup(c->to->arena, n->si, sizeof *n->si);
 	c->node[n->id] = x;
 	return x;
 }
@@ -130,7 +126,11 @@ static void fill_node(Cloner *c, Node *x)
 {
 	x->args = x->nargs ? clone_values(c, x->args, x->nargs) : NULL;
 	x->pattrs = clone_attrs(c, &x->pattrs);
-	x->strat = clone_attrs(c, &x->strat);
+	if (x->strat) {
+		NodeStrat *st = arena_dup(c->to->arena, x->strat, sizeof *st);
+		st->l = clone_attrs(c, &st->l);
+		x->strat = st;
+	}
 	if (x->in_types) {
 		Abs *t = arena_alloc(c->to->arena, (x->nin_types ? x->nin_types : 1) * sizeof *t);
 		for (uint32_t i = 0; i < x->nin_types; i++)

@@ -203,6 +203,68 @@ NodeExt *ir_node_ext_mut(Module *m, Node *n)
 	return n->x;
 }
 
+/* Node keeps the type line's position in 17 bits, as a line offset from
+ * the node's own line and a column (the dump's type line is the next line,
+ * indented); another position goes to NodeExt */
+#define TLINE_MAX 255u
+#define TCOL_MAX 511u
+
+Loc ir_node_tloc(const Node *n)
+{
+	if (n->tloc_ext)
+		return ir_node_ext(n)->tloc;
+	if (!n->tline)
+		return (Loc){0, 0};
+	return (Loc){n->loc.line + n->tline, n->tcol};
+}
+
+void ir_node_set_tloc(Module *m, Node *n, Loc t)
+{
+	n->tline = 0;
+	n->tcol = 0;
+	n->tloc_ext = 0;
+	if (!t.line)
+		return;
+	if (t.line > n->loc.line && t.line - n->loc.line <= TLINE_MAX && t.col <= TCOL_MAX) {
+		n->tline = t.line - n->loc.line;
+		n->tcol = t.col;
+		return;
+	}
+	ir_node_ext_mut(m, n)->tloc = t;
+	n->tloc_ext = 1;
+}
+
+const AttrList *ir_node_strat(const Node *n)
+{
+	static const AttrList none;
+	return n->strat ? &n->strat->l : &none;
+}
+
+const StratInfo *ir_node_si(const Node *n)
+{
+	return n->strat && n->strat->has_si ? &n->strat->si : NULL;
+}
+
+void ir_node_set_strat_si(Module *m, Node *n, AttrList l, const StratInfo *si)
+{
+	if (!l.n && !l.a && !si) {
+		n->strat = NULL;
+		return;
+	}
+	NodeStrat *s = arena_alloc(m->arena, sizeof *s);
+	s->l = l;
+	if (si) {
+		s->si = *si;
+		s->has_si = 1;
+	}
+	n->strat = s;
+}
+
+void ir_node_set_strat(Module *m, Node *n, AttrList l)
+{
+	ir_node_set_strat_si(m, n, l, ir_node_si(n));
+}
+
 uint32_t ir_node_fwd_id(const Node *n)
 {
 	const NodeExt *x = ir_node_ext(n);
@@ -338,7 +400,7 @@ int ir_is_dataset_input(const Node *p)
 int ir_dataset_split(const Options *o, const Node *vd, uint32_t k, int rank, int64_t *s)
 {
 	if (vd) {
-		const Value *v = ir_attr_get(&vd->strat, "in_strategy");
+		const Value *v = ir_attr_get(ir_node_strat(vd), "in_strategy");
 		if (!v)
 			v = ir_attr_get(&vd->pattrs, "in_strategy");
 		if (v && (v->kind == V_TUPLE || v->kind == V_LIST) && k < v->n) {

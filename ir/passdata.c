@@ -1,4 +1,4 @@
-/* passdata.c - what the passes leave on the IR (Node.si from the sapp
+/* passdata.c - what the passes leave on the IR (ir_node_si() from the sapp
  * pass, Node.lay from the lowering), as text for the printers, the report
  * and the pictures.  The records are defined in sappc.h; nothing here
  * calls into a pass.
@@ -75,12 +75,14 @@ const Node *ir_node_origin(const Node *n)
 
 const char *ir_strategy_source(const Node *n)
 {
-	return n && n->si ? ir_strat_source_name[n->si->source] : NULL;
+	const StratInfo *si = n ? ir_node_si(n) : NULL;
+	return si ? ir_strat_source_name[si->source] : NULL;
 }
 
 const char *ir_strategy_levels(const Node *n)
 {
-	if (!n || !n->si)
+	const StratInfo *si = n ? ir_node_si(n) : NULL;
+	if (!si)
 		return NULL;
-	return n->si->levels ? sym_str(n->si->levels) : "";
+	return si->levels ? sym_str(si->levels) : "";
 }

@@ -10,6 +10,7 @@
 #define SAPPC_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,7 +56,8 @@
 typedef struct Arena Arena;
 
 Arena *arena_new(void);
-void *arena_alloc(Arena *a, size_t n);  /* zeroed, 16-byte aligned */
+void *arena_alloc(Arena *a, size_t n);  /* zeroed, 8-byte aligned */
+void xmem_release(void *p, size_t n);   /* [p, p + n) of a malloc'd block is dead: its whole pages go back */
 void *arena_dup(Arena *a, const void *p, size_t n);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 size_t arena_used(const Arena *a);
@@ -287,8 +289,8 @@ typedef struct Shape {
 } Shape;
 
 /* The parameter-only text of an abstract: ", ref_key=..." and the other
- * ", item" texts.  Made once by the reader and shared by every copy of the
- * Abs, so never written after it is made. */
+ * ", item" texts.  Interned (abs_ext_intern): one per distinct text for the
+ * whole process, shared by every Abs that has it and never written. */
 typedef struct AbsExt {
 	Sym ref_key;    /* without the leading ':' (0: none) */
 	uint8_t ref_colon;
@@ -297,14 +299,19 @@ typedef struct AbsExt {
 } AbsExt;
 
 /* An abstract as printed in a type line: <TYPESTR[, SHAPE][, extras...]>.
- * Copied by value (a rank graph holds millions), so the rare text is behind x. */
+ * Copied by value (a rank graph holds millions), so the rare text is an
+ * index of 32 bits (the struct is 32 bytes, not 40 with a pointer). */
 typedef struct Abs {
 	Sym tstr;       /* "Tensor[Float32]", "Ref[Tensor[Float32]]", "UMonad", "null" */
 	Sym dtype;      /* element type: Float32 ... (0 if not a tensor) */
 	uint8_t is_ref, is_tensor, has_value;
+	uint32_t xi;    /* its AbsExt: abs_ext(); 0: no ref_key and no extras (every abstract a pass makes) */
 	Shape shape;
-	const AbsExt *x; /* NULL: no ref_key and no extras (every abstract a pass makes) */
 } Abs;
+
+/* the AbsExt of this text, made on first use: its index for Abs.xi (never 0) */
+uint32_t abs_ext_intern(Sym ref_key, uint8_t ref_colon, const Sym *extras, uint32_t nextras);
+const AbsExt *abs_ext(const Abs *a); /* NULL: none */
 
 int shape_numel(const Shape *s, int64_t *out); /* 0 ok, -1 overflow/not dims */
 int shape_equal(const Shape *a, const Shape *b);
@@ -468,41 +475,50 @@ typedef struct NodeExt {
 	uint32_t fwd_id;
 	Sym fwd_prim;
 	const FwdIds *fwd_tab;
+	Loc tloc;          /* the type line, when Node.tloc_ext */
 } NodeExt;
 
+/* A rank graph is millions of Nodes (a 4096-layer training step at 4096
+ * devices: 2.2 million), so every byte here is megabytes: flags are bits,
+ * the rest is ordered without holes (152 bytes), and what only some
+ * nodes have lives elsewhere (NodeExt, NodeStrat). */
 struct Node {
 	uint32_t id;       /* module-wide creation index, stable */
-	uint8_t kind;
-	uint8_t callee_kind;
-	uint8_t scope_kind;
-	uint8_t has_type_line;
-	uint8_t primfunc;  /* operator printed with PrimFunc_ prefix */
-	uint8_t has_default;
-	uint8_t dead;      /* removed by a pass; skipped by the printer */
-	uint8_t autoname;  /* debug name is CNode_<id>, formed when needed (name is 0) */
 	uint16_t op;       /* OP_* of the primitive, OP_UNKNOWN otherwise */
-	uint8_t has_pattrs, has_strat;
+	int16_t stage;     /* pass data: pipeline stage, -1 unknown */
+	unsigned kind : 2;        /* NodeKind */
+	unsigned callee_kind : 2; /* CalleeKind */
+	unsigned scope_kind : 3;  /* ScopeKind */
+	bool has_type_line : 1;
+	bool primfunc : 1;  /* operator printed with PrimFunc_ prefix */
+	bool has_default : 1;
+	bool dead : 1;      /* removed by a pass; skipped by the printer */
+	bool autoname : 1;  /* debug name is CNode_<id>, formed when needed (name is 0) */
+	bool has_pattrs : 1, has_strat : 1;
+	/* the type line's position (verify points its shape errors there):
+	 * tline lines below loc, at column tcol; tline 0: none, or, with
+	 * tloc_ext, in NodeExt.tloc (a position these bits cannot hold) */
+	unsigned tline : 8;
+	unsigned tcol : 9;
+	bool tloc_ext : 1;
 	int32_t local;     /* %N; parameters: the N of %paraN (0 = none) */
 	uint32_t scope_op; /* SCOPE_FULLNAME: 0, or k+1 when the full name is scope + "-op<k>" */
-	Graph *g;
 	Sym name;          /* debug name; parameter: name without %paraN_ */
 	Sym prim;          /* primitive name without PrimFunc_ */
-	Value *args;
 	uint32_t nargs;
 	Sym instance;
-	AttrList pattrs, strat; /* strat: in_strategy/out_strategy/in_layout/out_layout */
-	Abs *in_types;     /* type line inputs */
 	uint32_t nin_types;
 	Sym scope;         /* text inside the parentheses of the scope line */
-	Abs out;           /* output abstract (params: the parameter type) */
+	uint32_t mark;     /* pass data: scratch for passes (cleared by ir_clear_marks) */
 	Loc loc;
-	Loc tloc;          /* the type line (line 0: none); verify points its shape errors there */
+	Graph *g;
+	Value *args;
+	AttrList pattrs;
+	struct NodeStrat *strat; /* strategy attributes and their source (NULL: none): ir_node_strat(), ir_node_si() */
+	Abs *in_types;     /* type line inputs */
+	Abs out;           /* output abstract (params: the parameter type) */
 	NodeExt *x;        /* NULL for most nodes: see NodeExt */
-	/* pass data */
-	int32_t stage;     /* pipeline stage, -1 unknown */
-	uint32_t mark;     /* scratch for passes (cleared by ir_clear_marks) */
-	StratInfo *si;
-	NodeLayout *lay;
+	NodeLayout *lay;   /* pass data: the lowering's layouts */
 };
 
 struct Graph {
@@ -569,6 +585,14 @@ int ir_node_is_stage_zeros(const Node *n);
 const NodeExt *ir_node_ext(const Node *n);     /* n's NodeExt, or an empty one: never NULL */
 NodeExt *ir_node_ext_mut(Module *m, Node *n); /* n's NodeExt, made on first use */
 uint32_t ir_node_fwd_id(const Node *n);       /* the forward node a backward node differentiates (has_fwd) */
+/* the position of n's type line (line 0: it has none) */
+Loc ir_node_tloc(const Node *n);
+void ir_node_set_tloc(Module *m, Node *n, Loc t);
+/* n's strategy attributes (in_strategy ...): an empty list when it has none */
+const AttrList *ir_node_strat(const Node *n);
+/* gives n the list l, keeping its StratInfo (a new NodeStrat: nodes copied
+ * from one another may share one; the attributes themselves are not copied) */
+void ir_node_set_strat(Module *m, Node *n, AttrList l);
 /* Names a pass may leave unformed (inserted operators: one interned string
  * each would cost more than the node).  Both return the interned text when
  * there is one, else text formed in a static buffer that the next call of
@@ -810,7 +834,7 @@ int recompute_check_patterns(const Module *m, const Options *o);
  * pictures: these read the records below (and the text of passdata.c),
  * never the passes' own code.
  *
- * Node.si, set by the sapp pass: where the node's strategy came from, and
+ * ir_node_si(), set by the sapp pass: where the node's strategy came from, and
  * the --explain text of its search levels when Options.record_levels is
  * set.  STRAT_LOADED: from --strategy-in (the file's own source is kept
  * by the sapp pass). */
@@ -820,6 +844,17 @@ struct StratInfo {
 	uint8_t source;
 	Sym levels; /* the search levels' text (interned, so equal tables are shared), else 0 */
 };
+/* Node.strat: only operators given or searched a strategy have one */
+typedef struct NodeStrat {
+	AttrList l;    /* in_strategy/out_strategy/in_layout/out_layout */
+	StratInfo si;  /* when has_si */
+	uint8_t has_si;
+} NodeStrat;
+/* what the sapp pass left on n (NULL: nothing) */
+const StratInfo *ir_node_si(const Node *n);
+/* gives n the list l and the record si (NULL: none); a new NodeStrat,
+ * since nodes copied from one another may share one */
+void ir_node_set_strat_si(Module *m, Node *n, AttrList l, const StratInfo *si);
 
 /* Node.lay, set by the lowering (passes/lower/, parallel-lowering.md §2-§5) */
 /* A tensor layout in compact form: Layout without the fixed arrays'

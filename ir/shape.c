@@ -62,6 +62,46 @@ Shape shape_shared(Module *m, const int64_t *d, int rank)
 	return s;
 }
 
+/* Every AbsExt of the run, interned: Abs.xi is its entry index + 1.  Its
+ * own arena (the map's) outlives every module, so a copy of a module
+ * (ir_module_clone) and the modules of --simulate share the entries. */
+static KeyMap absext_map;
+typedef struct AbsExtEnt {
+	const AbsExt *x;
+	uint32_t xi;
+} AbsExtEnt;
+
+uint32_t abs_ext_intern(Sym ref_key, uint8_t ref_colon, const Sym *extras, uint32_t nextras)
+{
+	int64_t kbuf[16], *key = nextras + 2 <= 16 ? kbuf : xmalloc((nextras + 2) * sizeof *key);
+	key[0] = ref_key;
+	key[1] = ref_colon;
+	for (uint32_t i = 0; i < nextras; i++)
+		key[2 + i] = extras[i];
+	if (!absext_map.vsize)
+		keymap_init(&absext_map, sizeof(AbsExtEnt));
+	int fresh;
+	AbsExtEnt *e = keymap_get(&absext_map, key, nextras + 2, &fresh);
+	if (key != kbuf)
+		free(key);
+	if (fresh) {
+		AbsExt *x = arena_alloc(absext_map.arena, sizeof *x + nextras * sizeof(Sym));
+		x->ref_key = ref_key;
+		x->ref_colon = ref_colon;
+		x->nextras = nextras;
+		if (nextras)
+			memcpy(x->extras, extras, nextras * sizeof(Sym));
+		e->x = x;
+		e->xi = absext_map.n; /* the new entry's index + 1 */
+	}
+	return e->xi;
+}
+
+const AbsExt *abs_ext(const Abs *a)
+{
+	return a->xi ? ((const AbsExtEnt *)keymap_at(&absext_map, a->xi - 1, NULL, NULL))->x : NULL;
+}
+
 /* ref_colon is spelling, not meaning: two abstracts that differ only in it are equal */
 static int absext_equal(const AbsExt *a, const AbsExt *b)
 {
@@ -83,7 +123,7 @@ static int absext_equal(const AbsExt *a, const AbsExt *b)
 int abs_equal(const Abs *a, const Abs *b)
 {
 	return a->tstr == b->tstr && a->has_value == b->has_value && shape_equal(&a->shape, &b->shape) &&
-	       absext_equal(a->x, b->x);
+	       (a->xi == b->xi || absext_equal(abs_ext(a), abs_ext(b)));
 }
 
 Abs abs_tensor(Arena *a, Sym dtype, const int64_t *d, int rank)

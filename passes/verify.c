@@ -58,7 +58,8 @@ static const char *label(const Node *n, char *buf, size_t len)
 /* shape errors are about the type line; a node made by a pass has none */
 static Loc type_loc(const Node *n)
 {
-	return n->tloc.line ? n->tloc : n->loc;
+	Loc t = ir_node_tloc(n);
+	return t.line ? t : n->loc;
 }
 
 static int check_ref(const Node *user, const Value *v, uint32_t pos)

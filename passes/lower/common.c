@@ -768,7 +768,7 @@ Abs lower_abs_tuple(Module *m, const Abs *e, uint32_t n, uint32_t inc)
  * -1 if malformed. */
 int lower_strategy(const Node *n, int64_t s[][LAYOUT_MAX_DIM], int *rk, int max, int *nstrat)
 {
-	const Value *v = ir_attr_get(&n->strat, "in_strategy");
+	const Value *v = ir_attr_get(ir_node_strat(n), "in_strategy");
 	if (!v)
 		v = ir_attr_get(&n->pattrs, "in_strategy");
 	if (!v || value_is_word(v, "None"))

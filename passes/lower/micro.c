@@ -395,7 +395,7 @@ static void replicated_strategy(Module *m, Node *n)
 	Value in = *value_tuple_ints(m->arena, one, r, NT_BARE);
 	AttrList l = {0};
 	lower_attr_put(m, &l, "in_strategy", value_tuple_of(m->arena, &in, 1));
-	n->strat = l;
+	ir_node_set_strat(m, n, l);
 	n->has_strat = 1;
 }
 
@@ -462,7 +462,9 @@ int pass_unroll(Module *m, const Options *o)
 			one[k] = 1;
 		Value in = *value_tuple_ints(m->arena, one, r, NT_BARE);
 		Value both[2] = {in, in};
-		lower_attr_put(m, &a->strat, "in_strategy", value_tuple_of(m->arena, both, 2));
+		AttrList st = *ir_node_strat(a);
+		lower_attr_put(m, &st, "in_strategy", value_tuple_of(m->arena, both, 2));
+		ir_node_set_strat(m, a, st);
 		a->has_strat = 1;
 		label(m, a, i);
 		vec_push(&mc.out, a);

@@ -1461,7 +1461,7 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		diag_error_at(n->loc, "%s (%%%d): malformed in_strategy", op, n->local);
 		goto out;
 	}
-	const Value *os = ir_attr_get(&n->strat, "out_strategy");
+	const Value *os = ir_attr_get(ir_node_strat(n), "out_strategy");
 	if (!os)
 		os = ir_attr_get(&n->pattrs, "out_strategy");
 	int64_t ost[1][LAYOUT_MAX_DIM];

@@ -3,7 +3,7 @@
  * Requires: a verified module (operands defined, shapes consistent).
  * Provides: on every operator that MindSpore gives an OperatorInfo, the
  *   strategy suffix `{in_strategy: ((4, 2), (1, 2))}` (and `out_strategy`
- *   where one is set), as a step_parallel_begin dump shows it; Node.si says
+ *   where one is set), as a step_parallel_begin dump shows it; ir_node_si() says
  *   whether the strategy was pinned by the user, searched or propagated;
  *   with --strategy-out the same decisions as JSON.
  * Invalidates: nothing (no node is added or removed).
@@ -386,8 +386,7 @@ static int log2_exact(int64_t n)
 /* Strategies repeat: every layer of a deep network has the same ones.
  * Each distinct strategy value is built once and shared by the nodes that
  * have it (nothing writes into a strategy value after this pass; a pass
- * that changes an attribute value clones it first), and so is the
- * StratInfo of each source.  Keys are the integers of the value: kind
+ * that changes an attribute value clones it first).  Keys are the integers of the value: kind
  * (0 in, 1 out), entry count, then per entry its rank and counts. */
 typedef struct StraSlot {
 	uint64_t h;
@@ -398,7 +397,6 @@ typedef struct StraSlot {
 typedef struct StraTab {
 	Module *m;
 	Sym in_key, out_key;
-	StratInfo *si[SRC_COUNT_];
 	const SappText *levels; /* Sapp.levels, by operator; NULL: not recorded */
 	const SappOp *ops;
 	StraSlot *slot;
@@ -502,23 +500,11 @@ static void write_node(StraTab *t, SappOp *X)
 		a[1].key = t->out_key;
 		a[1].val = stra_value(t, X, 1);
 	}
-	n->strat.a = a;
-	n->strat.n = na;
 	n->has_strat = 1;
-	uint8_t src = X->loaded ? SRC_LOADED : X->source;
-	if (t->levels && t->levels[X - t->ops].n) {
-		/* its own record: the level table is the operator's */
-		StratInfo *si = arena_alloc(m->arena, sizeof *si);
-		si->source = src;
-		si->levels = intern(t->levels[X - t->ops].s, t->levels[X - t->ops].n);
-		n->si = si;
-		return;
-	}
-	if (!t->si[src]) {
-		t->si[src] = arena_alloc(m->arena, sizeof(StratInfo));
-		t->si[src]->source = src;
-	}
-	n->si = t->si[src];
+	StratInfo si = {.source = X->loaded ? SRC_LOADED : X->source};
+	if (t->levels && t->levels[X - t->ops].n) /* the level table is the operator's */
+		si.levels = intern(t->levels[X - t->ops].s, t->levels[X - t->ops].n);
+	ir_node_set_strat_si(m, n, (AttrList){a, na}, &si);
 }
 
 static void write_nodes(Sapp *S)
@@ -533,7 +519,6 @@ static void write_nodes(Sapp *S)
 	for (uint32_t x = 0; x < S->nops; x++) {
 		if (x + 8 < S->nops && S->ops[x + 8].n) { /* the node's fields this writes */
 			sapp_prefetch(&S->ops[x + 8].n->strat);
-			sapp_prefetch(&S->ops[x + 8].n->si);
 		}
 		if (S->ops[x].n && S->ops[x].has_s)
 			write_node(&t, &S->ops[x]);
@@ -559,8 +544,8 @@ static int semi_auto(Sapp *S)
 		SappOp *X = &S->ops[x];
 		if (!X->n)
 			continue;
-		const Value *in = sapp_attr(S, &X->n->strat, SA_in_strategy);
-		const Value *out = sapp_attr(S, &X->n->strat, SA_out_strategy);
+		const Value *in = sapp_attr(S, ir_node_strat(X->n), SA_in_strategy);
+		const Value *out = sapp_attr(S, ir_node_strat(X->n), SA_out_strategy);
 		if (!in) {
 			in = sapp_attr(S, &X->n->pattrs, SA_in_strategy);
 			if (!out)

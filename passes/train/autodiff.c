@@ -226,7 +226,7 @@ static uint32_t abs_key(const Abs *t, int64_t *key)
 	key[3] = t->shape.kind == SK_DIMS || t->shape.kind == SK_OLD ? (int64_t)(intptr_t)t->shape.dims
 	         : t->shape.kind == SK_TUPLE || t->shape.kind == SK_LIST ? (int64_t)(intptr_t)t->shape.sub
 	                                                               : 0;
-	key[4] = (int64_t)(intptr_t)t->x;
+	key[4] = t->xi;
 	key[5] = 0;
 	return 6;
 }
@@ -2575,6 +2575,7 @@ int pass_autodiff(Module *m, const Options *o)
 		}
 		uint32_t np = g->params.n;
 		uint32_t *order = a.micro > 1 ? micro_order(&a) : NULL;
+		uint32_t live = a.nn; /* dout[live..] given back */
 		for (uint32_t k = g->nodes.n; k-- > 0;) {
 			uint32_t i = order ? order[k] : k;
 			Node *n = g->nodes.a[i];
@@ -2586,6 +2587,15 @@ int pass_autodiff(Module *m, const Options *o)
 			 * spent (a million-node graph's tuples are 37 MB) */
 			free(a.tup[j]);
 			a.tup[j] = NULL;
+			/* in graph order (no micro-batches) a node's operands come
+			 * before it, so once n's rule ran nothing reads or adds to
+			 * the gradients of n and the nodes after it: their slots go
+			 * back to the system (a million forward nodes' slots were
+			 * 32 MB at the pass's peak) */
+			if (!order && live - j >= 65536) {
+				xmem_release(&a.dout[j], (live - j) * sizeof *a.dout);
+				live = j;
+			}
 		}
 		free(order);
 		/* with micro-batches a weight's gradient is its buffer, read once

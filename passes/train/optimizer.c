@@ -70,7 +70,7 @@ static int same_abs(const Abs *a, const Abs *b)
 {
 	return a->tstr == b->tstr && a->dtype == b->dtype && a->is_ref == b->is_ref && a->is_tensor == b->is_tensor &&
 	       a->has_value == b->has_value && a->shape.kind == b->shape.kind && a->shape.rank == b->shape.rank &&
-	       a->shape.dims == b->shape.dims && a->x == b->x;
+	       a->shape.dims == b->shape.dims && a->xi == b->xi;
 }
 
 static Node *load(Opt *s, Node *p)

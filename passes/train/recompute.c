@@ -502,7 +502,6 @@ static Node *duplicate(Rc *r, uint32_t i, uint32_t s, const Node *const *fti, ui
 	d->out = o->out;
 	d->loc = o->loc;
 	d->stage = -1; /* with the backward, which has no stage (train.c) */
-	d->si = o->si;
 	d->lay = o->lay; /* the same tensor, computed again */
 	d->autoname = 1;
 	d->nin_types = o->nin_types;

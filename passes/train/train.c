@@ -143,7 +143,7 @@ Abs train_abs_value(const Abs *a)
 		r.tstr = intern_cstr(buf);
 		r.is_ref = 0;
 	}
-	r.x = NULL;
+	r.xi = 0;
 	r.has_value = 0;
 	return r;
 }
@@ -254,9 +254,7 @@ Node *train_new_param(Module *m, Graph *g, int32_t local, const char *name, Sym 
 	p->out.is_ref = 1;
 	p->out.is_tensor = 1;
 	p->out.shape = *sh;
-	AbsExt *x = arena_alloc(m->arena, sizeof *x);
-	x->ref_key = p->name;
-	p->out.x = x;
+	p->out.xi = abs_ext_intern(p->name, 0, NULL, 0);
 	p->lay = lay;
 	vec_push(&g->params, p);
 	return p;

@@ -472,21 +472,24 @@ int main(int argc, char **argv)
 			}
 		}
 		/* the generated strategy replaces any given one (suffix or attribute) */
-		for (AttrList *l = &n->strat; l; l = l == &n->strat ? &n->pattrs : NULL)
+		AttrList st = *ir_node_strat(n);
+		for (AttrList *l = &st; l; l = l == &st ? &n->pattrs : NULL)
 			for (uint32_t k = 0; k < l->n; k++)
 				if (strcmp(sym_str(l->a[k].key), "in_strategy") == 0) {
 					memmove(&l->a[k], &l->a[k + 1], (l->n - k - 1) * sizeof *l->a);
 					l->n--;
 					break;
 				}
+		ir_node_set_strat(m, n, st);
 		if (!t.nt || gen(n, &t, N) < 0 || rnd(8) == 0)
 			continue;
 		Value v = strategy_value(m->arena, &t);
-		Value *old = ir_attr_get(&n->strat, "in_strategy");
+		Value *old = ir_attr_get(&st, "in_strategy");
 		if (old)
 			*old = v;
 		else
-			ir_attr_set(m, &n->strat, "in_strategy", v);
+			ir_attr_set(m, &st, "in_strategy", v);
+		ir_node_set_strat(m, n, st);
 		n->has_strat = 1;
 	}
 	ir_print_module(stdout, m);

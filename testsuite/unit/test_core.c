@@ -328,7 +328,7 @@ static void test_parse_minimal(void **state)
 	assert_int_equal(mm->op, OP_MatMul);
 	assert_string_equal(sym_str(mm->instance), "matmul");
 	assert_string_equal(ir_node_fullname(mm), "Default/MatMul-op1");
-	Value *s = ir_attr_get(&mm->strat, "in_strategy");
+	Value *s = ir_attr_get(ir_node_strat(mm), "in_strategy");
 	assert_non_null(s);
 	assert_int_equal(s->kind, V_TUPLE);
 	int64_t d[4];
