@@ -88,7 +88,8 @@ struct BuildCtx {
 	Vec(Abs *) aall;
 	Vec(Node *) phparams;  /* stand-ins for parameters whose line failed to parse */
 	Node **ptab;           /* parameter lookup: (name, number) -> node */
-	uint32_t *ptag;        /* the hash of each slot: a probe that meets another parameter reads no node */
+	uint32_t *ptag;        /* the hash of each slot (0: empty): a probe that meets another parameter reads no node */
+	Vec(Node *) pnum;      /* the first parameter put in ptab with each number N of %paraN_x */
 	TstrMemo tmemo[64];
 	AttrMemo amemo[ATTR_MEMO];
 	TypeMemo tymemo[TYPE_MEMO];
@@ -257,6 +258,7 @@ static void attach_header_params(BuildCtx *b, Graph *g)
 	b->ptab = NULL;
 	b->ptag = NULL;
 	b->pmask = b->pcount = 0;
+	b->pnum.n = 0;
 	for (uint32_t gi = 0; gi < b->m->graphs.n; gi++)
 		for (uint32_t i = 0; i < b->m->graphs.a[gi]->params.n; i++)
 			ptab_insert(b, b->m->graphs.a[gi]->params.a[i]);
@@ -484,10 +486,26 @@ void lex_paramdef(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	note_name(ls, p - 5, (size_t)(e - p + 5));
 }
 
+static Node *pnum_find(const BuildCtx *b, int64_t num);
+
 void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 {
-	(void)ls;
-	split_param(t + 5, n - 5, &lv->tok);
+	/* a parameter's name is interned when its line is read: a reference
+	 * that spells the name of the parameter its number finds takes that
+	 * Sym (the one intern would give) without a probe of the table */
+	const char *p = t + 5, *e = t + n;
+	int64_t num = 0;
+	while (p < e && *p >= '0' && *p <= '9' && num < 100000000)
+		num = num * 10 + (*p++ - '0');
+	const Node *q = p > t + 5 && (p == e || *p < '0' || *p > '9') ? pnum_find(ls->b, num) : NULL;
+	if (q && p < e && *p == '_')
+		p++;
+	if (q && sym_len(q->name) == (size_t)(e - p) && memcmp(sym_str(q->name), p, (size_t)(e - p)) == 0) {
+		lv->tok.i = num;
+		lv->tok.s = q->name;
+	} else {
+		split_param(t + 5, n - 5, &lv->tok);
+	}
 	lv->tok.p = t;
 	lv->tok.n = (uint32_t)n;
 }
@@ -1170,7 +1188,7 @@ static uint32_t phash(const Graph *g, int64_t num, Sym name)
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
 	h ^= h >> 33;
-	return (uint32_t)h;
+	return (uint32_t)h ? (uint32_t)h : 1; /* a tag of 0 is an empty slot */
 }
 
 static void ptab_insert(BuildCtx *b, Node *p)
@@ -1180,10 +1198,10 @@ static void ptab_insert(BuildCtx *b, Node *p)
 		Node **nt = xcalloc(ncap, sizeof *nt);
 		uint32_t *ng = xcalloc(ncap, sizeof *ng);
 		for (uint32_t i = 0; b->ptab && i <= b->pmask; i++) {
-			if (!b->ptab[i])
+			if (!b->ptag[i])
 				continue;
 			uint32_t j = b->ptag[i] & (ncap - 1);
-			while (nt[j])
+			while (ng[j])
 				j = (j + 1) & (ncap - 1);
 			nt[j] = b->ptab[i];
 			ng[j] = b->ptag[i];
@@ -1195,19 +1213,47 @@ static void ptab_insert(BuildCtx *b, Node *p)
 		b->pmask = ncap - 1;
 	}
 	uint32_t h = phash(p->g, p->local, p->name), j = h & b->pmask;
-	while (b->ptab[j])
+	while (b->ptag[j])
 		j = (j + 1) & b->pmask;
 	b->ptab[j] = p;
 	b->ptag[j] = h;
 	b->pcount++;
+	/* numbers as a dump gives them (1, 2, ... in "# Params:"): no array
+	 * much longer than the parameters are many */
+	uint32_t k = (uint32_t)p->local;
+	if (p->local < 0 || k >= 2 * b->pcount + 4096)
+		return;
+	if (k >= b->pnum.n) {
+		vec_grow(&b->pnum, k + 1 - b->pnum.n);
+		memset(b->pnum.a + b->pnum.n, 0, (k + 1 - b->pnum.n) * sizeof(Node *));
+		b->pnum.n = k + 1;
+	}
+	if (!b->pnum.a[k])
+		b->pnum.a[k] = p;
+}
+
+/* The parameter numbered num, when it is the first one numbered so and
+ * has that graph and name: a reference's parameter without a probe of
+ * ptab (a cache miss or two), and the nodes and names it reads were made
+ * in the order the references come in.  Keys (graph, number, name) are
+ * unique in ptab (b_paramdef and the stand-ins look before they insert),
+ * so this is the node ptab_find finds. */
+static Node *pnum_find(const BuildCtx *b, int64_t num)
+{
+	return num >= 0 && num < (int64_t)b->pnum.n ? b->pnum.a[num] : NULL;
 }
 
 static Node *ptab_find(BuildCtx *b, const Graph *g, int64_t num, Sym name)
 {
 	if (!b->ptab)
 		return NULL;
+	Node *first = pnum_find(b, num);
+	if (first && first->g == g && first->local == num && first->name == name)
+		return first;
 	uint32_t h = phash(g, num, name);
-	for (uint32_t j = h & b->pmask; b->ptab[j]; j = (j + 1) & b->pmask) {
+	/* the tags alone until one matches: half the bytes of the
+	 * slots' pointers, and no trip to ptab for a probe that misses */
+	for (uint32_t j = h & b->pmask; b->ptag[j]; j = (j + 1) & b->pmask) {
 		if (b->ptag[j] != h)
 			continue;
 		Node *q = b->ptab[j];
@@ -2681,6 +2727,7 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	vec_free(&b->afree);
 	free(b->ptab);
 	free(b->ptag);
+	vec_free(&b->pnum);
 	for (int i = 0; i < ATTR_MEMO; i++)
 		attr_memo_free(&b->amemo[i]);
 	for (int i = 0; i < TYPE_MEMO; i++)
