@@ -393,8 +393,11 @@ int lex_hash_line(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv, i
 		while (se > rest && se[-1] == ' ')
 			se--;
 		if (rest < se && *rest == '(' && se[-1] == ')' && se - rest >= 2) {
+			/* interned by b_scope, right after the NL: the probe's
+			 * cache miss overlaps the parser's work till then */
 			lv->tok.k = kind;
-			lv->tok.s = intern(rest + 1, (size_t)(se - rest - 2));
+			lv->tok.i = (int64_t)(rest + 1 - p) << 32 | (uint32_t)(se - rest - 2);
+			lv->tok.s2 = intern_prepare(rest + 1, (size_t)(se - rest - 2));
 			return SCOPE_LINE;
 		}
 	}
@@ -1494,9 +1497,12 @@ void b_comment(BuildCtx *b, Tok *t)
 void b_scope(BuildCtx *b, Loc loc, Tok *t)
 {
 	(void)loc;
+	/* the scope text, as lex_hash_line found it (a SCOPE_LINE is reduced
+	 * with its NL, before the scanner reads on: the text is still there) */
+	Sym s = intern_hashed(t->p + (t->i >> 32), (uint32_t)t->i, t->s2);
 	if (b->last && !b->last->scope_kind && b->nodelines.n == 0) {
 		b->last->scope_kind = (uint8_t)t->k;
-		b->last->scope = t->s;
+		b->last->scope = s;
 		b->commented = 1;
 		return;
 	}
