@@ -92,6 +92,7 @@ struct BuildCtx {
 	Vec(Node *) pnum;      /* the first parameter put in ptab with each number N of %paraN_x */
 	TstrMemo tmemo[64];
 	AttrMemo amemo[ATTR_MEMO];
+	size_t amemo_max; /* the longest text ever kept there */
 	TypeMemo tymemo[TYPE_MEMO];
 	uint32_t tyclock;
 	uint32_t pmask, pcount;
@@ -793,8 +794,10 @@ static void attr_memo_free(AttrMemo *am)
 	*am = (AttrMemo){0};
 }
 
-static void attr_memo_keep(AttrMemo *am, const char *t, size_t n, const Groups *g)
+static void attr_memo_keep(BuildCtx *b, AttrMemo *am, const char *t, size_t n, const Groups *g)
 {
+	if (n > b->amemo_max)
+		b->amemo_max = n;
 	attr_memo_free(am);
 	am->text = xmalloc(n);
 	memcpy(am->text, t, n);
@@ -814,6 +817,50 @@ static void attr_memo_keep(AttrMemo *am, const char *t, size_t n, const Groups *
 	}
 }
 
+/* a group met before: its names are interned already (no Sym is made out
+ * of order), its values are copied */
+static int attr_memo_hit(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
+	if (!am->text || am->n != n || memcmp(am->text, t, n) != 0)
+		return 0;
+	Groups *g = b_groups(ls->b);
+	for (uint32_t i = 0; i < am->nattrs; i++) {
+		Attr a = am->attrs[i];
+		if (a.val.kind == V_LIST && a.val.n)
+			a.val.u.elems = arena_dup(ls->b->m->arena, a.val.u.elems, a.val.n * sizeof(Value));
+		vec_push(&g->attrs[0], a);
+	}
+	lv->gr = g;
+	return 1;
+}
+
+/* Right after its keyword (at t, the scanner's NUL not there), a group met
+ * before is found without the scanner: the text up to the first '}' is a
+ * memo's, which the scanner would read as the same ATTRBLOCK token (its
+ * pattern ends at the first '}', and no other pattern starting with '{'
+ * matches longer: those start "{instance name:" or "{in_strategy:", which
+ * lex_attrblock never keeps).  The scanner returns it next (ls->ahead)
+ * without its DFA's step per byte of the group's: a node line's group
+ * is half its bytes, and it repeats on thousands of lines. */
+void lex_attr_ahead(LexState *ls, const char *t)
+{
+	const char *end = ls->buf + ls->len, *q = t;
+	if (q >= end || *q != '{' || ls->depth >= LEX_MAX_DEPTH - 1)
+		return;
+	size_t max = ls->b->amemo_max;
+	while (q < end && (size_t)(q - t) < max && *q != '}' && *q != '\n')
+		q++;
+	if (q >= end || *q != '}')
+		return;
+	union IR_YYSTYPE v;
+	if (!attr_memo_hit(ls, t, (size_t)(q + 1 - t), &v))
+		return;
+	ls->ahead = v.gr;
+	ls->ahead_p = t;
+	ls->ahead_n = (uint32_t)(q + 1 - t);
+}
+
 int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 {
 	const char *k = ls->attrkw_end;
@@ -823,20 +870,9 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		k++;
 	if (k != t)
 		return 0;
-	/* a group met before: its names are interned already (no Sym is
-	 * made out of order), its values are copied */
-	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
-	if (am->text && am->n == n && memcmp(am->text, t, n) == 0) {
-		Groups *g = b_groups(ls->b);
-		for (uint32_t i = 0; i < am->nattrs; i++) {
-			Attr a = am->attrs[i];
-			if (a.val.kind == V_LIST && a.val.n)
-				a.val.u.elems = arena_dup(ls->b->m->arena, a.val.u.elems, a.val.n * sizeof(Value));
-			vec_push(&g->attrs[0], a);
-		}
-		lv->gr = g;
+	if (attr_memo_hit(ls, t, n, lv))
 		return 1;
-	}
+	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
 	/* first pass: what the pattern cannot refuse */
 	const char *p = t + 1, *e = t + n - 1; /* at '}' */
 	while (p < e) {
@@ -918,7 +954,7 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		if (*p == ',')
 			p += 2;
 	}
-	attr_memo_keep(am, t, n, g);
+	attr_memo_keep(ls->b, am, t, n, g);
 	lv->gr = g;
 	return 1;
 }

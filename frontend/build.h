@@ -72,6 +72,10 @@ typedef struct LexState {
 	/* the type line being read token by token (lex_typeline did not know
 	 * it): its text from ':' to the NL, its line, the error count before
 	 * it; b_typeline keeps it when it parsed without an error */
+	/* the group lex_attr_ahead found after its keyword: the next token */
+	Groups *ahead;
+	const char *ahead_p;
+	uint32_t ahead_n;
 	const char *tl_text;
 	uint32_t tl_n, tl_line;
 	uint64_t tl_hash;
@@ -104,6 +108,9 @@ int lex_abstract_tuple(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *
 /* "{output_names: [output], transpose_a: Bool(0)}" after "primitive_attrs:"
  * (or the other two keywords): 1 when it is read as one ATTRBLOCK token */
 int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* right after "primitive_attrs:" (or the other two) and its blanks, at t:
+ * sets ls->ahead when the group there is one lex_attrblock kept */
+void lex_attr_ahead(LexState *ls, const char *t);
 /* "I64(8)": 0 when it is read as one SCALAR token, else the length of the
  * name to read as an IDENT (the rest is scanned as usual) */
 int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
