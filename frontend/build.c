@@ -90,6 +90,7 @@ struct BuildCtx {
 	Node **ptab;           /* parameter lookup: (name, number) -> node */
 	uint32_t *ptag;        /* the hash of each slot (0: empty): a probe that meets another parameter reads no node */
 	Vec(Node *) pnum;      /* the first parameter put in ptab with each number N of %paraN_x */
+	uint32_t pgap;         /* the least number put in ptab but not in pnum (none: UINT32_MAX) */
 	TstrMemo tmemo[64];
 	AttrMemo amemo[ATTR_MEMO];
 	size_t amemo_max; /* the longest text ever kept there */
@@ -260,6 +261,7 @@ static void attach_header_params(BuildCtx *b, Graph *g)
 	b->ptag = NULL;
 	b->pmask = b->pcount = 0;
 	b->pnum.n = 0;
+	b->pgap = UINT32_MAX;
 	for (uint32_t gi = 0; gi < b->m->graphs.n; gi++)
 		for (uint32_t i = 0; i < b->m->graphs.a[gi]->params.n; i++)
 			ptab_insert(b, b->m->graphs.a[gi]->params.a[i]);
@@ -1260,8 +1262,13 @@ static void ptab_insert(BuildCtx *b, Node *p)
 	/* numbers as a dump gives them (1, 2, ... in "# Params:"): no array
 	 * much longer than the parameters are many */
 	uint32_t k = (uint32_t)p->local;
-	if (p->local < 0 || k >= 2 * b->pcount + 4096)
+	if (p->local < 0)
 		return;
+	if (k >= 2 * b->pcount + 4096) {
+		if (k < b->pgap)
+			b->pgap = k;
+		return;
+	}
 	if (k >= b->pnum.n) {
 		vec_grow(&b->pnum, k + 1 - b->pnum.n);
 		memset(b->pnum.a + b->pnum.n, 0, (k + 1 - b->pnum.n) * sizeof(Node *));
@@ -1289,6 +1296,8 @@ static Node *ptab_find(BuildCtx *b, const Graph *g, int64_t num, Sym name)
 	Node *first = pnum_find(b, num);
 	if (first && first->g == g && first->local == num && first->name == name)
 		return first;
+	if (!first && num >= 0 && num < (int64_t)b->pnum.n && num < (int64_t)b->pgap)
+		return NULL; /* no parameter has that number (a new one's line) */
 	uint32_t h = phash(g, num, name);
 	/* the tags alone until one matches: half the bytes of the
 	 * slots' pointers, and no trip to ptab for a probe that misses */
@@ -2719,6 +2728,7 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	if (check_nul(filename, buf, len) || check_utf8(buf, len))
 		return NULL;
 	BuildCtx *b = xcalloc(1, sizeof *b);
+	b->pgap = UINT32_MAX;
 	b->m = ir_module_new(filename);
 	b->m->fragment = (uint8_t)fragment;
 	b->fragment = fragment;
