@@ -511,7 +511,9 @@ void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		lv->tok.s = q->name;
 	} else {
 		split_param(t + 5, n - 5, &lv->tok);
+		q = NULL;
 	}
+	ls->pref = q;
 	lv->tok.p = t;
 	lv->tok.n = (uint32_t)n;
 }
@@ -2432,9 +2434,10 @@ static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VL
 			const char *k = sym_str(v->text);
 			if (*k == ':') {
 				ref_colon = 1;
-				k++;
+				ref_key = intern_cstr(k + 1);
+			} else {
+				ref_key = v->text; /* what interning its text again gives */
 			}
-			ref_key = intern_cstr(k);
 			continue;
 		}
 		if (v->kind == V_WORD && v->key) { /* value=... */
@@ -2516,7 +2519,17 @@ Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t)
 		Tok rk = {.p = t->p + t->i, .n = (uint32_t)t->k};
 		if (!items)
 			items = b_vlist(b);
-		b_vpush(items, b_refkey(&rk));
+		/* a Load's type line names the parameter its node line read (the
+		 * last reference lex_paramref found): its Sym, the one intern
+		 * gives that text, without a probe of the table */
+		const Node *pr = b->ls.pref;
+		Value v;
+		if (pr && sym_len(pr->name) == rk.n && memcmp(sym_str(pr->name), rk.p, rk.n) == 0) {
+			v = (Value){.kind = V_RAW, .key = intern_cstr("ref_key"), .text = pr->name};
+		} else {
+			v = b_refkey(&rk);
+		}
+		b_vpush(items, v);
 	}
 	return abstract_make(b, loc, t->s, ok ? &s : NULL, items);
 }

@@ -72,6 +72,7 @@ typedef struct LexState {
 	/* the type line being read token by token (lex_typeline did not know
 	 * it): its text from ':' to the NL, its line, the error count before
 	 * it; b_typeline keeps it when it parsed without an error */
+	const struct Node *pref; /* the parameter of the last %paraN_x read by its number (lex_paramref) */
 	/* the group lex_attr_ahead found after its keyword: the next token */
 	Groups *ahead;
 	const char *ahead_p;
