@@ -852,10 +852,10 @@ void lex_attr_ahead(LexState *ls, const char *t)
 	const char *end = ls->buf + ls->len, *q = t;
 	if (q >= end || *q != '{' || ls->depth >= LEX_MAX_DEPTH - 1)
 		return;
-	size_t max = ls->b->amemo_max;
-	while (q < end && (size_t)(q - t) < max && *q != '}' && *q != '\n')
-		q++;
-	if (q >= end || *q != '}')
+	/* a '}' past a NL only finds a text no memo holds */
+	size_t max = ls->b->amemo_max < (size_t)(end - t) ? ls->b->amemo_max : (size_t)(end - t);
+	q = memchr(t, '}', max);
+	if (!q)
 		return;
 	union IR_YYSTYPE v;
 	if (!attr_memo_hit(ls, t, (size_t)(q + 1 - t), &v))
