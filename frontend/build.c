@@ -504,6 +504,12 @@ void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	while (p < e && *p >= '0' && *p <= '9' && num < 100000000)
 		num = num * 10 + (*p++ - '0');
 	const Node *q = p > t + 5 && (p == e || *p < '0' || *p > '9') ? pnum_find(ls->b, num) : NULL;
+	/* references come in the order of the numbers (a layer's Loads read
+	 * its weights one after the other), and the next parameter's node
+	 * was last touched at its own line, far above: fetch it now */
+	const Node *next = q ? pnum_find(ls->b, num + 1) : NULL;
+	if (next)
+		__builtin_prefetch(&next->name);
 	if (q && p < e && *p == '_')
 		p++;
 	if (q && sym_len(q->name) == (size_t)(e - p) && memcmp(sym_str(q->name), p, (size_t)(e - p)) == 0) {
