@@ -40,6 +40,29 @@ typedef struct {
 
 #define ATTR_MEMO 16
 
+/* A type line read before, kept by its text from ':' to the NL: a model
+ * prints the same few type lines in every layer, and such a line met again
+ * is a memchr, a hash and a memcmp instead of a dozen tokens, their
+ * reductions and the shapes read from text (of the 4096-layer generated
+ * transformer's 139 000 type lines, 102 000 are one of 20 texts).  Only a
+ * line that parsed without an error is kept, and never one with a ref_key
+ * or other extras (an AbsExt): those name one parameter and do not repeat.
+ * The memo's shapes are its own copies (in mem, with the text); a node
+ * gets its own copies of them, as a line read token by token gives it. */
+typedef struct {
+	char *mem; /* the shapes' arrays, then the text (NULL: empty slot) */
+	const char *text;
+	uint64_t hash;
+	uint32_t n, nabs;
+	uint32_t used; /* when it was last met (of the two of its set) */
+	uint8_t has_out;
+	Abs abs[16]; /* the inputs, then the output */
+} TypeMemo;
+
+/* sets of two: a direct-mapped memo lost two of the generated file's 15
+ * repeated lines to each other in every layer */
+#define TYPE_MEMO 256
+
 struct BuildCtx {
 	Module *m;
 	LexState ls;
@@ -65,9 +88,14 @@ struct BuildCtx {
 	Vec(Abs *) aall;
 	Vec(Node *) phparams;  /* stand-ins for parameters whose line failed to parse */
 	Node **ptab;           /* parameter lookup: (name, number) -> node */
-	uint32_t *ptag;        /* the hash of each slot: a probe that meets another parameter reads no node */
+	uint32_t *ptag;        /* the hash of each slot (0: empty): a probe that meets another parameter reads no node */
+	Vec(Node *) pnum;      /* the first parameter put in ptab with each number N of %paraN_x */
+	uint32_t pgap;         /* the least number put in ptab but not in pnum (none: UINT32_MAX) */
 	TstrMemo tmemo[64];
 	AttrMemo amemo[ATTR_MEMO];
+	size_t amemo_max; /* the longest text ever kept there */
+	TypeMemo tymemo[TYPE_MEMO];
+	uint32_t tyclock;
 	uint32_t pmask, pcount;
 	int nforeign;
 	Sym cycle;
@@ -232,6 +260,8 @@ static void attach_header_params(BuildCtx *b, Graph *g)
 	b->ptab = NULL;
 	b->ptag = NULL;
 	b->pmask = b->pcount = 0;
+	b->pnum.n = 0;
+	b->pgap = UINT32_MAX;
 	for (uint32_t gi = 0; gi < b->m->graphs.n; gi++)
 		for (uint32_t i = 0; i < b->m->graphs.a[gi]->params.n; i++)
 			ptab_insert(b, b->m->graphs.a[gi]->params.a[i]);
@@ -366,8 +396,11 @@ int lex_hash_line(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv, i
 		while (se > rest && se[-1] == ' ')
 			se--;
 		if (rest < se && *rest == '(' && se[-1] == ')' && se - rest >= 2) {
+			/* interned by b_scope, right after the NL: the probe's
+			 * cache miss overlaps the parser's work till then */
 			lv->tok.k = kind;
-			lv->tok.s = intern(rest + 1, (size_t)(se - rest - 2));
+			lv->tok.i = (int64_t)(rest + 1 - p) << 32 | (uint32_t)(se - rest - 2);
+			lv->tok.s2 = intern_prepare(rest + 1, (size_t)(se - rest - 2));
 			return SCOPE_LINE;
 		}
 	}
@@ -459,10 +492,34 @@ void lex_paramdef(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	note_name(ls, p - 5, (size_t)(e - p + 5));
 }
 
+static Node *pnum_find(const BuildCtx *b, int64_t num);
+
 void lex_paramref(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 {
-	(void)ls;
-	split_param(t + 5, n - 5, &lv->tok);
+	/* a parameter's name is interned when its line is read: a reference
+	 * that spells the name of the parameter its number finds takes that
+	 * Sym (the one intern would give) without a probe of the table */
+	const char *p = t + 5, *e = t + n;
+	int64_t num = 0;
+	while (p < e && *p >= '0' && *p <= '9' && num < 100000000)
+		num = num * 10 + (*p++ - '0');
+	const Node *q = p > t + 5 && (p == e || *p < '0' || *p > '9') ? pnum_find(ls->b, num) : NULL;
+	/* references come in the order of the numbers (a layer's Loads read
+	 * its weights one after the other), and the next parameter's node
+	 * was last touched at its own line, far above: fetch it now */
+	const Node *next = q ? pnum_find(ls->b, num + 1) : NULL;
+	if (next)
+		__builtin_prefetch(&next->name);
+	if (q && p < e && *p == '_')
+		p++;
+	if (q && sym_len(q->name) == (size_t)(e - p) && memcmp(sym_str(q->name), p, (size_t)(e - p)) == 0) {
+		lv->tok.i = num;
+		lv->tok.s = q->name;
+	} else {
+		split_param(t + 5, n - 5, &lv->tok);
+		q = NULL;
+	}
+	ls->pref = q;
 	lv->tok.p = t;
 	lv->tok.n = (uint32_t)n;
 }
@@ -747,8 +804,10 @@ static void attr_memo_free(AttrMemo *am)
 	*am = (AttrMemo){0};
 }
 
-static void attr_memo_keep(AttrMemo *am, const char *t, size_t n, const Groups *g)
+static void attr_memo_keep(BuildCtx *b, AttrMemo *am, const char *t, size_t n, const Groups *g)
 {
+	if (n > b->amemo_max)
+		b->amemo_max = n;
 	attr_memo_free(am);
 	am->text = xmalloc(n);
 	memcpy(am->text, t, n);
@@ -768,6 +827,50 @@ static void attr_memo_keep(AttrMemo *am, const char *t, size_t n, const Groups *
 	}
 }
 
+/* a group met before: its names are interned already (no Sym is made out
+ * of order), its values are copied */
+static int attr_memo_hit(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
+	if (!am->text || am->n != n || memcmp(am->text, t, n) != 0)
+		return 0;
+	Groups *g = b_groups(ls->b);
+	for (uint32_t i = 0; i < am->nattrs; i++) {
+		Attr a = am->attrs[i];
+		if (a.val.kind == V_LIST && a.val.n)
+			a.val.u.elems = arena_dup(ls->b->m->arena, a.val.u.elems, a.val.n * sizeof(Value));
+		vec_push(&g->attrs[0], a);
+	}
+	lv->gr = g;
+	return 1;
+}
+
+/* Right after its keyword (at t, the scanner's NUL not there), a group met
+ * before is found without the scanner: the text up to the first '}' is a
+ * memo's, which the scanner would read as the same ATTRBLOCK token (its
+ * pattern ends at the first '}', and no other pattern starting with '{'
+ * matches longer: those start "{instance name:" or "{in_strategy:", which
+ * lex_attrblock never keeps).  The scanner returns it next (ls->ahead)
+ * without its DFA's step per byte of the group's: a node line's group
+ * is half its bytes, and it repeats on thousands of lines. */
+void lex_attr_ahead(LexState *ls, const char *t)
+{
+	const char *end = ls->buf + ls->len, *q = t;
+	if (q >= end || *q != '{' || ls->depth >= LEX_MAX_DEPTH - 1)
+		return;
+	/* a '}' past a NL only finds a text no memo holds */
+	size_t max = ls->b->amemo_max < (size_t)(end - t) ? ls->b->amemo_max : (size_t)(end - t);
+	q = memchr(t, '}', max);
+	if (!q)
+		return;
+	union IR_YYSTYPE v;
+	if (!attr_memo_hit(ls, t, (size_t)(q + 1 - t), &v))
+		return;
+	ls->ahead = v.gr;
+	ls->ahead_p = t;
+	ls->ahead_n = (uint32_t)(q + 1 - t);
+}
+
 int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 {
 	const char *k = ls->attrkw_end;
@@ -777,20 +880,9 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		k++;
 	if (k != t)
 		return 0;
-	/* a group met before: its names are interned already (no Sym is
-	 * made out of order), its values are copied */
-	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
-	if (am->text && am->n == n && memcmp(am->text, t, n) == 0) {
-		Groups *g = b_groups(ls->b);
-		for (uint32_t i = 0; i < am->nattrs; i++) {
-			Attr a = am->attrs[i];
-			if (a.val.kind == V_LIST && a.val.n)
-				a.val.u.elems = arena_dup(ls->b->m->arena, a.val.u.elems, a.val.n * sizeof(Value));
-			vec_push(&g->attrs[0], a);
-		}
-		lv->gr = g;
+	if (attr_memo_hit(ls, t, n, lv))
 		return 1;
-	}
+	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
 	/* first pass: what the pattern cannot refuse */
 	const char *p = t + 1, *e = t + n - 1; /* at '}' */
 	while (p < e) {
@@ -872,7 +964,7 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		if (*p == ',')
 			p += 2;
 	}
-	attr_memo_keep(am, t, n, g);
+	attr_memo_keep(ls->b, am, t, n, g);
 	lv->gr = g;
 	return 1;
 }
@@ -1145,7 +1237,7 @@ static uint32_t phash(const Graph *g, int64_t num, Sym name)
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
 	h ^= h >> 33;
-	return (uint32_t)h;
+	return (uint32_t)h ? (uint32_t)h : 1; /* a tag of 0 is an empty slot */
 }
 
 static void ptab_insert(BuildCtx *b, Node *p)
@@ -1155,10 +1247,10 @@ static void ptab_insert(BuildCtx *b, Node *p)
 		Node **nt = xcalloc(ncap, sizeof *nt);
 		uint32_t *ng = xcalloc(ncap, sizeof *ng);
 		for (uint32_t i = 0; b->ptab && i <= b->pmask; i++) {
-			if (!b->ptab[i])
+			if (!b->ptag[i])
 				continue;
 			uint32_t j = b->ptag[i] & (ncap - 1);
-			while (nt[j])
+			while (ng[j])
 				j = (j + 1) & (ncap - 1);
 			nt[j] = b->ptab[i];
 			ng[j] = b->ptag[i];
@@ -1170,19 +1262,54 @@ static void ptab_insert(BuildCtx *b, Node *p)
 		b->pmask = ncap - 1;
 	}
 	uint32_t h = phash(p->g, p->local, p->name), j = h & b->pmask;
-	while (b->ptab[j])
+	while (b->ptag[j])
 		j = (j + 1) & b->pmask;
 	b->ptab[j] = p;
 	b->ptag[j] = h;
 	b->pcount++;
+	/* numbers as a dump gives them (1, 2, ... in "# Params:"): no array
+	 * much longer than the parameters are many */
+	uint32_t k = (uint32_t)p->local;
+	if (p->local < 0)
+		return;
+	if (k >= 2 * b->pcount + 4096) {
+		if (k < b->pgap)
+			b->pgap = k;
+		return;
+	}
+	if (k >= b->pnum.n) {
+		vec_grow(&b->pnum, k + 1 - b->pnum.n);
+		memset(b->pnum.a + b->pnum.n, 0, (k + 1 - b->pnum.n) * sizeof(Node *));
+		b->pnum.n = k + 1;
+	}
+	if (!b->pnum.a[k])
+		b->pnum.a[k] = p;
+}
+
+/* The parameter numbered num, when it is the first one numbered so and
+ * has that graph and name: a reference's parameter without a probe of
+ * ptab (a cache miss or two), and the nodes and names it reads were made
+ * in the order the references come in.  Keys (graph, number, name) are
+ * unique in ptab (b_paramdef and the stand-ins look before they insert),
+ * so this is the node ptab_find finds. */
+static Node *pnum_find(const BuildCtx *b, int64_t num)
+{
+	return num >= 0 && num < (int64_t)b->pnum.n ? b->pnum.a[num] : NULL;
 }
 
 static Node *ptab_find(BuildCtx *b, const Graph *g, int64_t num, Sym name)
 {
 	if (!b->ptab)
 		return NULL;
+	Node *first = pnum_find(b, num);
+	if (first && first->g == g && first->local == num && first->name == name)
+		return first;
+	if (!first && num >= 0 && num < (int64_t)b->pnum.n && num < (int64_t)b->pgap)
+		return NULL; /* no parameter has that number (a new one's line) */
 	uint32_t h = phash(g, num, name);
-	for (uint32_t j = h & b->pmask; b->ptab[j]; j = (j + 1) & b->pmask) {
+	/* the tags alone until one matches: half the bytes of the
+	 * slots' pointers, and no trip to ptab for a probe that misses */
+	for (uint32_t j = h & b->pmask; b->ptag[j]; j = (j + 1) & b->pmask) {
 		if (b->ptag[j] != h)
 			continue;
 		Node *q = b->ptab[j];
@@ -1423,9 +1550,12 @@ void b_comment(BuildCtx *b, Tok *t)
 void b_scope(BuildCtx *b, Loc loc, Tok *t)
 {
 	(void)loc;
+	/* the scope text, as lex_hash_line found it (a SCOPE_LINE is reduced
+	 * with its NL, before the scanner reads on: the text is still there) */
+	Sym s = intern_hashed(t->p + (t->i >> 32), (uint32_t)t->i, t->s2);
 	if (b->last && !b->last->scope_kind && b->nodelines.n == 0) {
 		b->last->scope_kind = (uint8_t)t->k;
-		b->last->scope = t->s;
+		b->last->scope = s;
 		b->commented = 1;
 		return;
 	}
@@ -1661,8 +1791,160 @@ static void typeline(BuildCtx *b, Loc loc, Loc eol, VList *ins, Abs *out)
 	n->out = *out;
 }
 
+/* A memo slot's key: the length and five words spread over the line, not
+ * every byte (the whole line was 2% of parse+print in std_hash_bytes); the
+ * memcmp after it reads them all anyway, and a line that shares the
+ * sampled words with another only shares its set. */
+static uint64_t type_memo_key(const char *t, size_t n)
+{
+	uint64_t h = n * 0x9e3779b97f4a7c15ULL;
+	if (n < 8) {
+		for (size_t i = 0; i < n; i++)
+			h = (h ^ (unsigned char)t[i]) * 0xff51afd7ed558ccdULL;
+	} else {
+		for (size_t i = 0; i <= 4; i++) {
+			uint64_t w;
+			memcpy(&w, t + (n - 8) * i / 4, 8);
+			h = (h ^ w) * 0xff51afd7ed558ccdULL;
+			h ^= h >> 32;
+		}
+	}
+	return h ^ h >> 29;
+}
+
+int lex_typeline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+{
+	ls->tl_text = NULL;
+	/* a NL before "{in_strategy:" is no token (the 2022 continuation) */
+	const char *end = ls->buf + ls->len, *q = t + n + 1;
+	while (q < end && (*q == ' ' || *q == '\t' || *q == '\r'))
+		q++;
+	if ((size_t)(end - q) >= 13 && memcmp(q, "{in_strategy:", 13) == 0)
+		return 0;
+	uint64_t h = type_memo_key(t, n);
+	uint32_t set = (uint32_t)(h % (TYPE_MEMO / 2)) * 2;
+	for (uint32_t w = set; w < set + 2; w++) {
+		TypeMemo *tm = &ls->b->tymemo[w];
+		if (tm->mem && tm->hash == h && tm->n == n && memcmp(tm->text, t, n) == 0) {
+			tm->used = ++ls->b->tyclock;
+			lv->tok.i = w;
+			return 1;
+		}
+	}
+	ls->tl_text = t;
+	ls->tl_n = (uint32_t)n;
+	ls->tl_line = ls->line;
+	ls->tl_hash = h;
+	ls->tl_nerr = diag_errors();
+	return 0;
+}
+
+/* the bytes of s's arrays, and s with them copied (to *bump, or into the
+ * arena when bump is NULL) */
+static size_t shape_bytes(const Shape *s)
+{
+	if ((s->kind == SK_DIMS || s->kind == SK_OLD) && s->rank)
+		return s->rank * sizeof(int64_t);
+	size_t k = 0;
+	if ((s->kind == SK_TUPLE || s->kind == SK_LIST) && s->rank) {
+		k = s->rank * sizeof(Shape);
+		for (uint32_t i = 0; i < s->rank; i++)
+			k += shape_bytes(&s->sub[i]);
+	}
+	return k;
+}
+
+static void *shape_take(Arena *a, char **bump, size_t k)
+{
+	if (!bump)
+		return arena_alloc(a, k);
+	void *p = *bump;
+	*bump += k;
+	return p;
+}
+
+static Shape shape_copy(const Shape *s, Arena *a, char **bump)
+{
+	Shape r = *s;
+	if ((s->kind == SK_DIMS || s->kind == SK_OLD) && s->rank) {
+		r.dims = shape_take(a, bump, s->rank * sizeof(int64_t));
+		memcpy(r.dims, s->dims, s->rank * sizeof(int64_t));
+	} else if ((s->kind == SK_TUPLE || s->kind == SK_LIST) && s->rank) {
+		r.sub = shape_take(a, bump, s->rank * sizeof(Shape));
+		for (uint32_t i = 0; i < s->rank; i++)
+			r.sub[i] = shape_copy(&s->sub[i], a, bump);
+	}
+	return r;
+}
+
+/* keep the type line just read, when lex_typeline noted it and it parsed
+ * without an error up to its NL (the last token the scanner read) */
+static void type_memo_keep(BuildCtx *b, Loc loc, VList *ins, Abs *out)
+{
+	LexState *ls = &b->ls;
+	const char *t = ls->tl_text;
+	ls->tl_text = NULL;
+	uint32_t nin = ins ? ins->abs.n : 0;
+	if (!t || ls->tl_line != loc.line || ls->nl_after != t + ls->tl_n + 1 || diag_errors() != ls->tl_nerr ||
+	    nin + (out != NULL) > sizeof b->tymemo[0].abs / sizeof(Abs))
+		return;
+	size_t k = ls->tl_n;
+	for (uint32_t i = 0; i < nin; i++) {
+		if (ins->abs.a[i]->x)
+			return;
+		k += shape_bytes(&ins->abs.a[i]->shape);
+	}
+	if (out) {
+		if (out->x)
+			return;
+		k += shape_bytes(&out->shape);
+	}
+	TypeMemo *tm = &b->tymemo[(ls->tl_hash % (TYPE_MEMO / 2)) * 2];
+	if (tm[1].used < tm[0].used)
+		tm++;
+	free(tm->mem);
+	tm->mem = xmalloc(k);
+	char *bump = tm->mem;
+	for (uint32_t i = 0; i < nin; i++) {
+		tm->abs[i] = *ins->abs.a[i];
+		tm->abs[i].shape = shape_copy(&ins->abs.a[i]->shape, NULL, &bump);
+	}
+	if (out) {
+		tm->abs[nin] = *out;
+		tm->abs[nin].shape = shape_copy(&out->shape, NULL, &bump);
+	}
+	memcpy(bump, t, ls->tl_n);
+	tm->text = bump;
+	tm->n = ls->tl_n;
+	tm->hash = ls->tl_hash;
+	tm->nabs = nin + (out != NULL);
+	tm->has_out = out != NULL;
+	tm->used = ++b->tyclock;
+}
+
+static Abs *abs_take(BuildCtx *b);
+
+void b_typeline_memo(BuildCtx *b, Loc loc, Loc eol, Tok *t)
+{
+	const TypeMemo *tm = &b->tymemo[t->i];
+	uint32_t nin = tm->nabs - tm->has_out;
+	VList *ins = nin ? b_vlist(b) : NULL;
+	Abs *out = NULL;
+	for (uint32_t i = 0; i < tm->nabs; i++) {
+		Abs *a = abs_take(b);
+		*a = tm->abs[i];
+		a->shape = shape_copy(&tm->abs[i].shape, b->m->arena, NULL);
+		if (i < nin)
+			b_apush(b, ins, a);
+		else
+			out = a;
+	}
+	b_typeline(b, loc, eol, ins, out);
+}
+
 void b_typeline(BuildCtx *b, Loc loc, Loc eol, VList *ins, Abs *out)
 {
+	type_memo_keep(b, loc, ins, out);
 	typeline(b, loc, eol, ins, out);
 	vrelease(b, ins);
 	if (out)
@@ -2111,7 +2393,8 @@ static int to_shape(BuildCtx *b, Loc loc, const Value *v, Shape *s)
 }
 
 /* shape: made already (b_abstract_tok), items then hold no shape */
-static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VList *items)
+/* an abstract of the pool, zeroed */
+static Abs *abs_take(BuildCtx *b)
 {
 	Abs *a;
 	if (b->afree.n) {
@@ -2121,6 +2404,12 @@ static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VL
 		a = xcalloc(1, sizeof *a);
 		vec_push(&b->aall, a);
 	}
+	return a;
+}
+
+static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VList *items)
+{
+	Abs *a = abs_take(b);
 	a->tstr = tstr;
 	TstrMemo *tm = &b->tmemo[tstr & 63];
 	if (tstr && tm->tstr == tstr) {
@@ -2151,9 +2440,10 @@ static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VL
 			const char *k = sym_str(v->text);
 			if (*k == ':') {
 				ref_colon = 1;
-				k++;
+				ref_key = intern_cstr(k + 1);
+			} else {
+				ref_key = v->text; /* what interning its text again gives */
 			}
-			ref_key = intern_cstr(k);
 			continue;
 		}
 		if (v->kind == V_WORD && v->key) { /* value=... */
@@ -2228,7 +2518,17 @@ Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t)
 		Tok rk = {.p = t->p + t->i, .n = (uint32_t)t->k};
 		if (!items)
 			items = b_vlist(b);
-		b_vpush(items, b_refkey(&rk));
+		/* a Load's type line names the parameter its node line read (the
+		 * last reference lex_paramref found): its Sym, the one intern
+		 * gives that text, without a probe of the table */
+		const Node *pr = b->ls.pref;
+		Value v;
+		if (pr && sym_len(pr->name) == rk.n && memcmp(sym_str(pr->name), rk.p, rk.n) == 0) {
+			v = (Value){.kind = V_RAW, .key = intern_cstr("ref_key"), .text = pr->name};
+		} else {
+			v = b_refkey(&rk);
+		}
+		b_vpush(items, v);
 	}
 	return abstract_make(b, loc, t->s, ok ? &s : NULL, items);
 }
@@ -2383,19 +2683,38 @@ static int check_nul(const char *fname, const char *buf, size_t len)
  * strings): the first byte that does not start or continue a well-formed
  * sequence is an error.  Dumps are almost all ASCII, so the scan takes eight
  * bytes a step and finds the line of a bad byte only when there is one. */
-static int check_utf8(const char *buf, size_t len)
+#define HI8 0x8080808080808080ULL
+#define LO8 0x0101010101010101ULL
+
+/* The UTF-8 scan also finds a NUL (a word has a zero byte when
+ * (w - LO8) & ~w & HI8), which check_nul reports wherever it is; it looks
+ * for one only when the scan finds one or a bad byte, not in a second pass
+ * over the whole input (a memchr of 64 MB was 1% of parse+print). */
+static int check_utf8(const char *fname, const char *buf, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)buf, *e = p + len;
 	while (p < e) {
+		/* 32 bytes a step while they are ASCII and not NUL */
+		while ((size_t)(e - p) >= 32) {
+			uint64_t w[4];
+			memcpy(w, p, 32);
+			uint64_t z = ((w[0] - LO8) & ~w[0]) | ((w[1] - LO8) & ~w[1]) | ((w[2] - LO8) & ~w[2]) |
+				     ((w[3] - LO8) & ~w[3]);
+			if ((w[0] | w[1] | w[2] | w[3] | z) & HI8)
+				break;
+			p += 32;
+		}
 		if ((size_t)(e - p) >= 8) {
 			uint64_t w;
 			memcpy(&w, p, 8);
-			if (!(w & 0x8080808080808080ULL)) {
+			if (!((w | ((w - LO8) & ~w)) & HI8)) {
 				p += 8;
 				continue;
 			}
 		}
 		unsigned c = *p;
+		if (c == 0)
+			return check_nul(fname, buf, len);
 		if (c < 0x80) {
 			p++;
 			continue;
@@ -2410,6 +2729,8 @@ static int check_utf8(const char *buf, size_t len)
 		if (ok && n == 4)
 			ok = !(c == 0xf0 && p[1] < 0x90) && !(c == 0xf4 && p[1] >= 0x90);
 		if (!ok) {
+			if (check_nul(fname, buf, len))
+				return -1; /* a NUL further on is the error to report */
 			uint32_t line = 1;
 			const unsigned char *ls = (const unsigned char *)buf, *q;
 			while ((q = memchr(ls, '\n', (size_t)(p - ls))) != NULL) {
@@ -2437,9 +2758,10 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 		diag_error_at((Loc){1, 1}, "the input is only white space: no graph to read");
 		return NULL;
 	}
-	if (check_nul(filename, buf, len) || check_utf8(buf, len))
+	if (check_utf8(filename, buf, len))
 		return NULL;
 	BuildCtx *b = xcalloc(1, sizeof *b);
+	b->pgap = UINT32_MAX;
 	b->m = ir_module_new(filename);
 	b->m->fragment = (uint8_t)fragment;
 	b->fragment = fragment;
@@ -2511,8 +2833,11 @@ Module *ir_parse(const char *filename, const char *buf, size_t len, int fragment
 	vec_free(&b->afree);
 	free(b->ptab);
 	free(b->ptag);
+	vec_free(&b->pnum);
 	for (int i = 0; i < ATTR_MEMO; i++)
 		attr_memo_free(&b->amemo[i]);
+	for (int i = 0; i < TYPE_MEMO; i++)
+		free(b->tymemo[i].mem);
 	vec_free(&b->pend);
 	vec_free(&b->nodelines);
 	vec_free(&b->xlines);

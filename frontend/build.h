@@ -69,6 +69,18 @@ typedef struct LexState {
 	int64_t pnum;         /* LK_PARAM: N of %paraN_x, and x */
 	Sym psym;
 	char lname[64];       /* LK_NODE: operator; LK_PARAM: "%paraN_x"; LK_SUBGRAPH: graph name */
+	/* the type line being read token by token (lex_typeline did not know
+	 * it): its text from ':' to the NL, its line, the error count before
+	 * it; b_typeline keeps it when it parsed without an error */
+	const struct Node *pref; /* the parameter of the last %paraN_x read by its number (lex_paramref) */
+	/* the group lex_attr_ahead found after its keyword: the next token */
+	Groups *ahead;
+	const char *ahead_p;
+	uint32_t ahead_n;
+	const char *tl_text;
+	uint32_t tl_n, tl_line;
+	uint64_t tl_hash;
+	int tl_nerr;
 } LexState;
 
 /* scanner helpers (build.c) */
@@ -97,9 +109,15 @@ int lex_abstract_tuple(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *
 /* "{output_names: [output], transpose_a: Bool(0)}" after "primitive_attrs:"
  * (or the other two keywords): 1 when it is read as one ATTRBLOCK token */
 int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* right after "primitive_attrs:" (or the other two) and its blanks, at t:
+ * sets ls->ahead when the group there is one lex_attrblock kept */
+void lex_attr_ahead(LexState *ls, const char *t);
 /* "I64(8)": 0 when it is read as one SCALAR token, else the length of the
  * name to read as an IDENT (the rest is scanned as usual) */
 int lex_scalar(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
+/* a type line from its ':' (t) to its NL (t[n]): 1 when it is one read
+ * before without an error, returned as one TYPELINE token */
+int lex_typeline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv);
 int lex_run(LexState *ls, char *buf, size_t len);
 
 /* grammar actions (build.c) */
@@ -129,6 +147,7 @@ void b_textline(BuildCtx *b, Tok *t);
 void b_node(BuildCtx *b, Loc loc, Tok *def, Value *callee, VList *args, Groups *g);
 void b_return(BuildCtx *b, Loc loc, VList *args, Groups *g);
 void b_typeline(BuildCtx *b, Loc loc, Loc eol, VList *ins, Abs *out);
+void b_typeline_memo(BuildCtx *b, Loc loc, Loc eol, Tok *t);
 Value b_sgparam(BuildCtx *b, Tok *t);
 Value b_callee_prim(BuildCtx *b, Tok *t);
 Value b_callee_call(BuildCtx *b, Loc loc, Tok *kw, Tok *g);

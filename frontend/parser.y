@@ -66,6 +66,9 @@ static void ir_yyerror(IR_YYLTYPE *l, void *scanner, BuildCtx *b, const char *ms
 /* ATTRBLOCK is a group of plain values after its keyword, read as one
  * token (lex_attrblock); messages call it the '{' it starts with */
 %token <gr> ATTRBLOCK "attribute group"
+/* TYPELINE is a whole type line after its ':', one met before without an
+ * error (lex_typeline); messages call it the ':' it starts with */
+%token <tok> TYPELINE "type line"
 %token <tok> INT "integer" FLOAT "number" STRING "string" BAREWORD "word" IDENT "identifier"
 %token <tok> RAW "bracketed value" REFKEY "'ref_key='" INSTANCE "'{instance name: ...}'"
 %token <tok> HDR_ENTRY "'# IR entry' line" HDR_NSUB "'# Total subgraphs' line" HDR_ATTRS "'# Attrs:' line"
@@ -125,6 +128,7 @@ line:	  NL
 	| RETURN '(' vals_opt ')' groups NL	{ b_return(b, LOC(@1), $3, $5); }
 	| ':' '(' abs_list_opt ')' ARROW '(' abstract ')' NL	{ b_typeline(b, LOC(@1), LOC(@9), $3, $7); }
 	| ':' '(' abs_list_opt ')' NL	{ b_typeline(b, LOC(@1), LOC(@5), $3, NULL); }
+	| TYPELINE NL			{ b_typeline_memo(b, LOC(@1), LOC(@2), &$1); }
 	| error NL			{ yyerrok; b_recover(b); if (b_abort(b)) YYABORT; }
 	;
 
@@ -277,8 +281,8 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, BuildCt
 	int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS), k = 0;
 	for (int i = 0; i < n; i++)
 		if (exp[i] != YYSYMBOL_SCALAR && exp[i] != YYSYMBOL_TSTR && exp[i] != YYSYMBOL_SHAPE &&
-		    exp[i] != YYSYMBOL_ABSTRACT && exp[i] != YYSYMBOL_ATTRBLOCK)
-			names[k++] = yysymbol_name(exp[i]); /* IDENT, '(' or '<' is expected wherever they are */
+		    exp[i] != YYSYMBOL_ABSTRACT && exp[i] != YYSYMBOL_ATTRBLOCK && exp[i] != YYSYMBOL_TYPELINE)
+			names[k++] = yysymbol_name(exp[i]); /* IDENT, '(', '<' or ':' is expected wherever they are */
 	if (got == YYSYMBOL_SCALAR || got == YYSYMBOL_TSTR)
 		got = YYSYMBOL_IDENT;
 	if (got == YYSYMBOL_SHAPE)
@@ -287,6 +291,8 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, BuildCt
 		got = YYTRANSLATE('<');
 	if (got == YYSYMBOL_ATTRBLOCK)
 		got = YYTRANSLATE('{');
+	if (got == YYSYMBOL_TYPELINE)
+		got = YYTRANSLATE(':');
 	const char *gn = yysymbol_name(got);
 	int cls = SE_OTHER;
 	switch (got) {

@@ -155,6 +155,26 @@ static Sym intern_table(const char *s, size_t n, uint32_t h)
 	return id;
 }
 
+/* The probe of a name seen once (a node's scope: 139 000 of them in the
+ * 4096-layer file) misses the cache, and was most of what interning it
+ * cost: a caller with other work to do first takes the hash and a
+ * prefetch of the slot the probe starts at, and interns later (before any
+ * other intern, so that Syms are made in the same order). */
+uint32_t intern_prepare(const char *s, size_t n)
+{
+	uint32_t h = hash(s, n);
+	if (table)
+		__builtin_prefetch(&table[h & tmask]);
+	return h;
+}
+
+Sym intern_hashed(const char *s, size_t n, uint32_t h)
+{
+	if (n > FRONT_MAX || !ents)
+		return intern_table(s, n, h);
+	return intern(s, n);
+}
+
 Sym intern_cstr(const char *s)
 {
 	return intern(s, strlen(s));

@@ -92,6 +92,10 @@ typedef uint32_t Sym; /* 0 is "no symbol" */
 
 Sym intern(const char *s, size_t n);
 Sym intern_cstr(const char *s);
+/* intern(s, n) in two steps: the hash (and a prefetch of its slot), then
+ * the Sym; nothing may be interned between them */
+uint32_t intern_prepare(const char *s, size_t n);
+Sym intern_hashed(const char *s, size_t n, uint32_t h);
 const char *sym_str(Sym s);
 size_t sym_len(Sym s);
 /* a name kept as parts until somebody reads it: prefix, decimal v, suffix

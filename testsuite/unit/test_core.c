@@ -74,6 +74,15 @@ static void test_intern(void **state)
 	char v1[] = "Default/network/layer-0/Reshape", v2[] = "Default/network/layer-0/Reshapf";
 	assert_int_not_equal(intern_cstr(v1), intern_cstr(v2));
 	assert_string_equal(sym_str(intern_cstr(v2)), v2);
+	/* in two steps (intern_prepare, intern_hashed): the Sym intern gives,
+	 * for a new text and a known one, short (the front cache) and long */
+	const char *two[] = {"Relu", "a-name-never-seen-before/in/this/test-op0", "BiasAdd", v1};
+	for (int i = 0; i < 4; i++) {
+		size_t n = strlen(two[i]);
+		Sym s = intern_hashed(two[i], n, intern_prepare(two[i], n));
+		assert_int_equal(s, intern(two[i], n));
+		assert_string_equal(sym_str(s), two[i]);
+	}
 }
 
 /* deferred symbols: sym_format writes the text, sym_str forms (and
