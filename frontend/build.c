@@ -1890,12 +1890,12 @@ static void type_memo_keep(BuildCtx *b, Loc loc, VList *ins, Abs *out)
 		return;
 	size_t k = ls->tl_n;
 	for (uint32_t i = 0; i < nin; i++) {
-		if (ins->abs.a[i]->x)
+		if (ins->abs.a[i]->xi)
 			return;
 		k += shape_bytes(&ins->abs.a[i]->shape);
 	}
 	if (out) {
-		if (out->x)
+		if (out->xi)
 			return;
 		k += shape_bytes(&out->shape);
 	}
