@@ -111,7 +111,13 @@ typedef struct SimOptions {
 	/* if set: only the nodes whose id is marked are evaluated, the others
 	 * get an empty value (the central differences need only the loss) */
 	const uint8_t *only;
+	/* --simulate-threads: threads the ranks of a run share (0: every
+	 * online core, see sim_default_threads); the values do not depend on it */
+	int threads;
 } SimOptions;
+
+/* the default of SimOptions.threads: the online cores */
+int sim_default_threads(void);
 
 /* Test-only faults a run can inject into the programs it runs (sappc reads
  * them from SAPPC_TEST_DROP_GRAD_MEAN, SAPPC_TEST_BREAK_RS_BPROP,
