@@ -499,7 +499,9 @@ typedef struct Crew {
 	pthread_cond_t go, idle;
 	pthread_t *th;
 	int nth;
-	int *todo, ntodo, next, busy;
+	int *todo, ntodo; /* the round's ranks, ascending: the caller's */
+	int *q, nq, next; /* the crew's copy and the next to take: under mu */
+	int busy;
 	unsigned round;
 	int quit;
 } Crew;
@@ -520,8 +522,8 @@ static void round_rank(SimRun *r, int k)
 static void crew_work(Crew *c)
 {
 	c->busy++;
-	while (c->next < c->ntodo) {
-		int k = c->todo[c->next++];
+	while (c->next < c->nq) {
+		int k = c->q[c->next++];
 		pthread_mutex_unlock(&c->mu);
 		round_rank(c->r, k);
 		pthread_mutex_lock(&c->mu);
@@ -554,6 +556,7 @@ static void crew_start(Crew *c, SimRun *r)
 	memset(c, 0, sizeof *c);
 	c->r = r;
 	c->todo = xmalloc((size_t)r->nranks * sizeof *c->todo);
+	c->q = xmalloc((size_t)r->nranks * sizeof *c->q);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->go, NULL);
 	pthread_cond_init(&c->idle, NULL);
@@ -578,6 +581,7 @@ static void crew_stop(Crew *c)
 	pthread_cond_destroy(&c->idle);
 	free(c->th);
 	free(c->todo);
+	free(c->q);
 }
 
 /* run the ranks of c->todo: on the crew when there is one and more than one
@@ -595,11 +599,13 @@ static void crew_round(Crew *c)
 	}
 	sim_gemm_serial(1);
 	pthread_mutex_lock(&c->mu);
+	memcpy(c->q, c->todo, (size_t)c->ntodo * sizeof *c->q);
+	c->nq = c->ntodo;
 	c->next = 0;
 	c->round++;
 	pthread_cond_broadcast(&c->go);
 	crew_work(c);
-	while (c->busy || c->next < c->ntodo)
+	while (c->busy || c->next < c->nq)
 		pthread_cond_wait(&c->idle, &c->mu);
 	pthread_mutex_unlock(&c->mu);
 	sim_gemm_serial(0);
