@@ -485,8 +485,9 @@ static void deadlock(SimRun *r)
 }
 
 /* ------------------------------------------------------- rank rounds
- * A round runs every rank that is neither waiting nor done up to its next
- * communication op, each against its sub-run; the ranks of a round do not
+ * The ranks' inputs are drawn in a first round; then a round runs every
+ * rank that is neither waiting nor done up to its next communication op,
+ * each against its sub-run.  The ranks of a round do not
  * see each other (only the executor, between rounds, moves values from
  * rank to rank), so they run on `threads` threads in any order and compute
  * the same values as one after the other.  What could depend on the order
@@ -502,14 +503,18 @@ typedef struct Crew {
 	int *todo, ntodo; /* the round's ranks, ascending: the caller's */
 	int *q, nq, next; /* the crew's copy and the next to take: under mu */
 	int busy;
+	int inputs; /* the round draws the ranks' inputs instead of running them */
 	unsigned round;
 	int quit;
 } Crew;
 
-static void round_rank(SimRun *r, int k)
+static void round_rank(SimRun *r, int k, int inputs)
 {
 	SimRun *sub = &r->sub[k];
-	run_rank(sub, &r->rs[k]);
+	if (inputs)
+		sim_make_inputs(sub, &r->rs[k]);
+	else
+		run_rank(sub, &r->rs[k]);
 	if (r->limit > 0) {
 		pthread_mutex_lock(&r->mu);
 		sub->running = 0;
@@ -523,9 +528,9 @@ static void crew_work(Crew *c)
 {
 	c->busy++;
 	while (c->next < c->nq) {
-		int k = c->q[c->next++];
+		int k = c->q[c->next++], inputs = c->inputs;
 		pthread_mutex_unlock(&c->mu);
-		round_rank(c->r, k);
+		round_rank(c->r, k, inputs);
 		pthread_mutex_lock(&c->mu);
 	}
 	if (--c->busy == 0)
@@ -584,9 +589,9 @@ static void crew_stop(Crew *c)
 	free(c->q);
 }
 
-/* run the ranks of c->todo: on the crew when there is one and more than one
+/* run (or draw the inputs of) the ranks of c->todo: on the crew when there is one and more than one
  * rank, else in order in the caller, stopping at the first error */
-static void crew_round(Crew *c)
+static void crew_round(Crew *c, int inputs)
 {
 	SimRun *r = c->r;
 	if (r->limit > 0)
@@ -594,12 +599,13 @@ static void crew_round(Crew *c)
 			r->sub[c->todo[j]].running = 1;
 	if (!c->nth || c->ntodo < 2) {
 		for (int j = 0; j < c->ntodo && !(j && r->sub[c->todo[j - 1]].failed); j++)
-			round_rank(r, c->todo[j]);
+			round_rank(r, c->todo[j], inputs);
 		return;
 	}
 	sim_gemm_serial(1);
 	pthread_mutex_lock(&c->mu);
 	memcpy(c->q, c->todo, (size_t)c->ntodo * sizeof *c->q);
+	c->inputs = inputs;
 	c->nq = c->ntodo;
 	c->next = 0;
 	c->round++;
@@ -753,7 +759,7 @@ static void resolve_module(const Module *m)
 
 /* a round's outcome, in rank order: the first error, else each rank that
  * stopped at a communication op arrives there */
-static int round_end(SimRun *r, const Crew *c)
+static int round_end(SimRun *r, const Crew *c, int inputs)
 {
 	int rc = 0;
 	for (int j = 0; j < c->ntodo; j++) {
@@ -773,7 +779,7 @@ static int round_end(SimRun *r, const Crew *c)
 			r->msgoff = t->msgoff;
 			r->errloc = t->errloc;
 			rc = -1;
-		} else if (!s->done && arrive(r, s, s->g->nodes.a[s->pc]) < 0) {
+		} else if (!inputs && !s->done && arrive(r, s, s->g->nodes.a[s->pc]) < 0) {
 			rc = -1;
 		}
 	}
@@ -788,8 +794,8 @@ static int schedule(SimRun *r, Crew *c)
 		for (int i = 0; i < r->nranks; i++)
 			if (!r->rs[i].done && !r->rs[i].wait)
 				c->todo[c->ntodo++] = i;
-		crew_round(c);
-		if (round_end(r, c) < 0)
+		crew_round(c, 0);
+		if (round_end(r, c, 0) < 0)
 			return -1;
 		moved = c->ntodo > 0;
 		for (int i = 0; i < r->nranks; i++) {
@@ -880,9 +886,6 @@ int sim_exec(SimRun *r)
 			    (double)est / (1024.0 * 1024.0), r->nranks > 1 ? " over all ranks" : "",
 			    (double)r->limit / (1024.0 * 1024.0));
 	}
-	for (int k = 0; k < r->nranks; k++)
-		if (sim_make_inputs(r, &r->rs[k]) < 0)
-			return -1;
 	/* a trace is written as the ranks go: one thread keeps its order */
 	r->threads = r->o.trace || r->nranks < 2 ? 1 : r->o.threads > 0 ? r->o.threads : sim_default_threads();
 	if (r->threads > 1) {
@@ -893,7 +896,14 @@ int sim_exec(SimRun *r)
 	subs_new(r);
 	Crew c;
 	crew_start(&c, r);
-	int rc = schedule(r, &c);
+	/* the inputs first, every rank's, as one round */
+	c.ntodo = r->nranks;
+	for (int k = 0; k < r->nranks; k++)
+		c.todo[k] = k;
+	crew_round(&c, 1);
+	int rc = round_end(r, &c, 1);
+	if (rc == 0)
+		rc = schedule(r, &c);
 	crew_stop(&c);
 	return rc;
 }
