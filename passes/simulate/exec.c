@@ -1,9 +1,10 @@
 /* exec.c - runs R ranks together, one Module per rank (rank i = ranks[i]).
  *
  * Each rank evaluates its entry graph's nodes in order until it reaches a
- * communication operator, where it stops.  A round-robin scheduler (ranks
- * in ascending order, so every run is deterministic) then fires what can
- * fire:
+ * communication operator, where it stops; the ranks of such a round run on
+ * several threads (see "rank rounds" below).  The scheduler then, on one
+ * thread and in ascending rank order, so that every run is deterministic,
+ * fires what can fire:
  *   - a collective (AllReduce, AllGather, ReduceScatter, AlltoAll) fires
  *     when every rank of its group waits at the matching op: the k-th
  *     collective of that group on each rank (SIM_MATCH_ORDER, what NCCL and
