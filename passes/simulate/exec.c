@@ -644,11 +644,15 @@ int sim_budget_take(SimRun *r, int64_t b)
 		r->bytes += b;
 		return 1;
 	}
-	/* in rank order, rank k would see what the run held before the round,
-	 * all that ranks 0..k-1 allocate in it and its own: within the limit
-	 * if everything allocated so far is; else wait until ranks 0..k-1 have
-	 * finished the round, when the sum is final */
+	/* Rank k run after ranks 0..k-1 would see what the run held before
+	 * the round, all that ranks 0..k-1 allocate in it and its own.  Within
+	 * the limit with everything allocated so far: go on, and round_end()
+	 * replays the round's asks in rank order to decide.  Else over it with
+	 * what ranks 0..k-1 hold now: over it in rank order too.  Else wait
+	 * until ranks 0..k-1 have finished the round, when their sum is final
+	 * (so memory stays within the limit but for that last case). */
 	int ok = 0, k = (int)(r - p->sub);
+	vec_push(&r->asks, b);
 	pthread_mutex_lock(&p->mu);
 	if (p->bytes + p->round_bytes + b <= p->limit) {
 		ok = 1;
@@ -660,12 +664,12 @@ int sim_budget_take(SimRun *r, int64_t b)
 				before += p->sub[i].bytes;
 				final &= !p->sub[i].running;
 			}
-			if (before <= p->limit) {
+			if (before > p->limit)
+				break;
+			if (final) {
 				ok = 1;
 				break;
 			}
-			if (final)
-				break;
 			pthread_cond_wait(&p->cv, &p->mu);
 		}
 	}
@@ -688,6 +692,7 @@ static void subs_new(SimRun *r)
 		memset(&t->buffers, 0, sizeof t->buffers);
 		memset(&t->values, 0, sizeof t->values);
 		memset(&t->mail, 0, sizeof t->mail);
+		memset(&t->asks, 0, sizeof t->asks);
 		t->group_buf = NULL;
 		t->group_cap = 0;
 		t->bytes = 0;
@@ -763,6 +768,7 @@ static void resolve_module(const Module *m)
 static int round_end(SimRun *r, const Crew *c, int inputs)
 {
 	int rc = 0;
+	int64_t before = r->bytes; /* what the run held before the round */
 	for (int j = 0; j < c->ntodo; j++) {
 		SimRun *t = &r->sub[c->todo[j]];
 		r->bytes += t->bytes;
@@ -771,9 +777,17 @@ static int round_end(SimRun *r, const Crew *c, int inputs)
 		t->executed = 0;
 	}
 	r->round_bytes = 0;
+	int64_t held = before;
 	for (int j = 0; j < c->ntodo && rc == 0; j++) {
 		RankState *s = &r->rs[c->todo[j]];
-		const SimRun *t = &r->sub[c->todo[j]];
+		SimRun *t = &r->sub[c->todo[j]];
+		/* its asks as they come after those of ranks 0..j-1 */
+		for (uint32_t i = 0; i < t->asks.n && r->limit > 0 && rc == 0; i++)
+			if ((held += t->asks.a[i]) > r->limit)
+				rc = sim_budget_error(r);
+		t->asks.n = 0;
+		if (rc < 0)
+			break;
 		if (t->failed) {
 			r->failed = 1;
 			memcpy(r->err, t->err, sizeof r->err);
@@ -958,6 +972,7 @@ void sim_free(SimRun *r)
 		vec_free(&t->buffers);
 		vec_free(&t->tensors);
 		vec_free(&t->values);
+		vec_free(&t->asks);
 	}
 	free(r->sub);
 	pthread_mutex_destroy(&r->mu);

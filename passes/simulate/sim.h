@@ -86,7 +86,9 @@ typedef struct SimOptions {
 	int match;               /* SimMatch */
 	/* sim_run_ranks: the single-device module whose parameters the ranks
 	 * slice (global shapes, value ranges), and the hook naming each rank
-	 * parameter's block.  NULL global: each rank draws its own inputs. */
+	 * parameter's block.  NULL global: each rank draws its own inputs.
+	 * The hooks (slice, init, grad_scale) are called from the run's
+	 * threads, several at once: they must not write shared state. */
 	Module *global;
 	SimSliceFn slice;
 	void *slice_ctx;

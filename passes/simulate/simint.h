@@ -77,6 +77,7 @@ struct SimRun {
 	 * bytes count what it allocated in the round; sim_budget_take()
 	 * charges them to the parent's limit under mu. */
 	SimRun *parent, *sub;
+	Vec(int64_t) asks;   /* a sub-run: the sizes it asked for in the round, in order */
 	int threads;         /* worker threads of the rank rounds (1: in the caller) */
 	uint8_t running;     /* a sub-run: its rank has not finished the round */
 	int64_t round_bytes; /* the run: what its sub-runs allocated in this round */
@@ -93,6 +94,7 @@ typedef struct Ctx {
 
 /* ------------------------------------------------------------- tensor.c */
 SimTensor *sim_tensor_new(SimRun *r, int dtype, int ndim, const int64_t *shape); /* zeroed; NULL: limit hit */
+int sim_budget_error(SimRun *r); /* records "over --simulate-max-mb"; -1 */
 SimTensor *sim_tensor_view(SimRun *r, const SimTensor *base, int ndim, const int64_t *shape, int64_t off);
 SimValue *sim_val_tensor(SimRun *r, SimTensor *t);
 SimValue *sim_val_tuple(SimRun *r, uint32_t n);

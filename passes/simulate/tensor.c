@@ -103,6 +103,14 @@ static SimTensor *tensor_shell(SimRun *r, int dtype, int ndim, const int64_t *sh
 	return t;
 }
 
+int sim_budget_error(SimRun *r)
+{
+	return sim_errorf(r, NULL, NULL,
+	                  "the simulation needs more than the %.0f MB of tensor storage it may use "
+	                  "(--simulate-max-mb)",
+	                  (double)r->limit / (1024.0 * 1024.0));
+}
+
 SimTensor *sim_tensor_new(SimRun *r, int dtype, int ndim, const int64_t *shape)
 {
 	int64_t numel;
@@ -112,10 +120,7 @@ SimTensor *sim_tensor_new(SimRun *r, int dtype, int ndim, const int64_t *shape)
 	}
 	int64_t bytes = numel * (int64_t)sizeof(float);
 	if (!sim_budget_take(r, bytes)) {
-		sim_errorf(r, NULL, NULL,
-		           "the simulation needs more than the %.0f MB of tensor storage it may use "
-		           "(--simulate-max-mb)",
-		           (double)r->limit / (1024.0 * 1024.0));
+		sim_budget_error(r);
 		return NULL;
 	}
 	SimTensor *t = tensor_shell(r, dtype, ndim, shape, numel);
