@@ -42,6 +42,7 @@ enum {
 	OPT_SEED,
 	OPT_SIMULATE_MAX_MB,
 	OPT_SIMULATE_GRADCHECK_MB,
+	OPT_SIMULATE_THREADS,
 	OPT_REPORT,
 	OPT_REPORT_FORMAT,
 	OPT_BANDWIDTH,
@@ -111,6 +112,7 @@ static const struct option longopts[] = {
 	{"seed", required_argument, NULL, OPT_SEED},
 	{"simulate-max-mb", required_argument, NULL, OPT_SIMULATE_MAX_MB},
 	{"simulate-gradcheck-mb", required_argument, NULL, OPT_SIMULATE_GRADCHECK_MB},
+	{"simulate-threads", required_argument, NULL, OPT_SIMULATE_THREADS},
 	{"report", optional_argument, NULL, OPT_REPORT},
 	{"report-format", required_argument, NULL, OPT_REPORT_FORMAT},
 	{"bandwidth", required_argument, NULL, OPT_BANDWIDTH},
@@ -303,6 +305,8 @@ static void usage(FILE *f)
 	      "      --simulate-gradcheck-mb=N  of a training step, also check the single-device\n"
 	      "                          gradients against central differences of the loss when its\n"
 	      "                          tensors need at most N MB (default 4; 0: never)\n"
+	      "      --simulate-threads=N  run the ranks on N threads (default: one per online\n"
+	      "                          core); the results do not depend on N\n"
 	      "\n"
 	      "",
 	      f);
@@ -1111,6 +1115,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_SIMULATE_GRADCHECK_MB:
 			so.gradcheck_mb = (double)parse_long("--simulate-gradcheck-mb", optarg, 0, 1L << 30);
+			break;
+		case OPT_SIMULATE_THREADS:
+			so.threads = (int)parse_long("--simulate-threads", optarg, 1, 1024);
 			break;
 		case OPT_REPORT:
 			report = optarg ? optarg : "-";

@@ -274,22 +274,32 @@ uint32_t ir_node_fwd_id(const Node *n)
 	return k < x->fwd_tab->n ? x->fwd_tab->id[k] : 0;
 }
 
+const char *ir_node_fullname_r(const Node *n, char *buf, size_t cap)
+{
+	if (n->scope_kind != SCOPE_FULLNAME || !n->scope_op)
+		return sym_str(n->scope);
+	snprintf(buf, cap, "%s-op%u", sym_str(n->scope), n->scope_op - 1);
+	return buf;
+}
+
 const char *ir_node_fullname(const Node *n)
 {
 	static char buf[1024];
-	if (n->scope_kind != SCOPE_FULLNAME || !n->scope_op)
-		return sym_str(n->scope);
-	snprintf(buf, sizeof buf, "%s-op%u", sym_str(n->scope), n->scope_op - 1);
+	return ir_node_fullname_r(n, buf, sizeof buf);
+}
+
+const char *ir_node_name_r(const Node *n, char *buf, size_t cap)
+{
+	if (!n->autoname)
+		return sym_str(n->name);
+	snprintf(buf, cap, "CNode_%u", n->id);
 	return buf;
 }
 
 const char *ir_node_name(const Node *n)
 {
 	static char buf[32];
-	if (!n->autoname)
-		return sym_str(n->name);
-	snprintf(buf, sizeof buf, "CNode_%u", n->id);
-	return buf;
+	return ir_node_name_r(n, buf, sizeof buf);
 }
 
 const OpInfo *ir_opinfo(const Node *n)

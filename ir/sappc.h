@@ -603,6 +603,10 @@ void ir_node_set_strat(Module *m, Node *n, AttrList l);
  * the same function overwrites. */
 const char *ir_node_fullname(const Node *n); /* scope text or "" */
 const char *ir_node_name(const Node *n);     /* debug name or "" */
+/* the same, formed in buf when it must be (the two above share a static
+ * buffer: the simulator's threads use these) */
+const char *ir_node_fullname_r(const Node *n, char *buf, size_t cap);
+const char *ir_node_name_r(const Node *n, char *buf, size_t cap);
 Node *ir_look_through(Node *n);               /* skip Load/Depend/Cast... to the producer */
 void ir_renumber(Graph *g);
 void ir_graph_set_nodes(Graph *g, Node **a, uint32_t n, uint32_t cap); /* takes the array, renumbers */

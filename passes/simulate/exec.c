@@ -1,9 +1,10 @@
 /* exec.c - runs R ranks together, one Module per rank (rank i = ranks[i]).
  *
  * Each rank evaluates its entry graph's nodes in order until it reaches a
- * communication operator, where it stops.  A round-robin scheduler (ranks
- * in ascending order, so every run is deterministic) then fires what can
- * fire:
+ * communication operator, where it stops; the ranks of such a round run on
+ * several threads (see "rank rounds" below).  The scheduler then, on one
+ * thread and in ascending rank order, so that every run is deterministic,
+ * fires what can fire:
  *   - a collective (AllReduce, AllGather, ReduceScatter, AlltoAll) fires
  *     when every rank of its group waits at the matching op: the k-th
  *     collective of that group on each rank (SIM_MATCH_ORDER, what NCCL and
@@ -22,6 +23,8 @@
  * AllGather's concatenation and of ReduceScatter's and AlltoAll's blocks.
  */
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "simint.h"
 
@@ -424,7 +427,8 @@ out:
 	return rc;
 }
 
-/* run s until it returns or stops at a communication op: 1 moved, 0 not, -1 error */
+/* run s until it returns or reaches a communication op, where its pc
+ * stays (the scheduler calls arrive(), in rank order): 0 ok, -1 error */
 static int run_rank(SimRun *r, RankState *s)
 {
 	while (s->pc < s->g->nodes.n) {
@@ -434,7 +438,7 @@ static int run_rank(SimRun *r, RankState *s)
 			continue;
 		}
 		if (sim_is_comm(n))
-			return arrive(r, s, n) < 0 ? -1 : 1;
+			return 0;
 		Ctx c = {r, s, n};
 		if (sim_eval_node(&c) < 0)
 			return -1;
@@ -448,13 +452,13 @@ static int run_rank(SimRun *r, RankState *s)
 		if (n->kind == NK_RETURN) {
 			s->result = s->vals[n->id];
 			s->done = 1;
-			return 1;
+			return 0;
 		}
 		r->executed++;
 		s->pc++;
 	}
 	s->done = 1;
-	return 1;
+	return 0;
 }
 
 static void deadlock(SimRun *r)
@@ -481,19 +485,334 @@ static void deadlock(SimRun *r)
 	sim_errorf(r, NULL, NULL, "deadlock: %s", buf);
 }
 
-static int schedule(SimRun *r)
+/* ------------------------------------------------------- rank rounds
+ * The ranks' inputs are drawn in a first round; then a round runs every
+ * rank that is neither waiting nor done up to its next communication op,
+ * each against its sub-run.  The ranks of a round do not
+ * see each other (only the executor, between rounds, moves values from
+ * rank to rank), so they run on `threads` threads in any order and compute
+ * the same values as one after the other.  What could depend on the order
+ * is made not to: the first error is the lowest rank's (a rank after it
+ * would not have run), and the storage limit is decided by
+ * sim_budget_take() as if the ranks had run in ascending order. */
+typedef struct Crew {
+	SimRun *r;
+	pthread_mutex_t mu;
+	pthread_cond_t go, idle;
+	pthread_t *th;
+	int nth;
+	int *todo, ntodo; /* the round's ranks, ascending: the caller's */
+	int *q, nq, next; /* the crew's copy and the next to take: under mu */
+	int busy;
+	int inputs; /* the round draws the ranks' inputs instead of running them */
+	unsigned round;
+	int quit;
+} Crew;
+
+static void round_rank(SimRun *r, int k, int inputs)
+{
+	SimRun *sub = &r->sub[k];
+	if (inputs)
+		sim_make_inputs(sub, &r->rs[k]);
+	else
+		run_rank(sub, &r->rs[k]);
+	if (r->limit > 0) {
+		pthread_mutex_lock(&r->mu);
+		sub->running = 0;
+		pthread_cond_broadcast(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+	}
+}
+
+/* take the round's ranks one by one until none is left; c->mu held */
+static void crew_work(Crew *c)
+{
+	c->busy++;
+	while (c->next < c->nq) {
+		int k = c->q[c->next++], inputs = c->inputs;
+		pthread_mutex_unlock(&c->mu);
+		round_rank(c->r, k, inputs);
+		pthread_mutex_lock(&c->mu);
+	}
+	if (--c->busy == 0)
+		pthread_cond_signal(&c->idle);
+}
+
+static void *crew_main(void *arg)
+{
+	Crew *c = arg;
+	unsigned seen = 0;
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		while (!c->quit && c->round == seen)
+			pthread_cond_wait(&c->go, &c->mu);
+		if (c->quit)
+			break;
+		seen = c->round;
+		crew_work(c);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+/* up to r->threads - 1 workers besides the caller; fewer if the system
+ * gives fewer (the run is the same, only slower) */
+static void crew_start(Crew *c, SimRun *r)
+{
+	memset(c, 0, sizeof *c);
+	c->r = r;
+	c->todo = xmalloc((size_t)r->nranks * sizeof *c->todo);
+	c->q = xmalloc((size_t)r->nranks * sizeof *c->q);
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->go, NULL);
+	pthread_cond_init(&c->idle, NULL);
+	int want = r->threads < r->nranks ? r->threads - 1 : r->nranks - 1;
+	if (want <= 0)
+		return;
+	c->th = xmalloc((size_t)want * sizeof *c->th);
+	while (c->nth < want && pthread_create(&c->th[c->nth], NULL, crew_main, c) == 0)
+		c->nth++;
+}
+
+static void crew_stop(Crew *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->quit = 1;
+	pthread_cond_broadcast(&c->go);
+	pthread_mutex_unlock(&c->mu);
+	for (int i = 0; i < c->nth; i++)
+		pthread_join(c->th[i], NULL);
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->go);
+	pthread_cond_destroy(&c->idle);
+	free(c->th);
+	free(c->todo);
+	free(c->q);
+}
+
+/* run (or draw the inputs of) the ranks of c->todo: on the crew when there is one and more than one
+ * rank, else in order in the caller, stopping at the first error */
+static void crew_round(Crew *c, int inputs)
+{
+	SimRun *r = c->r;
+	if (r->limit > 0)
+		for (int j = 0; j < c->ntodo; j++)
+			r->sub[c->todo[j]].running = 1;
+	if (!c->nth || c->ntodo < 2) {
+		for (int j = 0; j < c->ntodo && !(j && r->sub[c->todo[j - 1]].failed); j++)
+			round_rank(r, c->todo[j], inputs);
+		return;
+	}
+	sim_gemm_serial(1);
+	pthread_mutex_lock(&c->mu);
+	memcpy(c->q, c->todo, (size_t)c->ntodo * sizeof *c->q);
+	c->inputs = inputs;
+	c->nq = c->ntodo;
+	c->next = 0;
+	c->round++;
+	pthread_cond_broadcast(&c->go);
+	crew_work(c);
+	while (c->busy || c->next < c->nq)
+		pthread_cond_wait(&c->idle, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	sim_gemm_serial(0);
+}
+
+/* Under an address-space limit (ulimit -v, what bound.sh and the man page
+ * suggest for --simulate-max-mb) one thread: every thread that multiplies
+ * matrices through OpenBLAS gets its own work buffer (128 MB), and OpenBLAS
+ * retries for ever when it cannot map one. */
+int sim_default_threads(void)
+{
+	struct rlimit as;
+	if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+		return 1;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 1 ? (n < 1024 ? (int)n : 1024) : 1;
+}
+
+int sim_budget_take(SimRun *r, int64_t b)
+{
+	SimRun *p = r->parent;
+	if (r->limit <= 0) {
+		r->bytes += b;
+		return 1;
+	}
+	if (!p) {
+		if (r->bytes + b > r->limit)
+			return 0;
+		r->bytes += b;
+		return 1;
+	}
+	/* Rank k run after ranks 0..k-1 would see what the run held before
+	 * the round, all that ranks 0..k-1 allocate in it and its own.  Within
+	 * the limit with everything allocated so far: go on, and round_end()
+	 * replays the round's asks in rank order to decide.  Else over it with
+	 * what ranks 0..k-1 hold now: over it in rank order too.  Else wait
+	 * until ranks 0..k-1 have finished the round, when their sum is final
+	 * (so memory stays within the limit but for that last case). */
+	int ok = 0, k = (int)(r - p->sub);
+	vec_push(&r->asks, b);
+	pthread_mutex_lock(&p->mu);
+	if (p->bytes + p->round_bytes + b <= p->limit) {
+		ok = 1;
+	} else {
+		for (;;) {
+			int64_t before = p->bytes + r->bytes + b;
+			int final = 1;
+			for (int i = 0; i < k; i++) {
+				before += p->sub[i].bytes;
+				final &= !p->sub[i].running;
+			}
+			if (before > p->limit)
+				break;
+			if (final) {
+				ok = 1;
+				break;
+			}
+			pthread_cond_wait(&p->cv, &p->mu);
+		}
+	}
+	if (ok) {
+		r->bytes += b;
+		p->round_bytes += b;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return ok;
+}
+
+/* the sub-runs of the ranks: copies of the run without its lists */
+static void subs_new(SimRun *r)
+{
+	r->sub = xcalloc((size_t)r->nranks, sizeof *r->sub);
+	for (int k = 0; k < r->nranks; k++) {
+		SimRun *t = &r->sub[k];
+		*t = *r;
+		memset(&t->tensors, 0, sizeof t->tensors);
+		memset(&t->buffers, 0, sizeof t->buffers);
+		memset(&t->values, 0, sizeof t->values);
+		memset(&t->mail, 0, sizeof t->mail);
+		memset(&t->asks, 0, sizeof t->asks);
+		t->group_buf = NULL;
+		t->group_cap = 0;
+		t->bytes = 0;
+		t->executed = 0;
+		t->parent = r;
+		t->sub = NULL;
+	}
+}
+
+/* A deferred Sym's text is interned the first time sym_str() asks for it
+ * (ir/intern.c), which writes the interning table: form the text of every
+ * name a rank's operators may read before the ranks run on threads. */
+static void resolve_value(const Value *v)
+{
+	sym_str(v->text);
+	sym_str(v->key);
+	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL)
+		for (uint32_t i = 0; i < v->n; i++)
+			resolve_value(&v->u.elems[i]);
+}
+
+static void resolve_attrs(const AttrList *l)
+{
+	for (uint32_t i = 0; i < l->n; i++) {
+		sym_str(l->a[i].key);
+		resolve_value(&l->a[i].val);
+	}
+}
+
+static void resolve_abs(const Abs *a)
+{
+	sym_str(a->tstr);
+	sym_str(a->dtype);
+	if (a->x) {
+		sym_str(a->x->ref_key);
+		for (uint32_t i = 0; i < a->x->nextras; i++)
+			sym_str(a->x->extras[i]);
+	}
+}
+
+static void resolve_node(const Node *n)
+{
+	const NodeExt *x = ir_node_ext(n);
+	sym_str(n->name);
+	sym_str(n->prim);
+	sym_str(n->instance);
+	sym_str(n->scope);
+	resolve_abs(&n->out);
+	for (uint32_t i = 0; i < n->nin_types; i++)
+		resolve_abs(&n->in_types[i]);
+	for (uint32_t i = 0; i < n->nargs; i++)
+		resolve_value(&n->args[i]);
+	resolve_attrs(&n->pattrs);
+	resolve_attrs(&n->strat);
+	resolve_attrs(&x->cattrs);
+	resolve_attrs(&x->primal);
+	sym_str(x->fwd_prim);
+}
+
+static void resolve_module(const Module *m)
+{
+	for (uint32_t i = 0; m && i < m->graphs.n; i++) {
+		const Graph *g = m->graphs.a[i];
+		for (uint32_t j = 0; j < g->params.n; j++)
+			resolve_node(g->params.a[j]);
+		for (uint32_t j = 0; j < g->nodes.n; j++)
+			resolve_node(g->nodes.a[j]);
+	}
+}
+
+/* a round's outcome, in rank order: the first error, else each rank that
+ * stopped at a communication op arrives there */
+static int round_end(SimRun *r, const Crew *c, int inputs)
+{
+	int rc = 0;
+	int64_t before = r->bytes; /* what the run held before the round */
+	for (int j = 0; j < c->ntodo; j++) {
+		SimRun *t = &r->sub[c->todo[j]];
+		r->bytes += t->bytes;
+		r->executed += t->executed;
+		t->bytes = 0;
+		t->executed = 0;
+	}
+	r->round_bytes = 0;
+	int64_t held = before;
+	for (int j = 0; j < c->ntodo && rc == 0; j++) {
+		RankState *s = &r->rs[c->todo[j]];
+		SimRun *t = &r->sub[c->todo[j]];
+		/* its asks as they come after those of ranks 0..j-1 */
+		for (uint32_t i = 0; i < t->asks.n && r->limit > 0 && rc == 0; i++)
+			if ((held += t->asks.a[i]) > r->limit)
+				rc = sim_budget_error(r);
+		t->asks.n = 0;
+		if (rc < 0)
+			break;
+		if (t->failed) {
+			r->failed = 1;
+			memcpy(r->err, t->err, sizeof r->err);
+			r->msgoff = t->msgoff;
+			r->errloc = t->errloc;
+			rc = -1;
+		} else if (!inputs && !s->done && arrive(r, s, s->g->nodes.a[s->pc]) < 0) {
+			rc = -1;
+		}
+	}
+	return rc;
+}
+
+static int schedule(SimRun *r, Crew *c)
 {
 	for (;;) {
 		int moved = 0, done = 1;
-		for (int i = 0; i < r->nranks; i++) {
-			RankState *s = &r->rs[i];
-			if (s->done || s->wait)
-				continue;
-			int rc = run_rank(r, s);
-			if (rc < 0)
-				return -1;
-			moved |= rc;
-		}
+		c->ntodo = 0;
+		for (int i = 0; i < r->nranks; i++)
+			if (!r->rs[i].done && !r->rs[i].wait)
+				c->todo[c->ntodo++] = i;
+		crew_round(c, 0);
+		if (round_end(r, c, 0) < 0)
+			return -1;
+		moved = c->ntodo > 0;
 		for (int i = 0; i < r->nranks; i++) {
 			RankState *s = &r->rs[i];
 			if (!s->wait)
@@ -531,6 +850,8 @@ SimRun *sim_new(Module **ranks, int nranks, const SimOptions *o)
 	r->nranks = nranks > 0 ? nranks : 0;
 	r->limit = r->o.max_mb > 0 ? (int64_t)(r->o.max_mb * 1024.0 * 1024.0) : 0;
 	r->rs = xcalloc(r->nranks ? (size_t)r->nranks : 1, sizeof *r->rs);
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
 	if (nranks <= 0) {
 		sim_errorf(r, NULL, NULL, "nothing to simulate (no ranks)");
 		return r;
@@ -580,10 +901,26 @@ int sim_exec(SimRun *r)
 			    (double)est / (1024.0 * 1024.0), r->nranks > 1 ? " over all ranks" : "",
 			    (double)r->limit / (1024.0 * 1024.0));
 	}
+	/* a trace is written as the ranks go: one thread keeps its order */
+	r->threads = r->o.trace || r->nranks < 2 ? 1 : r->o.threads > 0 ? r->o.threads : sim_default_threads();
+	if (r->threads > 1) {
+		for (int k = 0; k < r->nranks; k++)
+			resolve_module(r->rs[k].m);
+		resolve_module(r->o.global);
+	}
+	subs_new(r);
+	Crew c;
+	crew_start(&c, r);
+	/* the inputs first, every rank's, as one round */
+	c.ntodo = r->nranks;
 	for (int k = 0; k < r->nranks; k++)
-		if (sim_make_inputs(r, &r->rs[k]) < 0)
-			return -1;
-	return schedule(r);
+		c.todo[k] = k;
+	crew_round(&c, 1);
+	int rc = round_end(r, &c, 1);
+	if (rc == 0)
+		rc = schedule(r, &c);
+	crew_stop(&c);
+	return rc;
 }
 
 SimRun *sim_run(Module *m, const SimOptions *o)
@@ -622,6 +959,24 @@ void sim_free(SimRun *r)
 		free(r->rs[k].last);
 		free(r->rs[k].aux);
 	}
+	for (int k = 0; r->sub && k < r->nranks; k++) {
+		SimRun *t = &r->sub[k];
+		for (uint32_t i = 0; i < t->buffers.n; i++)
+			free(t->buffers.a[i]);
+		for (uint32_t i = 0; i < t->tensors.n; i++)
+			free(t->tensors.a[i]);
+		for (uint32_t i = 0; i < t->values.n; i++) {
+			free(t->values.a[i]->elems);
+			free(t->values.a[i]);
+		}
+		vec_free(&t->buffers);
+		vec_free(&t->tensors);
+		vec_free(&t->values);
+		vec_free(&t->asks);
+	}
+	free(r->sub);
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
 	free(r->group_buf);
 	vec_free(&r->buffers);
 	vec_free(&r->tensors);

@@ -32,6 +32,29 @@
 #ifdef HAVE_CBLAS
 #include <cblas.h>
 
+/* While the ranks run on threads (exec.c), each product runs on its
+ * caller's thread: the ranks already use every core, and OpenBLAS threads
+ * on top of them would only contend.  The count does not change a result
+ * (see above). */
+void sim_gemm_serial(int on)
+{
+#if defined(HAVE_OPENBLAS_SET_NUM_THREADS) && defined(HAVE_OPENBLAS_GET_NUM_THREADS)
+	static int own = 0, serial = 0;
+	if (on == serial)
+		return;
+	if (on) {
+		own = openblas_get_num_threads();
+		if (own > 1)
+			openblas_set_num_threads(1);
+	} else if (own > 1) {
+		openblas_set_num_threads(own);
+	}
+	serial = on;
+#else
+	(void)on;
+#endif
+}
+
 #define GEMM_BUDGET ((int64_t)1 << 20) /* elements (8 MB of doubles) per block */
 
 /* dst (rows x cols, contiguous) = src (rows x cols, row stride ld) widened */
@@ -103,6 +126,11 @@ void sim_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A, i
 
 #define MM_ROWS 4
 #define MM_COLS 256
+
+void sim_gemm_serial(int on)
+{
+	(void)on;
+}
 
 void sim_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
               int64_t ldb, const float *bias, float *C, int64_t ldc)

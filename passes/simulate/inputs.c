@@ -350,8 +350,10 @@ static Node *item_user(const Graph *g, const Node *n, int64_t k)
 static Node *find_getnext(Module *m, const char *fullname)
 {
 	Graph *g = ir_entry(m);
+	char buf[1024];
 	for (uint32_t i = 0; g && i < g->nodes.n; i++)
-		if (ir_node_is_op(g->nodes.a[i], OP_GetNext) && strcmp(ir_node_fullname(g->nodes.a[i]), fullname) == 0)
+		if (ir_node_is_op(g->nodes.a[i], OP_GetNext) &&
+		    strcmp(ir_node_fullname_r(g->nodes.a[i], buf, sizeof buf), fullname) == 0)
 			return g->nodes.a[i];
 	return NULL;
 }
@@ -367,7 +369,8 @@ SimValue *sim_getnext(Ctx *c)
 	RankState *s = c->s;
 	Node *n = c->n;
 	const Shape *os = &n->out.shape;
-	const char *fn = ir_node_fullname(n);
+	char fnbuf[1024];
+	const char *fn = ir_node_fullname_r(n, fnbuf, sizeof fnbuf);
 	Node *G = r->o.global && r->o.global != s->m ? find_getnext(r->o.global, fn) : n;
 	Module *gm = G == n ? s->m : r->o.global;
 	if (os->kind != SK_TUPLE)

@@ -1257,7 +1257,8 @@ SimValue *k_random_choice(Ctx *c)
 	for (int64_t e = 0; e < x->numel; e++)
 		if (x->data[e] != 0)
 			cand[nc++] = e;
-	const char *fn = ir_node_fullname(c->n);
+	char fnbuf[1024];
+	const char *fn = ir_node_fullname_r(c->n, fnbuf, sizeof fnbuf);
 	uint64_t key = sim_mix64(c->r->o.seed ^ std_hash_bytes(fn, strlen(fn)) ^ sim_mix64((uint64_t)seed) ^
 	                         sim_mix64((uint64_t)seed2 + 1));
 	for (int64_t i = nc - 1; i > 0; i--) { /* Fisher-Yates */

@@ -86,7 +86,9 @@ typedef struct SimOptions {
 	int match;               /* SimMatch */
 	/* sim_run_ranks: the single-device module whose parameters the ranks
 	 * slice (global shapes, value ranges), and the hook naming each rank
-	 * parameter's block.  NULL global: each rank draws its own inputs. */
+	 * parameter's block.  NULL global: each rank draws its own inputs.
+	 * The hooks (slice, init, grad_scale) are called from the run's
+	 * threads, several at once: they must not write shared state. */
 	Module *global;
 	SimSliceFn slice;
 	void *slice_ctx;
@@ -111,7 +113,13 @@ typedef struct SimOptions {
 	/* if set: only the nodes whose id is marked are evaluated, the others
 	 * get an empty value (the central differences need only the loss) */
 	const uint8_t *only;
+	/* --simulate-threads: threads the ranks of a run share (0: every
+	 * online core, see sim_default_threads); the values do not depend on it */
+	int threads;
 } SimOptions;
+
+/* the default of SimOptions.threads: the online cores */
+int sim_default_threads(void);
 
 /* Test-only faults a run can inject into the programs it runs (sappc reads
  * them from SAPPC_TEST_DROP_GRAD_MEAN, SAPPC_TEST_BREAK_RS_BPROP,

@@ -2,6 +2,8 @@
 #ifndef SAPPC_SIMINT_H
 #define SAPPC_SIMINT_H
 
+#include <pthread.h>
+
 #include "sim.h"
 
 /* A rank's execution state: a program counter over its entry graph and the
@@ -69,6 +71,18 @@ struct SimRun {
 	char err[640]; /* "file:line:col: " + err + msgoff */
 	size_t msgoff;
 	Loc errloc;
+	/* Ranks running in parallel (exec.c): between two communication
+	 * rounds rank k runs against sub[k], a copy of the run with its own
+	 * allocation lists, error and counters, whose parent is the run.  Its
+	 * bytes count what it allocated in the round; sim_budget_take()
+	 * charges them to the parent's limit under mu. */
+	SimRun *parent, *sub;
+	Vec(int64_t) asks;   /* a sub-run: the sizes it asked for in the round, in order */
+	int threads;         /* worker threads of the rank rounds (1: in the caller) */
+	uint8_t running;     /* a sub-run: its rank has not finished the round */
+	int64_t round_bytes; /* the run: what its sub-runs allocated in this round */
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* a sub-run finished its round */
 };
 
 /* What a kernel sees: the run, the rank and the node being evaluated. */
@@ -80,6 +94,7 @@ typedef struct Ctx {
 
 /* ------------------------------------------------------------- tensor.c */
 SimTensor *sim_tensor_new(SimRun *r, int dtype, int ndim, const int64_t *shape); /* zeroed; NULL: limit hit */
+int sim_budget_error(SimRun *r); /* records "over --simulate-max-mb"; -1 */
 SimTensor *sim_tensor_view(SimRun *r, const SimTensor *base, int ndim, const int64_t *shape, int64_t off);
 SimValue *sim_val_tensor(SimRun *r, SimTensor *t);
 SimValue *sim_val_tuple(SimRun *r, uint32_t n);
@@ -133,6 +148,9 @@ int sim_allocates(const Node *n); /* whether the op makes new storage (memory es
  * through cblas_dgemm when configure found a CBLAS. */
 void sim_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
               int64_t ldb, const float *bias, float *C, int64_t ldc);
+/* matrix products run on one thread (1) or on the BLAS's own count (0):
+ * one while ranks run in parallel, so that they do not share the cores */
+void sim_gemm_serial(int on);
 
 /* ------------------------------------------------------------ kernels.c */
 /* a tensor seen as outer x shape[ax] x inner around axis ax */
@@ -201,5 +219,9 @@ SimValue *sim_getnext(Ctx *c); /* GetNext's outputs, drawn like dataset inputs *
 
 /* --------------------------------------------------------------- exec.c */
 int sim_group_of(SimRun *r, RankState *s, Node *n, int64_t *ranks, int max); /* count, -1 error */
+/* take b bytes of the storage limit for r (a run, or a rank's sub-run) and
+ * count them: 1 ok, 0 over the limit.  A sub-run's decision is the one the
+ * ranks running one after the other in ascending order would make. */
+int sim_budget_take(SimRun *r, int64_t b);
 
 #endif

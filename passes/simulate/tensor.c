@@ -103,6 +103,14 @@ static SimTensor *tensor_shell(SimRun *r, int dtype, int ndim, const int64_t *sh
 	return t;
 }
 
+int sim_budget_error(SimRun *r)
+{
+	return sim_errorf(r, NULL, NULL,
+	                  "the simulation needs more than the %.0f MB of tensor storage it may use "
+	                  "(--simulate-max-mb)",
+	                  (double)r->limit / (1024.0 * 1024.0));
+}
+
 SimTensor *sim_tensor_new(SimRun *r, int dtype, int ndim, const int64_t *shape)
 {
 	int64_t numel;
@@ -111,17 +119,13 @@ SimTensor *sim_tensor_new(SimRun *r, int dtype, int ndim, const int64_t *shape)
 		return NULL;
 	}
 	int64_t bytes = numel * (int64_t)sizeof(float);
-	if (r->limit > 0 && r->bytes + bytes > r->limit) {
-		sim_errorf(r, NULL, NULL,
-		           "the simulation needs more than the %.0f MB of tensor storage it may use "
-		           "(--simulate-max-mb)",
-		           (double)r->limit / (1024.0 * 1024.0));
+	if (!sim_budget_take(r, bytes)) {
+		sim_budget_error(r);
 		return NULL;
 	}
 	SimTensor *t = tensor_shell(r, dtype, ndim, shape, numel);
 	t->data = xcalloc((size_t)(numel ? numel : 1), sizeof(float));
 	vec_push(&r->buffers, t->data);
-	r->bytes += bytes;
 	return t;
 }
 
@@ -202,6 +206,7 @@ int sim_errorf(SimRun *r, const RankState *s, const Node *n, const char *fmt, ..
 		return -1;
 	r->failed = 1;
 	size_t k = 0, cap = sizeof r->err;
+	char name[32];
 	if (n && s) {
 		if (n->loc.line)
 			k += (size_t)snprintf(r->err + k, cap - k, "%s:%u:%u: ", s->m->filename, n->loc.line,
@@ -215,8 +220,8 @@ int sim_errorf(SimRun *r, const RankState *s, const Node *n, const char *fmt, ..
 		else if (n->kind == NK_RETURN)
 			k += (size_t)snprintf(r->err + k, cap - k, "Return: ");
 		else
-			k += (size_t)snprintf(r->err + k, cap - k, "%%%d(%s) %s: ", n->local, ir_node_name(n),
-			                      n->prim ? sym_str(n->prim) : "call");
+			k += (size_t)snprintf(r->err + k, cap - k, "%%%d(%s) %s: ", n->local,
+			                      ir_node_name_r(n, name, sizeof name), n->prim ? sym_str(n->prim) : "call");
 	} else if (s && r->nranks > 1) {
 		k += (size_t)snprintf(r->err + k, cap - k, "rank %d: ", s->rank);
 	}

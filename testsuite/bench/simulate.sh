@@ -25,6 +25,7 @@ echo
 echo "== --simulate (issue 18 target: llama_layer at 8 devices 10x faster than 125 s) =="
 blas=$(ldd "$sappc" 2>/dev/null | sed -n 's/^[[:space:]]*\(lib[a-z]*blas[^ ]*\) .*/\1/p' | head -1)
 echo "matrix products: ${blas:-portable kernel (no CBLAS linked)}; OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-unset}, $(nproc) cores"
+echo "ranks: on one thread per online core (--simulate-threads), matrix products on one thread each while they run"
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 printf '%-14s %7s %-38s | %8s %8s\n' sample devices flags wall_s cpu_s
 for c in $configs; do
