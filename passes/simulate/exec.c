@@ -726,10 +726,11 @@ static void resolve_abs(const Abs *a)
 {
 	sym_str(a->tstr);
 	sym_str(a->dtype);
-	if (a->x) {
-		sym_str(a->x->ref_key);
-		for (uint32_t i = 0; i < a->x->nextras; i++)
-			sym_str(a->x->extras[i]);
+	const AbsExt *x = abs_ext(a);
+	if (x) {
+		sym_str(x->ref_key);
+		for (uint32_t i = 0; i < x->nextras; i++)
+			sym_str(x->extras[i]);
 	}
 }
 
@@ -746,7 +747,7 @@ static void resolve_node(const Node *n)
 	for (uint32_t i = 0; i < n->nargs; i++)
 		resolve_value(&n->args[i]);
 	resolve_attrs(&n->pattrs);
-	resolve_attrs(&n->strat);
+	resolve_attrs(ir_node_strat(n));
 	resolve_attrs(&x->cattrs);
 	resolve_attrs(&x->primal);
 	sym_str(x->fwd_prim);
