@@ -576,8 +576,12 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 	      c->fn_gen[h] == c->fn_epoch)) {
 		seed_prim(c, n->prim);
 		const char *s = sym_str(like->scope);
-		const char *slash = strrchr(s, '/');
-		size_t plen = slash ? (size_t)(slash - s) : 0, ol = sym_len(n->prim);
+		/* the last '/' sought from the end: a full name is a long path
+		 * and its last segment short (strrchr read all of it) */
+		size_t plen = sym_len(like->scope), ol = sym_len(n->prim);
+		while (plen && s[plen - 1] != '/')
+			plen--;
+		plen = plen ? plen - 1 : 0;
 		char buf[1024];
 		size_t k = plen + (plen ? 1 : 0) + ol; /* "dir/Prim" */
 		if (k >= sizeof buf - 16)
