@@ -1111,16 +1111,21 @@ int pass_redistribute(Module *m, const Options *o)
 				if (p->lay)
 					p->lay->flags |= LAY_LOCAL;
 			}
+			/* localize reads no substitution: they are cleared in its sweep
+			 * (lower_clear_subst's, one pass over the nodes fewer) */
 			for (uint32_t i = 0; i < g->nodes.n; i++) {
 				sweep_prefetch(g->nodes.a, i, g->nodes.n);
 				localize_node(&c, g->nodes.a[i]);
-				if (g->nodes.a[i]->lay)
+				if (g->nodes.a[i]->lay) {
 					g->nodes.a[i]->lay->flags |= LAY_LOCAL;
+					g->nodes.a[i]->lay->subst = NULL;
+				}
 			}
 		}
 	}
 	vec_free(&out);
-	lower_clear_subst(g);
+	if (bad)
+		lower_clear_subst(g);
 	memo_free(&memo);
 	lower_ctx_free(&c);
 	return bad ? 1 : 0;
