@@ -45,8 +45,7 @@ static int pass_through(const Node *n)
  * sweep, which read every operand node again for its mark, was half of
  * what building the lists cost on a big graph (the nodes are cache misses). */
 typedef struct UseEdge {
-	Node *user;
-	uint32_t mark;
+	uint32_t mark, user; /* the operand's mark, the user's place in g->nodes */
 	uint16_t arg;
 } UseEdge;
 
@@ -59,13 +58,14 @@ static void users_build(Graph *g, Users *u)
 		g->nodes.a[i]->mark = np + i + 1;
 	u->start = xcalloc(tot + 2, sizeof *u->start);
 	Vec(UseEdge) e = {0};
+	vec_grow(&e, nn * 4); /* room up front, not doubling copies: what is not written is not faulted in */
 	for (uint32_t i = 0; i < nn; i++) {
 		Node *n = g->nodes.a[i];
 		for (uint32_t k = 0; k < n->nargs; k++)
 			if (n->args[k].kind == V_NODE && n->args[k].u.node->g == g && n->args[k].u.node->mark) {
 				uint32_t mk = n->args[k].u.node->mark;
 				u->start[mk + 1]++;
-				vec_push(&e, ((UseEdge){n, mk, (uint16_t)k}));
+				vec_push(&e, ((UseEdge){mk, i, (uint16_t)k}));
 			}
 	}
 	uint32_t total = e.n;
@@ -77,7 +77,7 @@ static void users_build(Graph *g, Users *u)
 	memcpy(fill, u->start, (tot + 2) * sizeof *fill);
 	for (uint32_t j = 0; j < total; j++) {
 		uint32_t at = fill[e.a[j].mark]++;
-		u->user[at] = e.a[j].user;
+		u->user[at] = g->nodes.a[e.a[j].user];
 		u->arg[at] = e.a[j].arg;
 	}
 	vec_free(&e);

@@ -1021,6 +1021,12 @@ int pass_redistribute(Module *m, const Options *o)
 	c.redist_memo = &memo;
 	Graph *g = ir_entry(m);
 	NodeVec out = {0};
+	/* room for the inserted ops up front (a rank graph grows three- to
+	 * fourfold): the doubling copies of a vector of half a million
+	 * pointers were the pass's top source of fresh pages; room never
+	 * written is never faulted in */
+	if (g)
+		vec_grow(&out, g->nodes.n * 4);
 	int bad = 0;
 	for (uint32_t i = 0; g && i < g->nodes.n && !diag_too_many(); i++) {
 		sweep_prefetch(g->nodes.a, i, g->nodes.n);
@@ -1091,15 +1097,16 @@ int pass_redistribute(Module *m, const Options *o)
 			reduce_scatter(&c, &out, n);
 	}
 	if (g) {
-		Vec(Node *) live = {0};
-		vec_grow(&live, out.n); /* one allocation, not a doubling copy of a million pointers */
+		/* the live nodes, kept in place: a second array of them was fresh
+		 * memory the size of the graph */
+		uint32_t nlive = 0;
 		for (uint32_t i = 0; i < out.n; i++) {
 			sweep_prefetch(out.a, i, out.n);
 			if (!out.a[i]->dead)
-				live.a[live.n++] = out.a[i];
+				out.a[nlive++] = out.a[i];
 		}
-		vec_free(&out);
-		ir_graph_set_nodes(g, live.a, live.n, live.cap);
+		ir_graph_set_nodes(g, out.a, nlive, out.cap);
+		out = (NodeVec){0}; /* the graph's now */
 		if (!bad) {
 			for (uint32_t i = 0; i < g->params.n; i++) {
 				Node *p = g->params.a[i];
