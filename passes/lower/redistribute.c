@@ -1105,7 +1105,14 @@ int pass_redistribute(Module *m, const Options *o)
 			if (!out.a[i]->dead)
 				out.a[nlive++] = out.a[i];
 		}
-		ir_graph_set_nodes(g, out.a, nlive, out.cap);
+		/* the capacity told is the one a vector of out.n grown from empty
+		 * would have: the module's byte count (ir_module_bytes, which
+		 * --simulate's estimate reads) stays what it was; the room
+		 * reserved beyond it was never written */
+		uint32_t cap = out.n ? 8 : 0;
+		while (cap && cap < out.n)
+			cap *= 2;
+		ir_graph_set_nodes(g, out.a, nlive, cap);
 		out = (NodeVec){0}; /* the graph's now */
 		if (!bad) {
 			for (uint32_t i = 0; i < g->params.n; i++) {
