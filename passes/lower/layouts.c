@@ -41,14 +41,6 @@ static int pass_through(const Node *n)
 	return (op_table[n->op].flags & OPF_LOOKTHROUGH) || n->op == OP_Cast;
 }
 
-/* The operand edges are gathered in one sweep of the nodes: the second
- * sweep, which read every operand node again for its mark, was half of
- * what building the lists cost on a big graph (the nodes are cache misses). */
-typedef struct UseEdge {
-	uint32_t mark, user; /* the operand's mark, the user's place in g->nodes */
-	uint16_t arg;
-} UseEdge;
-
 static void users_build(Graph *g, Users *u)
 {
 	uint32_t np = g->params.n, nn = g->nodes.n, tot = np + nn;
@@ -57,30 +49,30 @@ static void users_build(Graph *g, Users *u)
 	for (uint32_t i = 0; i < nn; i++)
 		g->nodes.a[i]->mark = np + i + 1;
 	u->start = xcalloc(tot + 2, sizeof *u->start);
-	Vec(UseEdge) e = {0};
-	vec_grow(&e, nn * 4); /* room up front, not doubling copies: what is not written is not faulted in */
+	uint32_t total = 0;
 	for (uint32_t i = 0; i < nn; i++) {
 		Node *n = g->nodes.a[i];
 		for (uint32_t k = 0; k < n->nargs; k++)
 			if (n->args[k].kind == V_NODE && n->args[k].u.node->g == g && n->args[k].u.node->mark) {
-				uint32_t mk = n->args[k].u.node->mark;
-				u->start[mk + 1]++;
-				vec_push(&e, ((UseEdge){mk, i, (uint16_t)k}));
+				u->start[n->args[k].u.node->mark + 1]++;
+				total++;
 			}
 	}
-	uint32_t total = e.n;
 	for (uint32_t i = 1; i <= tot + 1; i++)
 		u->start[i] += u->start[i - 1];
 	u->user = xmalloc((total + 1) * sizeof *u->user);
 	u->arg = xmalloc((total + 1) * sizeof *u->arg);
 	uint32_t *fill = xmalloc((tot + 2) * sizeof *fill);
 	memcpy(fill, u->start, (tot + 2) * sizeof *fill);
-	for (uint32_t j = 0; j < total; j++) {
-		uint32_t at = fill[e.a[j].mark]++;
-		u->user[at] = g->nodes.a[e.a[j].user];
-		u->arg[at] = e.a[j].arg;
+	for (uint32_t i = 0; i < nn; i++) {
+		Node *n = g->nodes.a[i];
+		for (uint32_t k = 0; k < n->nargs; k++)
+			if (n->args[k].kind == V_NODE && n->args[k].u.node->g == g && n->args[k].u.node->mark) {
+				uint32_t at = fill[n->args[k].u.node->mark]++;
+				u->user[at] = n;
+				u->arg[at] = (uint16_t)k;
+			}
 	}
-	vec_free(&e);
 	free(fill);
 }
 
