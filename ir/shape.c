@@ -43,21 +43,47 @@ Shape shape_dims(Arena *a, const int64_t *d, int rank)
 	return s;
 }
 
+/* The pool behind m->dims_pool: the map, and in front of it a small
+ * direct-mapped cache of the arrays handed out.  A rank's graph asks for
+ * the same few local shapes once per operator of every layer; the map's
+ * probe (a hash of the key, a slot, an entry, the key's words) was most
+ * of what a shape cost.  An entry's array is its own key. */
+#define DIMS_FRONT 256
+typedef struct DimsPool {
+	KeyMap map; /* first: m->dims_pool points at it, graph.c frees it */
+	struct {
+		const int64_t *dims;
+		uint32_t rank;
+	} front[DIMS_FRONT];
+} DimsPool;
+
 Shape shape_shared(Module *m, const int64_t *d, int rank)
 {
 	if (!rank)
 		return shape_dims(m->arena, d, rank);
 	if (!m->dims_pool) {
-		m->dims_pool = xmalloc(sizeof *m->dims_pool);
-		keymap_init(m->dims_pool, sizeof(int64_t *));
+		DimsPool *p = xcalloc(1, sizeof *p);
+		keymap_init(&p->map, sizeof(int64_t *));
+		m->dims_pool = &p->map;
 	}
-	int fresh;
-	int64_t **v = keymap_get(m->dims_pool, d, (uint32_t)rank, &fresh);
-	if (fresh)
-		*v = arena_dup(m->arena, d, (size_t)rank * sizeof *d);
+	DimsPool *p = (DimsPool *)m->dims_pool;
+	uint64_t h = (uint64_t)rank;
+	for (int i = 0; i < rank; i++)
+		h = (h ^ (uint64_t)d[i]) * 0x9E3779B97F4A7C15ull;
+	uint32_t j = (uint32_t)(h >> 56) & (DIMS_FRONT - 1);
 	Shape s = {0};
 	s.kind = SK_DIMS;
 	s.rank = (uint8_t)rank;
+	if (p->front[j].rank == (uint32_t)rank && memcmp(p->front[j].dims, d, (size_t)rank * sizeof *d) == 0) {
+		s.dims = (int64_t *)p->front[j].dims;
+		return s;
+	}
+	int fresh;
+	int64_t **v = keymap_get(&p->map, d, (uint32_t)rank, &fresh);
+	if (fresh)
+		*v = arena_dup(m->arena, d, (size_t)rank * sizeof *d);
+	p->front[j].dims = *v;
+	p->front[j].rank = (uint32_t)rank;
 	s.dims = *v;
 	return s;
 }

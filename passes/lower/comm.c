@@ -421,6 +421,8 @@ int pass_comm(Module *m, const Options *o)
 		 * with a replica (gradient) group larger than one (§3.6) */
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			Node *n = g->nodes.a[i];
+			if (n->lay)
+				n->lay->subst = NULL; /* lower_clear_subst, in this sweep: nothing below reads it */
 			if (!n->lay || !(n->lay->flags & LAY_OP) || (n->lay->flags & LAY_INSERTED))
 				continue;
 			for (uint32_t k = 0; k < n->nargs && k < n->lay->nin; k++) {
@@ -439,9 +441,8 @@ int pass_comm(Module *m, const Options *o)
 			}
 		}
 		if (o->virtual_ops)
-			insert_virtual_ops(&c, g, grp, opt);
+			insert_virtual_ops(&c, g, grp, opt); /* its ops' layouts are new, no substitution */
 	}
-	lower_clear_subst(g);
 	free(grp);
 	free(opt);
 	lower_ctx_free(&c);

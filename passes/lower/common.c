@@ -576,15 +576,31 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 	      c->fn_gen[h] == c->fn_epoch)) {
 		seed_prim(c, n->prim);
 		const char *s = sym_str(like->scope);
-		const char *slash = strrchr(s, '/');
-		size_t plen = slash ? (size_t)(slash - s) : 0, ol = sym_len(n->prim);
+		/* the last '/' sought from the end: a full name is a long path
+		 * and its last segment short (strrchr read all of it) */
+		size_t plen = sym_len(like->scope), ol = sym_len(n->prim);
+		while (plen && s[plen - 1] != '/')
+			plen--;
+		plen = plen ? plen - 1 : 0;
 		char buf[1024];
 		size_t k = plen + (plen ? 1 : 0) + ol; /* "dir/Prim" */
 		if (k >= sizeof buf - 16)
 			return;
 		Sym key;
-		if (!(like->scope & SYM_DEFERRED) && sym_len(like->scope) == k &&
-		    memcmp(s + k - ol, sym_str(n->prim), ol) == 0) {
+		/* every key is interned, one Sym per text: the cached one is the
+		 * one intern would give */
+		uint64_t dh = plen * 0x9E3779B97F4A7C15ull ^ n->prim;
+		for (size_t i = 0; i < plen; i += 8) {
+			uint64_t w = 0;
+			memcpy(&w, s + i, plen - i < 8 ? plen - i : 8);
+			dh = (dh ^ w) * 0xff51afd7ed558ccdull;
+		}
+		uint32_t dj = (uint32_t)(dh >> 40) & (LOWER_DIRCACHE - 1);
+		if (c->fn_dir[dj].key && c->fn_dir[dj].prim == n->prim && c->fn_dir[dj].plen == plen &&
+		    memcmp(sym_str(c->fn_dir[dj].key), s, plen) == 0) {
+			key = c->fn_dir[dj].key;
+		} else if (!(like->scope & SYM_DEFERRED) && sym_len(like->scope) == k &&
+		           memcmp(s + k - ol, sym_str(n->prim), ol) == 0) {
 			key = like->scope; /* like is named after n's primitive (a bprop's template): its own key */
 		} else {
 			memcpy(buf, s, plen);
@@ -593,6 +609,9 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 			memcpy(buf + k - ol, sym_str(n->prim), ol);
 			key = intern(buf, k);
 		}
+		c->fn_dir[dj].key = key;
+		c->fn_dir[dj].prim = n->prim;
+		c->fn_dir[dj].plen = (uint32_t)plen;
 		c->fn_ctr[h] = counter(c, key);
 		c->fn_scope[h] = like->scope;
 		c->fn_prim[h] = n->prim;

@@ -11,6 +11,7 @@
 
 #define LOWER_MAX_GROUP 65536
 #define LOWER_FNCACHE 1024
+#define LOWER_DIRCACHE 4096
 
 /* TLay, NodeLayout: the layout records left on the IR (ir/sappc.h) */
 
@@ -47,6 +48,12 @@ typedef struct LowerCtx {
 	Sym fn_scope[LOWER_FNCACHE], fn_prim[LOWER_FNCACHE], fn_key[LOWER_FNCACHE];
 	int32_t *fn_ctr[LOWER_FNCACHE];
 	uint32_t fn_gen[LOWER_FNCACHE], fn_epoch; /* counter pointers die when the table grows */
+	/* behind it, the key "dir/Op" by (directory of the consumer's full
+	 * name, operator): most consumers are new, their directory is not */
+	struct {
+		Sym key, prim;
+		uint32_t plen;
+	} fn_dir[LOWER_DIRCACHE];
 	/* communication groups seen so far (lower_group): their names and rank
 	 * tuples are built once and shared by every op of that group */
 	KeyMap groups;         /* ranks -> LowerGroup */

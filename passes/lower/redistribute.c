@@ -1021,6 +1021,12 @@ int pass_redistribute(Module *m, const Options *o)
 	c.redist_memo = &memo;
 	Graph *g = ir_entry(m);
 	NodeVec out = {0};
+	/* room for the inserted ops up front (a rank graph grows three- to
+	 * fourfold): the doubling copies of a vector of half a million
+	 * pointers were the pass's top source of fresh pages; room never
+	 * written is never faulted in */
+	if (g)
+		vec_grow(&out, g->nodes.n * 4);
 	int bad = 0;
 	for (uint32_t i = 0; g && i < g->nodes.n && !diag_too_many(); i++) {
 		sweep_prefetch(g->nodes.a, i, g->nodes.n);
@@ -1091,15 +1097,23 @@ int pass_redistribute(Module *m, const Options *o)
 			reduce_scatter(&c, &out, n);
 	}
 	if (g) {
-		Vec(Node *) live = {0};
-		vec_grow(&live, out.n); /* one allocation, not a doubling copy of a million pointers */
+		/* the live nodes, kept in place: a second array of them was fresh
+		 * memory the size of the graph */
+		uint32_t nlive = 0;
 		for (uint32_t i = 0; i < out.n; i++) {
 			sweep_prefetch(out.a, i, out.n);
 			if (!out.a[i]->dead)
-				live.a[live.n++] = out.a[i];
+				out.a[nlive++] = out.a[i];
 		}
-		vec_free(&out);
-		ir_graph_set_nodes(g, live.a, live.n, live.cap);
+		/* the capacity told is the one a vector of out.n grown from empty
+		 * would have: the module's byte count (ir_module_bytes, which
+		 * --simulate's estimate reads) stays what it was; the room
+		 * reserved beyond it was never written */
+		uint32_t cap = out.n ? 8 : 0;
+		while (cap && cap < out.n)
+			cap *= 2;
+		ir_graph_set_nodes(g, out.a, nlive, cap);
+		out = (NodeVec){0}; /* the graph's now */
 		if (!bad) {
 			for (uint32_t i = 0; i < g->params.n; i++) {
 				Node *p = g->params.a[i];
@@ -1111,16 +1125,21 @@ int pass_redistribute(Module *m, const Options *o)
 				if (p->lay)
 					p->lay->flags |= LAY_LOCAL;
 			}
+			/* localize reads no substitution: they are cleared in its sweep
+			 * (lower_clear_subst's, one pass over the nodes fewer) */
 			for (uint32_t i = 0; i < g->nodes.n; i++) {
 				sweep_prefetch(g->nodes.a, i, g->nodes.n);
 				localize_node(&c, g->nodes.a[i]);
-				if (g->nodes.a[i]->lay)
+				if (g->nodes.a[i]->lay) {
 					g->nodes.a[i]->lay->flags |= LAY_LOCAL;
+					g->nodes.a[i]->lay->subst = NULL;
+				}
 			}
 		}
 	}
 	vec_free(&out);
-	lower_clear_subst(g);
+	if (bad)
+		lower_clear_subst(g);
 	memo_free(&memo);
 	lower_ctx_free(&c);
 	return bad ? 1 : 0;
