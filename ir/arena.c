@@ -65,6 +65,20 @@ void xmalloc_trim(void)
 #endif
 }
 
+/* A process that makes and frees the same tables again and again (an
+ * --all-ranks worker, one rank after another) keeps what it frees: by
+ * default glibc maps a block of 128 KiB or more on its own and unmaps it
+ * when freed, and gives the heap's free top back past 128 KiB, so every
+ * rank faulted the same pages in again (a minor fault each 4 KiB, a trip
+ * to the host on a VM).  The heap then stays at the largest rank's size. */
+void xmalloc_keep(void)
+{
+#if defined(__GLIBC__)
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
 /* The whole pages inside [p, p + n), part of a block the caller holds,
  * are dead (a pass's table walked once, back to front): give them back
  * now rather than when the block is freed.  Where the system takes them
