@@ -750,6 +750,7 @@ static int write_all_ranks(const char *dir, const char *in, Module *m, Options *
 	o->explain = NULL;
 	a.plen = strlen(a.dir) + a.bl + 64;
 	a.path = xmalloc(a.plen);
+	xmalloc_keep();
 	rc = lower_one_rank(&a, lo);
 	/* the warnings and notes are the graph's, not a rank's: rank lo has
 	 * shown them; errors of the other ranks still show */

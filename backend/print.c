@@ -17,12 +17,14 @@ static const Graph *cur_graph;
  * hundreds of MB): they go through one buffer instead of one locked stdio
  * call each.  Every public entry point names the stream once (w_begin) and
  * flushes before returning, so the writers below only check for room; the
- * FILE * they are given is always sink.f. */
+ * FILE * they are given is always sink.f.  256 KiB: --all-ranks writes
+ * gigabytes of rank files with _IONBF streams, one write(2) per flush, and
+ * a flush also forgets the memo's texts still in the buffer. */
 static struct {
 	FILE *f;
 	size_t n;
 	unsigned long flushes; /* tells memo_keep whether its text is still in buf */
-	char buf[1 << 16];
+	char buf[1 << 18];
 } sink;
 
 static void w_flush(void)
@@ -276,8 +278,9 @@ static struct {
  * interned, and not kept in the table */
 static void put_deferred(FILE *f, Sym s)
 {
-	char buf[512];
-	w_write(f, buf, sym_format(s, buf, sizeof buf));
+	/* formed in place: sym_format writes at most cap - 1 bytes and a NUL */
+	char *p = w_room(f, 512);
+	sink.n += sym_format(s, p, 512);
 }
 
 static void put_sym_slow(FILE *f, Sym s)

@@ -58,10 +58,30 @@ void *xrealloc(void *p, size_t n)
  * stayed leaves them as holes in the heap, resident until malloc reuses
  * them: glibc's malloc_trim gives their pages back (on a 4096-layer
  * training step, 80 MB after autodiff).  Elsewhere nothing to do. */
+static int heap_kept; /* xmalloc_keep() was called */
+
 void xmalloc_trim(void)
 {
 #if defined(__GLIBC__)
-	malloc_trim(0);
+	if (!heap_kept)
+		malloc_trim(0);
+#endif
+}
+
+/* A process that makes and frees the same tables again and again (an
+ * --all-ranks worker, one rank after another) keeps what it frees: by
+ * default glibc maps a block of 128 KiB or more on its own and unmaps it
+ * when freed, and gives the heap's free top back past 128 KiB, so every
+ * rank faulted the same pages in again (a minor fault each 4 KiB, a trip
+ * to the host on a VM).  The heap then stays at the largest rank's size,
+ * and xmalloc_trim (after autodiff and gradcomm, which run per rank in a
+ * training step) leaves it so. */
+void xmalloc_keep(void)
+{
+	heap_kept = 1; /* and xmalloc_trim no longer trims */
+#if defined(__GLIBC__)
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
 }
 

@@ -68,6 +68,7 @@ void *xcalloc(size_t n, size_t m);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 void xmalloc_trim(void); /* give freed heap pages back to the system (after a pass's tables) */
+void xmalloc_keep(void); /* keep freed heap pages for the next round of the same work */
 
 /* Growable array with a small header: Vec(T) v = {0}; vec_push(&v, x). */
 #define Vec(T) struct { T *a; uint32_t n, cap; }
