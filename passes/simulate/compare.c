@@ -203,17 +203,18 @@ typedef struct Tally {
  * an element) under a storage limit: the driver reserves one block's
  * (sim_estimate_scratch_bytes); threads comparing at once share that and
  * what the ranks left of their limit, and one that finds too little waits
- * until it is alone.  avail < 0: no limit. */
+ * until it is alone.  on (set before the threads start): there is a limit. */
 typedef struct Scratch {
+	int on;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int64_t avail;
+	int64_t avail; /* under mu */
 	int holders;
 } Scratch;
 
 static void scratch_take(Scratch *s, int64_t b)
 {
-	if (!s || s->avail < 0)
+	if (!s || !s->on)
 		return;
 	pthread_mutex_lock(&s->mu);
 	while (s->holders && s->avail < b)
@@ -225,7 +226,7 @@ static void scratch_take(Scratch *s, int64_t b)
 
 static void scratch_give(Scratch *s, int64_t b)
 {
-	if (!s || s->avail < 0)
+	if (!s || !s->on)
 		return;
 	pthread_mutex_lock(&s->mu);
 	s->avail += b;
@@ -568,8 +569,9 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 		ch[c].lo = (uint32_t)((uint64_t)nit * c / nch);
 		ch[c].hi = (uint32_t)((uint64_t)nit * (c + 1) / nch);
 	}
-	Scratch sc = {.avail = -1};
+	Scratch sc = {0};
 	if (R->limit > 0) {
+		sc.on = 1;
 		sc.avail = sim_estimate_scratch_bytes(G->rs[0].m) + (R->limit > R->bytes ? R->limit - R->bytes : 0);
 		pthread_mutex_init(&sc.mu, NULL);
 		pthread_cond_init(&sc.cv, NULL);
