@@ -194,9 +194,46 @@ static int same_block(const SimSlice *a, const SimSlice *b)
 /* The outcome of one (node, rank) check, handed to the caller's tally. */
 typedef struct Tally {
 	int compared, mismatched;
+	int skipped, excluded; /* (node, rank) pairs without a layout, not slices */
 	double max_err;
 	SimMismatch first;
 } Tally;
+
+/* The comparison's scratch (a partial block combined: a double and a float
+ * an element) under a storage limit: the driver reserves one block's
+ * (sim_estimate_scratch_bytes); threads comparing at once share that and
+ * what the ranks left of their limit, and one that finds too little waits
+ * until it is alone.  on (set before the threads start): there is a limit. */
+typedef struct Scratch {
+	int on;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int64_t avail; /* under mu */
+	int holders;
+} Scratch;
+
+static void scratch_take(Scratch *s, int64_t b)
+{
+	if (!s || !s->on)
+		return;
+	pthread_mutex_lock(&s->mu);
+	while (s->holders && s->avail < b)
+		pthread_cond_wait(&s->cv, &s->mu);
+	s->avail -= b;
+	s->holders++;
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void scratch_give(Scratch *s, int64_t b)
+{
+	if (!s || !s->on)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->avail += b;
+	s->holders--;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
 
 static void record(Tally *t, const SimMismatch *mm)
 {
@@ -211,12 +248,14 @@ static void note_err(Tally *t, double err)
 }
 
 /* the ranks holding partial values of p[r]'s block: combine them, then compare */
-static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const SimTensor *gt, double rtol, Tally *t)
+static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const SimTensor *gt, double rtol, Tally *t,
+                            Scratch *sc)
 {
 	SimMismatch mm;
 	set_where(&mm, gn, p[r].ln, r);
-	int64_t numel = p[r].lt->numel, found = 0;
+	int64_t numel = p[r].lt->numel, found = 0, need = (numel ? numel : 1) * (int64_t)(sizeof(double) + sizeof(float));
 	int how = p[r].sl.combine;
+	scratch_take(sc, need);
 	double *acc = xcalloc((size_t)(numel ? numel : 1), sizeof *acc);
 	for (int q = r; q < nranks; q++) {
 		/* a member whose tensor is not the block's shape is left to
@@ -256,6 +295,7 @@ static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const Si
 		free(sum);
 	}
 	free(acc);
+	scratch_give(sc, need);
 }
 
 /* Check one single-device node against the ranks' counterparts p[0..nr)
@@ -263,15 +303,15 @@ static void compare_partial(Pair *p, int nranks, int r, const Node *gn, const Si
  * error; per-rank outcomes (1 compared and agrees, 0 not compared, -1
  * disagrees) go to ok[] when given. */
 static int check_node(SimSliceFn slice, void *ctx, Pair *p, int nr, const Node *gn, const SimTensor *gt, double rtol,
-                      SimReport *rep, Tally *t, int *ok)
+                      Tally *t, int *ok, Scratch *sc)
 {
 	for (int r = 0; r < nr; r++) {
 		p[r].done = 0;
 		p[r].rc = p[r].lt ? get_slice(slice, ctx, &p[r], gn, gt, r) : 0;
 		if (p[r].ln && p[r].lt && p[r].rc == 0)
-			rep->skipped++;
+			t->skipped++;
 		if (p[r].ln && p[r].lt && p[r].rc == 2)
-			rep->excluded++;
+			t->excluded++;
 		if (ok)
 			ok[r] = 0;
 	}
@@ -289,7 +329,7 @@ static int check_node(SimSliceFn slice, void *ctx, Pair *p, int nr, const Node *
 			t->compared++;
 			record(t, &mm);
 		} else if (p[r].sl.replicated_sum > 0) {
-			compare_partial(p, nr, r, gn, gt, rtol, t);
+			compare_partial(p, nr, r, gn, gt, rtol, t, sc);
 			if (ok) /* every member of the partial group shares the verdict */
 				for (int q = r + 1; q < nr; q++)
 					if (p[q].done && same_block(&p[r].sl, &p[q].sl) && !ok[q])
@@ -367,12 +407,9 @@ static int compare_outputs(const SimRun *G, const SimRun *R, SimSliceFn slice, v
 			p[r].ln = (Node *)lout[i];
 			p[r].lt = element(lv, i, nl);
 		}
-		Tally t = {0};
-		int sk = rep->skipped, ex = rep->excluded;
-		if (check_node(slice, ctx, p, nr, gout[i], gt, rtol, rep, &t, ok) < 0)
+		Tally t = {0}; /* its skipped and excluded are not counted: those counts are about operators */
+		if (check_node(slice, ctx, p, nr, gout[i], gt, rtol, &t, ok, NULL) < 0)
 			err = 1;
-		rep->skipped = sk; /* those counts are about operators */
-		rep->excluded = ex;
 		for (int r = 0; r < nr; r++) {
 			o->ranks += ok[r] != 0;
 			o->agree += ok[r] > 0;
@@ -446,44 +483,129 @@ static void check_recomputed(const SimRun *run, int rank, SimReport *rep)
 	free(origin);
 }
 
+/* A single-device node to check, and its partners' key and occurrence. */
+typedef struct Item {
+	Node *gn;
+	const SimTensor *gt;
+	uint64_t key;
+	uint32_t occ;
+} Item;
+
+/* The checks of a run of items, on one thread into a tally of its own;
+ * sim_compare merges the chunks' tallies in item order. */
+typedef struct Chunk {
+	uint32_t lo, hi;
+	Tally t;
+	int err;
+} Chunk;
+
+typedef struct Cmp {
+	const SimRun *R;
+	SimSliceFn slice;
+	void *ctx;
+	double rtol;
+	const Item *it;
+	Key **rk;
+	uint32_t *nk;
+	Chunk *ch;
+	Scratch *sc;
+} Cmp;
+
+static void index_job(void *arg, int r)
+{
+	Cmp *x = arg;
+	x->rk[r] = index_graph(x->R->rs[r].g, &x->nk[r]);
+}
+
+static void chunk_job(void *arg, int c)
+{
+	Cmp *x = arg;
+	Chunk *ch = &x->ch[c];
+	int nr = x->R->nranks;
+	Pair *p = xcalloc((size_t)nr, sizeof *p);
+	for (uint32_t j = ch->lo; j < ch->hi && !ch->err; j++) {
+		const Item *it = &x->it[j];
+		for (int r = 0; r < nr; r++) {
+			p[r] = (Pair){0};
+			p[r].ln = lookup(x->rk[r], x->nk[r], it->key, it->occ);
+			p[r].lt = p[r].ln ? sim_tensor(x->R, r, p[r].ln) : NULL;
+		}
+		if (check_node(x->slice, x->ctx, p, nr, it->gn, it->gt, x->rtol, &ch->t, NULL, x->sc) < 0)
+			ch->err = 1;
+	}
+	free(p);
+}
+
+/* The nodes are checked in chunks on the ranks' threads (R->threads), one
+ * chunk each when there is one thread; each chunk stops at its first hook
+ * error, and the merge in item order stops after the chunk that had one,
+ * so the counts and the first mismatch are those of the nodes checked one
+ * after the other. */
 int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, double rtol, SimReport *rep)
 {
 	memset(rep, 0, sizeof *rep);
 	if (rtol <= 0)
 		rtol = 1e-4;
-	int nr = R->nranks, err = 0;
+	int nr = R->nranks, err = 0, threads = R->threads > 1 ? R->threads : 1;
 	Graph *gg = ir_entry(G->rs[0].m);
-	uint32_t ng, *nk = xcalloc((size_t)nr, sizeof *nk);
+	uint32_t ng, *nk = xcalloc((size_t)nr, sizeof *nk), nit = 0;
 	Key *gk = index_graph(gg, &ng), **rk = xcalloc((size_t)nr, sizeof *rk);
 	uint32_t *occ = xcalloc(gg->nodes.n ? gg->nodes.n : 1, sizeof *occ);
 	for (uint32_t i = 1; i < ng; i++) /* gk is sorted by (key, order): occurrences are runs */
 		if (gk[i].key == gk[i - 1].key)
 			occ[gk[i].order] = occ[gk[i - 1].order] + 1;
-	for (int r = 0; r < nr; r++)
-		rk[r] = index_graph(R->rs[r].g, &nk[r]);
-	Pair *p = xcalloc((size_t)nr, sizeof *p);
-	Tally t = {0};
-	for (uint32_t i = 0; i < gg->nodes.n && !err; i++) {
+	Item *it = xmalloc((gg->nodes.n ? gg->nodes.n : 1) * sizeof *it);
+	for (uint32_t i = 0; i < gg->nodes.n; i++) {
 		Node *gn = gg->nodes.a[i];
 		uint64_t key = node_key(gn);
 		const SimTensor *gt = sim_tensor(G, 0, gn);
-		if (!key || !gt || ir_node_phase(gn) != IR_PHASE_FWD)
-			continue;
-		for (int r = 0; r < nr; r++) {
-			p[r] = (Pair){0};
-			p[r].ln = lookup(rk[r], nk[r], key, occ[i]);
-			p[r].lt = p[r].ln ? sim_tensor(R, r, p[r].ln) : NULL;
-		}
-		if (check_node(slice, ctx, p, nr, gn, gt, rtol, rep, &t, NULL) < 0)
-			err = 1;
+		if (key && gt && ir_node_phase(gn) == IR_PHASE_FWD)
+			it[nit++] = (Item){gn, gt, key, occ[i]};
+	}
+	/* a few chunks a thread: the nodes' sizes differ by orders of magnitude */
+	uint32_t nch = threads == 1 || !nit ? 1 : nit < (uint32_t)threads * 16 ? nit : (uint32_t)threads * 16;
+	Chunk *ch = xcalloc(nch, sizeof *ch);
+	for (uint32_t c = 0; c < nch; c++) {
+		ch[c].lo = (uint32_t)((uint64_t)nit * c / nch);
+		ch[c].hi = (uint32_t)((uint64_t)nit * (c + 1) / nch);
+	}
+	Scratch sc = {0};
+	if (R->limit > 0) {
+		sc.on = 1;
+		sc.avail = sim_estimate_scratch_bytes(G->rs[0].m) + (R->limit > R->bytes ? R->limit - R->bytes : 0);
+		pthread_mutex_init(&sc.mu, NULL);
+		pthread_cond_init(&sc.cv, NULL);
+	}
+	Cmp x = {R, slice, ctx, rtol, it, rk, nk, ch, &sc};
+	sim_for(threads, nr, index_job, &x);
+	sim_for(threads, (int)nch, chunk_job, &x);
+	Tally t = {0};
+	for (uint32_t c = 0; c < nch && !err; c++) {
+		const Tally *u = &ch[c].t;
+		if (u->mismatched && !t.mismatched)
+			t.first = u->first;
+		t.compared += u->compared;
+		t.mismatched += u->mismatched;
+		t.skipped += u->skipped;
+		t.excluded += u->excluded;
+		if (u->max_err > t.max_err)
+			t.max_err = u->max_err;
+		err = ch[c].err;
+	}
+	if (R->limit > 0) {
+		pthread_mutex_destroy(&sc.mu);
+		pthread_cond_destroy(&sc.cv);
 	}
 	check_recomputed(G, 0, rep);
 	for (int r = 0; r < nr; r++)
 		check_recomputed(R, r, rep);
 	rep->compared = t.compared;
 	rep->mismatched = t.mismatched;
+	rep->skipped = t.skipped;
+	rep->excluded = t.excluded;
 	rep->max_err = t.max_err;
 	rep->first = t.first;
+	Pair *p = xcalloc((size_t)nr, sizeof *p);
 	if (!err && compare_outputs(G, R, slice, ctx, rtol, p, rep) < 0)
 		err = 1;
 	for (int r = 0; r < nr; r++)
@@ -492,6 +614,8 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 	free(nk);
 	free(gk);
 	free(occ);
+	free(it);
+	free(ch);
 	free(p);
 	return err ? -1 : rep->mismatched || rep->outputs_bad || rep->recomputed_bad ? 1 : 0;
 }

@@ -505,6 +505,8 @@ typedef struct Crew {
 	int *q, nq, next; /* the crew's copy and the next to take: under mu */
 	int busy;
 	int inputs; /* the round draws the ranks' inputs instead of running them */
+	void (*job)(void *, int); /* sim_for: job(arg, k) for each k instead */
+	void *arg;
 	unsigned round;
 	int quit;
 } Crew;
@@ -531,7 +533,10 @@ static void crew_work(Crew *c)
 	while (c->next < c->nq) {
 		int k = c->q[c->next++], inputs = c->inputs;
 		pthread_mutex_unlock(&c->mu);
-		round_rank(c->r, k, inputs);
+		if (c->job)
+			c->job(c->arg, k);
+		else
+			round_rank(c->r, k, inputs);
 		pthread_mutex_lock(&c->mu);
 	}
 	if (--c->busy == 0)
@@ -555,18 +560,19 @@ static void *crew_main(void *arg)
 	return NULL;
 }
 
-/* up to r->threads - 1 workers besides the caller; fewer if the system
- * gives fewer (the run is the same, only slower) */
-static void crew_start(Crew *c, SimRun *r)
+/* up to threads - 1 workers besides the caller for rounds of at most n
+ * items (ranks of r, or sim_for's jobs); fewer if the system gives fewer
+ * (the run is the same, only slower) */
+static void crew_start(Crew *c, SimRun *r, int threads, int n)
 {
 	memset(c, 0, sizeof *c);
 	c->r = r;
-	c->todo = xmalloc((size_t)r->nranks * sizeof *c->todo);
-	c->q = xmalloc((size_t)r->nranks * sizeof *c->q);
+	c->todo = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *c->todo);
+	c->q = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *c->q);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->go, NULL);
 	pthread_cond_init(&c->idle, NULL);
-	int want = r->threads < r->nranks ? r->threads - 1 : r->nranks - 1;
+	int want = threads < n ? threads - 1 : n - 1;
 	if (want <= 0)
 		return;
 	c->th = xmalloc((size_t)want * sizeof *c->th);
@@ -616,6 +622,33 @@ static void crew_round(Crew *c, int inputs)
 		pthread_cond_wait(&c->idle, &c->mu);
 	pthread_mutex_unlock(&c->mu);
 	sim_gemm_serial(0);
+}
+
+/* job(arg, k) for k in [0, n), on up to `threads` threads (the caller's
+ * among them) in any order: each job must write only what is its own */
+void sim_for(int threads, int n, void (*job)(void *arg, int k), void *arg)
+{
+	if (threads < 2 || n < 2) {
+		for (int k = 0; k < n; k++)
+			job(arg, k);
+		return;
+	}
+	Crew c;
+	crew_start(&c, NULL, threads, n);
+	c.job = job;
+	c.arg = arg;
+	pthread_mutex_lock(&c.mu);
+	for (int k = 0; k < n; k++)
+		c.q[k] = k;
+	c.nq = n;
+	c.next = 0;
+	c.round++;
+	pthread_cond_broadcast(&c.go);
+	crew_work(&c);
+	while (c.busy || c.next < c.nq)
+		pthread_cond_wait(&c.idle, &c.mu);
+	pthread_mutex_unlock(&c.mu);
+	crew_stop(&c);
 }
 
 /* Under an address-space limit (ulimit -v, what bound.sh and the man page
@@ -911,7 +944,7 @@ int sim_exec(SimRun *r)
 	}
 	subs_new(r);
 	Crew c;
-	crew_start(&c, r);
+	crew_start(&c, r, r->threads, r->nranks);
 	/* the inputs first, every rank's, as one round */
 	c.ntodo = r->nranks;
 	for (int k = 0; k < r->nranks; k++)

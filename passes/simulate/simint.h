@@ -223,5 +223,7 @@ int sim_group_of(SimRun *r, RankState *s, Node *n, int64_t *ranks, int max); /* 
  * count them: 1 ok, 0 over the limit.  A sub-run's decision is the one the
  * ranks running one after the other in ascending order would make. */
 int sim_budget_take(SimRun *r, int64_t b);
+/* job(arg, k) for every k in [0, n) on up to `threads` threads (exec.c) */
+void sim_for(int threads, int n, void (*job)(void *arg, int k), void *arg);
 
 #endif

@@ -1796,6 +1796,123 @@ static void test_deadlock_and_mismatch(void **state)
 	ir_module_free(rm[1]);
 }
 
+/* A chain of CHAIN Negs on 4 ranks that all hold the whole tensor, where
+ * the hook gets some (node, rank) pairs wrong: a partial block the ranks
+ * claim in pairs (a sum twice the value: a numeric mismatch) or alone (a
+ * structural one), and excludes others.  The comparison runs in chunks on
+ * the ranks' threads: the report must be the one-thread report, whose
+ * first divergence is the first wrong pair in (node, rank) order. */
+#define CHAIN 40
+static int chain_bad(int k, int rank)
+{
+	return k >= 3 && (k * 7 + rank * 3) % 5 == 0;
+}
+
+static int chain_excluded(int k, int rank)
+{
+	return (k + rank) % 6 == 1;
+}
+
+static int chain_hook(void *ctx, const Node *local, const Node *global, int rank, SimSlice *out)
+{
+	(void)ctx;
+	(void)global;
+	if (local->kind != NK_CNODE)
+		return 0;
+	int k = (int)local->local;
+	if (chain_excluded(k, rank))
+		return 2;
+	if (!chain_bad(k, rank))
+		return 0;
+	out->combine = SIM_SUM;
+	return fill(out, 0, 0, 4, 8, 2);
+}
+
+static char *chain_report(const SimReport *rep)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+	sim_print_report(f, rep);
+	fclose(f);
+	return out;
+}
+
+static void test_compare_threads_same_report(void **state)
+{
+	(void)state;
+	char text[CHAIN * 200 + 200];
+	int n = snprintf(text, sizeof text, "%%para1_x: <Tensor[Float32], (4, 8)>\n");
+	for (int k = 0; k < CHAIN; k++) {
+		char prev[16] = "%para1_x";
+		if (k)
+			snprintf(prev, sizeof prev, "%%%d", k - 1);
+		n += snprintf(text + n, sizeof text - (size_t)n,
+		              "  %%%d(n%d) = Neg(%s)\n"
+		              "      : (<Tensor[Float32], (4, 8)>) -> (<Tensor[Float32], (4, 8)>)\n"
+		              "      # Fullname with scope: (Default/Neg-op%d)\n",
+		              k, k, prev, k);
+	}
+	snprintf(text + n, sizeof text - (size_t)n, "  Return(%%%d)\n      : (<Tensor[Float32], (4, 8)>)\n", CHAIN - 1);
+	Module *gm = parse(text), *rm[4];
+	for (int r = 0; r < 4; r++)
+		rm[r] = parse(text);
+	SimOptions o = {0};
+	o.seed = 7;
+	o.max_mb = 64;
+	SimRun *g = sim_run(gm, &o);
+	assert_null(sim_error(g));
+	o.global = gm;
+	o.slice = chain_hook;
+	o.threads = 3;
+	SimRun *r = sim_run_ranks(rm, 4, &o);
+	if (sim_error(r))
+		fail_msg("%s", sim_error(r));
+	/* the expected first divergence and counts, by the rules above */
+	int k0 = -1, r0 = -1, compared = 0, bad = 0, excluded = 0;
+	for (int k = 0; k < CHAIN; k++)
+		for (int q = 0, claimed = 0; q < 4; q++) {
+			if (chain_excluded(k, q)) {
+				excluded++;
+				continue;
+			}
+			if (chain_bad(k, q) && claimed++)
+				continue; /* the second of a pair is compared with the first */
+			compared++;
+			if (chain_bad(k, q) && !bad++) {
+				k0 = k;
+				r0 = q;
+			}
+		}
+	assert_true(bad > 4 && k0 > 0);
+	SimReport one, rep;
+	r->threads = 1;
+	assert_int_equal(sim_compare(g, r, chain_hook, NULL, 0, &one), 1);
+	assert_int_equal(one.mismatched, bad);
+	assert_int_equal(one.compared, compared);
+	assert_int_equal(one.excluded, excluded);
+	assert_ptr_equal(one.first.global, node(gm, (uint32_t)k0));
+	assert_int_equal(one.first.rank, r0);
+	char *want = chain_report(&one);
+	for (int t = 2; t <= 16; t *= 2) {
+		r->threads = t;
+		assert_int_equal(sim_compare(g, r, chain_hook, NULL, 0, &rep), 1);
+		char *got = chain_report(&rep);
+		assert_string_equal(got, want);
+		assert_int_equal(rep.mismatched, one.mismatched);
+		assert_int_equal(rep.compared, one.compared);
+		assert_ptr_equal(rep.first.global, one.first.global);
+		assert_int_equal(rep.first.rank, one.first.rank);
+		free(got);
+	}
+	free(want);
+	sim_free(g);
+	sim_free(r);
+	ir_module_free(gm);
+	for (int q = 0; q < 4; q++)
+		ir_module_free(rm[q]);
+}
+
 /* AllReduce max/min/prod, and the world group given by name only */
 static void test_reduce_ops(void **state)
 {
@@ -1854,6 +1971,7 @@ int main(void)
 	    cmocka_unit_test(test_partial_groups_outputs),
 	    cmocka_unit_test(test_deadlock_and_mismatch),
 	    cmocka_unit_test(test_threads_same_errors),
+	    cmocka_unit_test(test_compare_threads_same_report),
 	    cmocka_unit_test(test_reduce_ops),
 	};
 	diag_set_quiet(1);
