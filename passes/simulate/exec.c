@@ -971,10 +971,9 @@ SimRun *sim_run_ranks(Module **ranks, int nranks, const SimOptions *o)
 	return r;
 }
 
-void sim_free(SimRun *r)
+/* the buffers, tensors and values r's allocation lists hold (not the lists) */
+static void free_allocs(SimRun *r)
 {
-	if (!r)
-		return;
 	for (uint32_t i = 0; i < r->buffers.n; i++)
 		free(r->buffers.a[i]);
 	for (uint32_t i = 0; i < r->tensors.n; i++)
@@ -983,6 +982,13 @@ void sim_free(SimRun *r)
 		free(r->values.a[i]->elems);
 		free(r->values.a[i]);
 	}
+}
+
+void sim_free(SimRun *r)
+{
+	if (!r)
+		return;
+	free_allocs(r);
 	for (uint32_t i = 0; i < r->overrides.n; i++)
 		free(r->overrides.a[i].data);
 	for (int k = 0; k < r->nranks; k++) {
@@ -995,14 +1001,7 @@ void sim_free(SimRun *r)
 	}
 	for (int k = 0; r->sub && k < r->nranks; k++) {
 		SimRun *t = &r->sub[k];
-		for (uint32_t i = 0; i < t->buffers.n; i++)
-			free(t->buffers.a[i]);
-		for (uint32_t i = 0; i < t->tensors.n; i++)
-			free(t->tensors.a[i]);
-		for (uint32_t i = 0; i < t->values.n; i++) {
-			free(t->values.a[i]->elems);
-			free(t->values.a[i]);
-		}
+		free_allocs(t);
 		vec_free(&t->buffers);
 		vec_free(&t->tensors);
 		vec_free(&t->values);
