@@ -57,11 +57,13 @@ static Value clone_value(Cloner *c, const Value *v)
 	case V_TUPLE:
 	case V_LIST:
 	case V_DICT:
-	case V_CALL:
-		x.u.elems = v->n ? arena_alloc(c->to->arena, v->n * sizeof(Value)) : NULL;
-		for (uint32_t i = 0; i < v->n; i++)
+	case V_CALL: {
+		uint32_t ns = value_nslots(v); /* a CALL's name too */
+		x.u.elems = ns ? arena_alloc(c->to->arena, ns * sizeof(Value)) : NULL;
+		for (uint32_t i = 0; i < ns; i++)
 			x.u.elems[i] = clone_value(c, &v->u.elems[i]);
 		break;
+	}
 	default:
 		break;
 	}

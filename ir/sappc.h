@@ -246,13 +246,19 @@ typedef enum {
 typedef enum { NT_BARE, NT_I8, NT_I16, NT_I32, NT_I64, NT_U8, NT_U16, NT_U32, NT_U64,
 	       NT_F16, NT_F32, NT_F64, NT_BF16 } NumType;
 
+/* 16 bytes: a rank graph holds millions (operand arrays were a fifth of a
+ * 4096-layer forward run's memory at 24).  A value has a count or a text,
+ * never both, so they share their bytes; a CALL keeps its name after its
+ * arguments (value_call_name), and the rare key=value key is an index into
+ * a table of the process (value_key). */
 struct Value {
-	uint8_t kind;
-	uint8_t numtype;
-	uint16_t pad_;
-	uint32_t n;   /* element count for TUPLE/LIST/DICT/CALL */
-	Sym text;     /* WORD/RAW/STR/FLOAT text, CALL name, EXTERN spelling, bool bare word */
-	Sym key;      /* for CALL arguments written key=value */
+	unsigned kind : 4;    /* ValueKind */
+	unsigned numtype : 4; /* NumType */
+	unsigned keyi : 24;   /* the key of an argument written key=value: value_key(), 0 none */
+	union {
+		uint32_t n; /* element count for TUPLE/LIST/DICT/CALL */
+		Sym text;   /* WORD/RAW/STR/FLOAT/EXTERN/GRAPH text, EXTERN spelling, bool bare word */
+	};
 	union {
 		int64_t i;
 		double f;
@@ -262,6 +268,18 @@ struct Value {
 	} u;
 };
 
+/* the key of v written key=value (0: none); setting it interns key in the
+ * table of keys (a handful of texts: shape, dtype, value, ref_key) */
+Sym value_key(const Value *v);
+void value_set_key(Value *v, Sym key);
+/* a CALL value name(elems...): its elements copied, its name after them */
+Value value_call_of(Arena *a, Sym name, const Value *elems, uint32_t n);
+Sym value_call_name(const Value *v);
+/* the text a value is written with: WORD/RAW/STR/FLOAT/EXTERN/GRAPH text, a
+ * CALL's name, 0 for the others */
+Sym value_text(const Value *v);
+/* the elements a TUPLE/LIST/DICT/CALL holds in memory: n, and a CALL's name */
+uint32_t value_nslots(const Value *v);
 Value value_int(int64_t v, NumType nt);
 /* decimal text of v at p (at most 20 bytes, no NUL); returns its length */
 size_t fmt_u64(char *p, uint64_t v);

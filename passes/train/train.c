@@ -179,15 +179,12 @@ static Value tensor_call(Module *m, Sym dtype, Value shape, Value val)
 {
 	Value e[3];
 	e[0] = shape;
-	e[0].key = lower_sym("shape");
+	value_set_key(&e[0], lower_sym("shape"));
 	e[1] = value_word(sym_str(dtype ? dtype : lower_sym("Float32")));
-	e[1].key = lower_sym("dtype");
+	value_set_key(&e[1], lower_sym("dtype"));
 	e[2] = val;
-	e[2].key = lower_sym("value");
-	Value t = value_tuple_of(m->arena, e, 3);
-	t.kind = V_CALL;
-	t.text = lower_sym("Tensor");
-	return t;
+	value_set_key(&e[2], lower_sym("value"));
+	return value_call_of(m->arena, lower_sym("Tensor"), e, 3);
 }
 
 Value train_float_tensor(Module *m, Sym dtype, double v)

@@ -868,6 +868,29 @@ static void test_values(void **state)
 	int b;
 	assert_true(value_truthy(&w, &b));
 	assert_int_equal(b, 1);
+	/* a CALL keeps its name after its arguments, a key is an index:
+	 * a copy has both, and values that differ only there differ */
+	Value e[2] = {value_int(2, NT_BARE), value_word("Float32")};
+	value_set_key(&e[0], intern_cstr("shape"));
+	value_set_key(&e[1], intern_cstr("dtype"));
+	Value k = value_call_of(a, intern_cstr("Tensor"), e, 2), kc = value_clone(a, &k);
+	assert_int_equal(sizeof(Value), 16);
+	assert_int_equal(kc.n, 2);
+	assert_string_equal(sym_str(value_call_name(&kc)), "Tensor");
+	assert_string_equal(sym_str(value_text(&kc)), "Tensor");
+	assert_string_equal(sym_str(value_key(&kc.u.elems[1])), "dtype");
+	assert_ptr_not_equal(kc.u.elems, k.u.elems);
+	assert_true(value_equal(&kc, &k));
+	Value other = value_call_of(a, intern_cstr("Parameter"), e, 2);
+	assert_false(value_equal(&other, &k));
+	value_set_key(&kc.u.elems[1], intern_cstr("value"));
+	assert_false(value_equal(&kc, &k));
+	value_set_key(&kc.u.elems[1], intern_cstr("dtype")); /* the same index again */
+	assert_int_equal(kc.u.elems[1].keyi, k.u.elems[1].keyi);
+	assert_int_equal(value_key(&w), 0);
+	Value none = value_call_of(a, intern_cstr("Empty"), NULL, 0);
+	assert_string_equal(sym_str(value_call_name(&none)), "Empty");
+	assert_int_equal(value_text(t), 0);
 	int64_t big[2] = {INT64_MAX / 2, 4};
 	Shape s = shape_dims(a, big, 2);
 	int64_t numel;
