@@ -644,9 +644,9 @@ static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 		}
 		fputc('}', f);
 	}
-	if (n->strat && n->strat->l.n) {
+	if (ir_node_strat(n)->n) {
 		fputs(" {", f);
-		print_attrs(f, &n->strat->l);
+		print_attrs(f, ir_node_strat(n));
 		fputc('}', f);
 	}
 }

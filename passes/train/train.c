@@ -115,7 +115,8 @@ Node *train_op(TrainEmit *e, int op, uint32_t nargs, const Abs *out)
 		n->out = *out;
 		n->out.has_value = 0; /* a computed value, even of constants */
 	}
-	n->x = (NodeExt *)e->ext; /* shared and never written (train.h) */
+	if (e->ext)
+		ir_node_set_x(e->lc.m, n, (NodeExt *)e->ext); /* shared and never written (train.h) */
 	vec_push(&e->out, n);
 	return n;
 }
