@@ -149,6 +149,23 @@ static void test_defer(void **state)
 		assert_string_equal(sym_str(many[i]), buf);
 	}
 	assert_true(sym_same(sym_defer(pre, 18446744073709551615ULL, ag), a));
+	/* a formed name keeps its text in place of its parts: it reads,
+	 * compares, prints and prefixes as before it was formed */
+	Sym f = sym_defer(pre, 42, rs), g = sym_defer(pre, 42, rs);
+	assert_string_equal(sym_str(f), "redistribution_op_42Reshape");
+	assert_true(sym_same(f, g));
+	assert_true(sym_same(g, f));
+	assert_false(sym_same(f, sym_defer(pre, 4, rs)));
+	assert_int_equal(sym_format(f, buf, sizeof buf), 27);
+	assert_string_equal(buf, "redistribution_op_42Reshape");
+	assert_int_equal(sym_format(f, buf, 27 - 2 + 20), 0); /* what an unformed one gives */
+	assert_int_equal(sym_format(g, buf, 27 - 2 + 20), 0);
+	assert_true(sym_has_prefix(f, "redistribution_op_4"));
+	assert_false(sym_has_prefix(f, "redistribution_op_5"));
+	Sym pf = sym_prefixed("x/", f);
+	assert_string_equal(sym_str(pf), "x/redistribution_op_42Reshape");
+	sym_str(g);
+	assert_true(sym_same(f, g)); /* both formed */
 }
 
 /* keymap: equal keys share a value, different lengths and orders do
