@@ -453,7 +453,7 @@ static void acc(Ad *a, Slot *slot, GV g, Node *target)
 	/* AccumulateDout: hyper_add, scope Gradients/<forward scope>, no primal */
 	Node tm = a->e.tmpl;
 	const NodeExt *x = a->e.ext;
-	train_emit_bprop_of(&a->e, target, NULL, 0, OP_Add);
+	train_emit_bprop_of(&a->e, target, 0, 0, OP_Add);
 	a->e.ext = NULL;
 	Node *s = train_op(&a->e, OP_Add, 2, slot->a);
 	set(s, 0, slot_get(slot));
@@ -475,7 +475,7 @@ static void give(Ad *a, Node *n, uint32_t k, GV g)
 		/* _VirtualDiv's bprop: RealDiv(dout, divisor) (grad_comm_ops.py) */
 		Node tm = a->e.tmpl;
 		const NodeExt *x = a->e.ext;
-		train_emit_bprop_of(&a->e, n, "_VirtualDiv", 1, OP_RealDiv);
+		train_emit_bprop_of(&a->e, n, lower_sym("_VirtualDiv"), 1, OP_RealDiv);
 		a->e.ext = NULL;
 		Node *d = train_op(&a->e, OP_RealDiv, 2, &g.a);
 		set(d, 0, g);
@@ -506,7 +506,7 @@ static void accumulate(Ad *a, Node *t, uint32_t i, GV g)
 	}
 	Node *buf = a->accu[i];
 	Node tm = a->e.tmpl;
-	train_emit_bprop_of(&a->e, a->cur ? a->cur : t, "_VirtualAssignAdd", 1, OP_AssignAdd);
+	train_emit_bprop_of(&a->e, a->cur ? a->cur : t, lower_sym("_VirtualAssignAdd"), 1, OP_AssignAdd);
 	Abs va = train_abs_value(&buf->out);
 	Node *n = train_op(&a->e, OP_AssignAdd, 3, &va);
 	train_arg_node(&a->e, n, 0, buf);
@@ -2402,7 +2402,7 @@ static void run_rule(Ad *a, Node *n, uint32_t j)
 	a->cur = n;
 	a->ext_built = 0;
 	a->e.ext = NULL;
-	train_emit_bprop_of(&a->e, n, sym_str(n->prim), 1, rules[n->op].gop);
+	train_emit_bprop_of(&a->e, n, n->prim, 1, rules[n->op].gop);
 	a->in_loss = n == a->loss_op;
 	a->rule_start = a->e.out.n;
 	rules[n->op].fn(a, n, g, rules[n->op].gop);
@@ -2604,7 +2604,7 @@ int pass_autodiff(Module *m, const Options *o)
 			if (!a.accu[i])
 				continue;
 			Abs va = train_abs_value(&a.accu[i]->out);
-			train_emit_bprop_of(&a.e, g->params.a[i], "_VirtualAssignAdd", 1, OP_Load);
+			train_emit_bprop_of(&a.e, g->params.a[i], lower_sym("_VirtualAssignAdd"), 1, OP_Load);
 			a.e.ext = NULL;
 			Node *l = train_op(&a.e, OP_Load, 2, &va);
 			train_arg_node(&a.e, l, 0, a.accu[i]);

@@ -171,7 +171,7 @@ int pass_gradcomm(Module *m, const Options *o)
 		int rep = o->device_num > 1 ? lower_param_shard(&e.lc, p, opt, &nopt, grp, &nm) : 1;
 		const Node *u = user[w] ? user[w] : first_user(g, p);
 		if (nm > 1) {
-			train_emit_bprop_of(&e, u, mirror_prim, 1, OP_AllReduce);
+			train_emit_bprop_of(&e, u, lower_sym(mirror_prim), 1, OP_AllReduce);
 			e.ext = mirror_x;
 			gr = grad_comm(&e, &lists, OP_AllReduce, gr, &gr->out, grp, nm,
 			               micro > 1 ? "grad_mirror_MirrorMicroStepOperator" : "grad_mirror_MirrorOperator");
@@ -180,7 +180,7 @@ int pass_gradcomm(Module *m, const Options *o)
 		}
 		if (ti->gather[w] && rep > 1) {
 			Node *ag = ti->gather[w];
-			train_emit_bprop_of(&e, ag, "AllGather", 1, OP_ReduceScatter);
+			train_emit_bprop_of(&e, ag, lower_sym("AllGather"), 1, OP_ReduceScatter);
 			e.ext = gather_x;
 			Abs sa = train_abs_value(&p->out);
 			gr = grad_comm(&e, &lists, OP_ReduceScatter, gr, &sa, opt, nopt,
