@@ -86,6 +86,9 @@ struct Ad {
 	Vec(int64_t) akey;
 	Vec(Attr *) aheap; /* the lists attr_put is building (heap, until interned) */
 	KeyMap ints;       /* c_ints(): int tuple -> its Value in the module */
+	/* (communication rule, forward op's attribute words) -> the list the
+	 * rule made (comm_attrs) */
+	KeyMap comm_attrs;
 	/* micro-batches (Module.micro > 1): each weight's contributions go to
 	 * its buffer accu_grads.<w> by AssignAdd as they are made */
 	int micro;
@@ -290,6 +293,47 @@ static void intern_attrs(Ad *a, AttrList *l)
 	if (fresh)
 		*slot = arena_dup(a->m->arena, l->a, l->n * sizeof(Attr));
 	l->a = *slot;
+}
+
+/* The attribute list of a communication rule's op c follows from the
+ * forward op n's list alone, and the forward ops of one group have equal
+ * lists (a rank graph has thousands of AllGathers, a few dozen lists):
+ * 1 when c got the list the rule made before for an equal one; else 0,
+ * the rule builds it and hands *memo to comm_attrs_done.  The key is
+ * shallow: a container is its elements pointer, which a group's ops
+ * share (LowerGroup.ids); equal lists with elements of their own only
+ * miss, and their lists are still shared by intern_attrs. */
+static int comm_attrs(Ad *a, Node *c, const Node *n, int rule, AttrList **memo)
+{
+	uint32_t na = n->pattrs.n;
+	a->akey.n = 0;
+	vec_grow(&a->akey, 1 + 5 * na);
+	int64_t *k = a->akey.a;
+	*k++ = rule;
+	for (uint32_t i = 0; i < na; i++) {
+		const Value *v = &n->pattrs.a[i].val;
+		*k++ = n->pattrs.a[i].key;
+		*k++ = v->kind | v->numtype << 8 | (int64_t)v->n << 16;
+		*k++ = v->text;
+		*k++ = v->key;
+		*k++ = v->u.i;
+	}
+	a->akey.n = 1 + 5 * na;
+	int fresh;
+	AttrList *p = keymap_get(&a->comm_attrs, a->akey.a, a->akey.n, &fresh);
+	if (fresh) {
+		*memo = p;
+		return 0;
+	}
+	c->pattrs = *p;
+	c->has_pattrs = 1;
+	return 1;
+}
+
+static void comm_attrs_done(Ad *a, Node *c, AttrList *memo)
+{
+	intern_attrs(a, &c->pattrs);
+	*memo = c->pattrs;
 }
 
 /* the nodes the rule made: their operand types into the module, one
@@ -2141,12 +2185,16 @@ static void bp_allreduce(Ad *a, Node *n, const GV *g, int gop)
 	if (strcmp(op, "prod") == 0)
 		in = gv_node(op2(a, OP_Mul, g[0], gv_node(n), &xa));
 	Node *c = comm_op(a, gop, in, &xa, n, "grad");
-	put(a, c, "op", value_str("sum"));
-	put_from(a, c, n, "group", NULL);
-	put(a, c, "fusion", value_int(0, NT_I64));
-	put(a, c, "index", value_int(0, NT_I64));
-	put(a, c, "no_eliminate", value_bool(1));
-	comm_group(a, c, n, 1);
+	AttrList *memo;
+	if (!comm_attrs(a, c, n, OP_AllReduce, &memo)) {
+		put(a, c, "op", value_str("sum"));
+		put_from(a, c, n, "group", NULL);
+		put(a, c, "fusion", value_int(0, NT_I64));
+		put(a, c, "index", value_int(0, NT_I64));
+		put(a, c, "no_eliminate", value_bool(1));
+		comm_group(a, c, n, 1);
+		comm_attrs_done(a, c, memo);
+	}
 	GV d = gv_node(c);
 	if (strcmp(op, "max") == 0 || strcmp(op, "min") == 0) {
 		Abs ba = xa;
@@ -2190,15 +2238,19 @@ static void bp_allgather(Ad *a, Node *n, const GV *g, int gop)
 	}
 	Node *c = comm_op(a, gop, g[0], &xa, n, "grad_");
 	int64_t fusion = 0, rs = 1;
-	const Value *f = ir_attr_get(&n->pattrs, "fusion");
-	if (f)
-		value_get_int(f, &fusion);
-	put(a, c, "op", value_str("sum"));
-	put_from(a, c, n, "group", NULL);
-	put_from(a, c, n, "rank_size", NULL);
-	put(a, c, "fusion", value_int(fusion, NT_I64));
-	put(a, c, "no_eliminate", value_bool(1));
-	comm_group(a, c, n, fusion == 0);
+	AttrList *memo;
+	if (!comm_attrs(a, c, n, OP_AllGather, &memo)) {
+		const Value *f = ir_attr_get(&n->pattrs, "fusion");
+		if (f)
+			value_get_int(f, &fusion);
+		put(a, c, "op", value_str("sum"));
+		put_from(a, c, n, "group", NULL);
+		put_from(a, c, n, "rank_size", NULL);
+		put(a, c, "fusion", value_int(fusion, NT_I64));
+		put(a, c, "no_eliminate", value_bool(1));
+		comm_group(a, c, n, fusion == 0);
+		comm_attrs_done(a, c, memo);
+	}
 	GV d = gv_node(c);
 	int mean = 0;
 	const Value *mf = ir_attr_get(&n->pattrs, "mean_flag");
@@ -2216,12 +2268,16 @@ static void bp_reducescatter(Ad *a, Node *n, const GV *g, int gop)
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
 	Node *c = comm_op(a, gop, g[0], &xa, n, "grad");
-	put_from(a, c, n, "group", NULL);
-	put_from(a, c, n, "rank_size", NULL);
-	put(a, c, "fusion", value_int(0, NT_I64));
-	put(a, c, "mean_flag", value_bool(0));
-	put(a, c, "no_eliminate", value_bool(1));
-	comm_group(a, c, n, 1);
+	AttrList *memo;
+	if (!comm_attrs(a, c, n, OP_ReduceScatter, &memo)) {
+		put_from(a, c, n, "group", NULL);
+		put_from(a, c, n, "rank_size", NULL);
+		put(a, c, "fusion", value_int(0, NT_I64));
+		put(a, c, "mean_flag", value_bool(0));
+		put(a, c, "no_eliminate", value_bool(1));
+		comm_group(a, c, n, 1);
+		comm_attrs_done(a, c, memo);
+	}
 	give(a, n, 0, gv_node(c));
 }
 
@@ -2232,13 +2288,17 @@ static void bp_alltoall(Ad *a, Node *n, const GV *g, int gop)
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
 	Node *c = comm_op(a, gop, g[0], &xa, n, "grad");
-	put_from(a, c, n, "split_count", NULL);
-	put_from(a, c, n, "concat_dim", "split_dim");
-	put_from(a, c, n, "split_dim", "concat_dim");
-	put_from(a, c, n, "group", NULL);
-	put_from(a, c, n, "rank_size", NULL);
-	put(a, c, "no_eliminate", value_bool(1));
-	comm_group(a, c, n, 1);
+	AttrList *memo;
+	if (!comm_attrs(a, c, n, OP_AlltoAll, &memo)) {
+		put_from(a, c, n, "split_count", NULL);
+		put_from(a, c, n, "concat_dim", "split_dim");
+		put_from(a, c, n, "split_dim", "concat_dim");
+		put_from(a, c, n, "group", NULL);
+		put_from(a, c, n, "rank_size", NULL);
+		put(a, c, "no_eliminate", value_bool(1));
+		comm_group(a, c, n, 1);
+		comm_attrs_done(a, c, memo);
+	}
 	give(a, n, 0, gv_node(c));
 }
 
@@ -2516,6 +2576,7 @@ int pass_autodiff(Module *m, const Options *o)
 	keymap_init(&a.abs, sizeof(Abs));
 	keymap_init(&a.attrs, sizeof(Attr *));
 	keymap_init(&a.ints, sizeof(Value));
+	keymap_init(&a.comm_attrs, sizeof(AttrList));
 	keymap_init(&a.exts, sizeof(NodeExt *));
 	a.fwd_tab = arena_alloc(m->arena, sizeof *a.fwd_tab);
 	a.fwd_tab->base = m->next_id;
@@ -2667,6 +2728,7 @@ int pass_autodiff(Module *m, const Options *o)
 	keymap_free(&a.abs);
 	keymap_free(&a.attrs);
 	keymap_free(&a.ints);
+	keymap_free(&a.comm_attrs);
 	vec_free(&a.akey);
 	vec_free(&a.aheap);
 	free(a.needs);
