@@ -53,6 +53,18 @@ typedef struct Tup {
 	uint32_t n;
 } Tup;
 
+/* A direct-mapped cache in front of a KeyMap with short keys: the rules
+ * ask for the same few abstracts and operand lists (a layer's) thousands
+ * of times, and a hit here costs a hash and a compare of a few words where
+ * the map probes its table (front_get) */
+#define FRONT 256
+#define FRONT_WORDS 18
+typedef struct Front {
+	uint32_t nkey;
+	int64_t key[FRONT_WORDS];
+	void *val;
+} Front;
+
 typedef struct Ad Ad;
 typedef void (*Bprop)(Ad *a, Node *n, const GV *g, int gop);
 
@@ -79,6 +91,7 @@ struct Ad {
 	uint32_t rule_start; /* e.out.n when the rule began */
 	KeyMap types;        /* operand abstracts -> the module's copy */
 	KeyMap abs;          /* the abstracts of the Slots (pass memory) */
+	Front *front_types, *front_abs;
 	/* attribute lists of the nodes the rules made -> one shared copy of
 	 * each distinct list (a bprop op's attributes are its forward op's
 	 * group and a few constants: a million nodes, a few thousand lists) */
@@ -220,6 +233,26 @@ static Node *emit(Ad *a, int op, uint32_t nargs, const Abs *out)
 	return n;
 }
 
+/* keymap_get(m, key, nkey, fresh) through the cache f */
+static void *front_get(Front *f, KeyMap *m, const int64_t *key, uint32_t nkey, int *fresh)
+{
+	if (nkey > FRONT_WORDS)
+		return keymap_get(m, key, nkey, fresh);
+	uint64_t h = nkey;
+	for (uint32_t i = 0; i < nkey; i++)
+		h = (h ^ (uint64_t)key[i]) * 0x9E3779B97F4A7C15ull;
+	Front *e = &f[h >> 56];
+	if (e->val && e->nkey == nkey && memcmp(e->key, key, nkey * sizeof *key) == 0) {
+		*fresh = 0;
+		return e->val;
+	}
+	void *v = keymap_get(m, key, nkey, fresh); /* never moves */
+	e->nkey = nkey;
+	memcpy(e->key, key, nkey * sizeof *key);
+	e->val = v;
+	return v;
+}
+
 /* the words of intern_types' key for one abstract */
 static uint32_t abs_key(const Abs *t, int64_t *key)
 {
@@ -355,7 +388,7 @@ static void intern_types(Ad *a)
 		for (uint32_t j = 0; j < n->nin_types; j++)
 			k += abs_key(&n->in_types[j], key + k);
 		int fresh;
-		Abs **slot = keymap_get(&a->types, key, k, &fresh);
+		Abs **slot = front_get(a->front_types, &a->types, key, k, &fresh);
 		if (fresh)
 			*slot = arena_dup(a->m->arena, n->in_types, n->nin_types * sizeof(Abs));
 		n->in_types = *slot;
@@ -391,7 +424,7 @@ static void slot_put(Ad *a, Slot *s, GV g)
 {
 	int64_t key[6];
 	int fresh;
-	Abs *p = keymap_get(&a->abs, key, abs_key(&g.a, key), &fresh);
+	Abs *p = front_get(a->front_abs, &a->abs, key, abs_key(&g.a, key), &fresh);
 	if (fresh)
 		*p = g.a;
 	s->v = g.v;
@@ -2574,6 +2607,8 @@ int pass_autodiff(Module *m, const Options *o)
 	a.scratch = xmalloc(SCRATCH * sizeof *a.scratch);
 	keymap_init(&a.types, sizeof(Abs *));
 	keymap_init(&a.abs, sizeof(Abs));
+	a.front_types = xcalloc(FRONT, sizeof *a.front_types);
+	a.front_abs = xcalloc(FRONT, sizeof *a.front_abs);
 	keymap_init(&a.attrs, sizeof(Attr *));
 	keymap_init(&a.ints, sizeof(Value));
 	keymap_init(&a.comm_attrs, sizeof(AttrList));
@@ -2726,6 +2761,8 @@ int pass_autodiff(Module *m, const Options *o)
 	free(a.scratch);
 	keymap_free(&a.types);
 	keymap_free(&a.abs);
+	free(a.front_types);
+	free(a.front_abs);
 	keymap_free(&a.attrs);
 	keymap_free(&a.ints);
 	keymap_free(&a.comm_attrs);
