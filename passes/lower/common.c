@@ -470,9 +470,21 @@ static const char *op_suffix(const char *s, size_t len, long *k)
 		}
 	if (!last)
 		return NULL;
-	char *end;
-	*k = strtol(last + 3, &end, 10);
-	return end == last + 3 || *end ? NULL : last;
+	/* plain digits to the end, as nearly every name has: read here (the
+	 * counters' seeding asks this of every node of every pass) */
+	const char *d = last + 3, *end = s + len;
+	if (d < end && end - d <= 18 && *d >= '0' && *d <= '9') {
+		long v = 0;
+		for (; d < end && *d >= '0' && *d <= '9'; d++)
+			v = v * 10 + (*d - '0');
+		if (d == end && !*d) {
+			*k = v;
+			return last;
+		}
+	}
+	char *e;
+	*k = strtol(last + 3, &e, 10);
+	return e == last + 3 || *e ? NULL : last;
 }
 
 static void seed_one(LowerCtx *c, const char *s, const char *last, long v)
@@ -497,6 +509,17 @@ static void seed_counters(LowerCtx *c)
 	c->seed_next = xmalloc(((size_t)total + 1) * sizeof *c->seed_next);
 	c->seed_nodes = xmalloc(((size_t)total + 1) * sizeof *c->seed_nodes);
 	uint32_t k = 0;
+	/* the inserted ops of one prefix come in runs (a bprop's, a
+	 * redistribution's): the last prefix's counter is kept, while the
+	 * table does not grow */
+	Sym last_scope = 0;
+	int32_t *last_ct = NULL;
+	uint32_t last_epoch = c->fn_epoch;
+	/* and each primitive's list head, by Sym (a graph has a few dozen) */
+	struct {
+		Sym prim;
+		int32_t *head;
+	} heads[64] = {{0, NULL}};
 	for (uint32_t gi = 0; gi < c->m->graphs.n; gi++) {
 		Graph *g = c->m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
@@ -505,9 +528,13 @@ static void seed_counters(LowerCtx *c)
 			if (n->scope_kind != SCOPE_FULLNAME)
 				continue;
 			if (n->scope_op) { /* inserted by an earlier pass: scope is the prefix */
-				int32_t *ct = counter(c, n->scope);
-				if ((uint32_t)*ct < n->scope_op)
-					*ct = (int32_t)n->scope_op;
+				if (n->scope != last_scope || last_epoch != c->fn_epoch) {
+					last_ct = counter(c, n->scope);
+					last_scope = n->scope;
+					last_epoch = c->fn_epoch;
+				}
+				if ((uint32_t)*last_ct < n->scope_op)
+					*last_ct = (int32_t)n->scope_op;
 				continue;
 			}
 			const char *s = sym_str(n->scope);
@@ -521,11 +548,16 @@ static void seed_counters(LowerCtx *c)
 				op--;
 			size_t pl = sym_len(n->prim);
 			if (n->prim && (size_t)(last - op) == pl && memcmp(op, sym_str(n->prim), pl) == 0) {
-				int64_t key = n->prim;
-				int fresh;
-				int32_t *head = keymap_get(&c->seed_prims, &key, 1, &fresh);
-				if (fresh)
-					*head = -1;
+				int32_t *head = heads[n->prim % 64].prim == n->prim ? heads[n->prim % 64].head : NULL;
+				if (!head) {
+					int64_t key = n->prim;
+					int fresh;
+					head = keymap_get(&c->seed_prims, &key, 1, &fresh);
+					if (fresh)
+						*head = -1;
+					heads[n->prim % 64].prim = n->prim;
+					heads[n->prim % 64].head = head;
+				}
 				c->seed_nodes[k] = n;
 				c->seed_next[k] = *head;
 				*head = (int32_t)k++;
