@@ -622,9 +622,15 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 		/* every key is interned, one Sym per text: the cached one is the
 		 * one intern would give */
 		uint64_t dh = plen * 0x9E3779B97F4A7C15ull ^ n->prim;
-		for (size_t i = 0; i < plen; i += 8) {
+		size_t i = 0;
+		for (; i + 8 <= plen; i += 8) { /* whole words: a fixed-size load */
+			uint64_t w;
+			memcpy(&w, s + i, 8);
+			dh = (dh ^ w) * 0xff51afd7ed558ccdull;
+		}
+		if (i < plen) {
 			uint64_t w = 0;
-			memcpy(&w, s + i, plen - i < 8 ? plen - i : 8);
+			memcpy(&w, s + i, plen - i);
 			dh = (dh ^ w) * 0xff51afd7ed558ccdull;
 		}
 		uint32_t dj = (uint32_t)(dh >> 40) & (LOWER_DIRCACHE - 1);
