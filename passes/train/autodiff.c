@@ -423,6 +423,19 @@ static GV slot_get(const Slot *s)
 static void slot_put(Ad *a, Slot *s, GV g)
 {
 	int64_t key[6];
+	if (g.v.kind == V_NODE) {
+		/* a node's own output, as most gradients are: its abstract is the
+		 * node's, which nothing changes while the pass runs (equal words,
+		 * the same abstract the map would give) */
+		int64_t kn[6];
+		abs_key(&g.a, key);
+		abs_key(&g.v.u.node->out, kn);
+		if (memcmp(key, kn, sizeof key) == 0) {
+			s->v = g.v;
+			s->a = &g.v.u.node->out;
+			return;
+		}
+	}
 	int fresh;
 	Abs *p = front_get(a->front_abs, &a->abs, key, abs_key(&g.a, key), &fresh);
 	if (fresh)
