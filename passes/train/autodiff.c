@@ -98,6 +98,7 @@ struct Ad {
 	KeyMap attrs;
 	Vec(int64_t) akey;
 	Vec(Attr *) aheap; /* the lists attr_put is building (heap, until interned) */
+	Vec(uint32_t) acap; /* and the room of each */
 	KeyMap ints;       /* c_ints(): int tuple -> its Value in the module */
 	/* (communication rule, forward op's attribute words) -> the list the
 	 * rule made (comm_attrs) */
@@ -294,13 +295,17 @@ static void attr_put(Ad *a, AttrList *l, const char *key, Value v)
 	while (h < a->aheap.n && (!l->a || a->aheap.a[h] != l->a))
 		h++;
 	if (h == a->aheap.n) {
-		Attr *c = xmalloc((l->n + 1) * sizeof(Attr));
+		/* room for a rule's few attributes: no realloc per attribute */
+		uint32_t cap = l->n + 8;
+		Attr *c = xmalloc(cap * sizeof(Attr));
 		if (l->n)
 			memcpy(c, l->a, l->n * sizeof(Attr));
 		l->a = c;
 		vec_push(&a->aheap, c);
-	} else {
-		l->a = a->aheap.a[h] = xrealloc(l->a, (l->n + 1) * sizeof(Attr));
+		vec_push(&a->acap, cap);
+	} else if (l->n + 1 > a->acap.a[h]) {
+		a->acap.a[h] *= 2;
+		l->a = a->aheap.a[h] = xrealloc(l->a, a->acap.a[h] * sizeof(Attr));
 	}
 	l->a[l->n].key = lower_sym(key);
 	l->a[l->n].val = v;
@@ -396,6 +401,7 @@ static void intern_types(Ad *a)
 	for (uint32_t h = 0; h < a->aheap.n; h++)
 		free(a->aheap.a[h]);
 	a->aheap.n = 0;
+	a->acap.n = 0;
 	a->nscratch = 0;
 	a->rule_start = a->e.out.n;
 }
@@ -2781,6 +2787,7 @@ int pass_autodiff(Module *m, const Options *o)
 	keymap_free(&a.comm_attrs);
 	vec_free(&a.akey);
 	vec_free(&a.aheap);
+	vec_free(&a.acap);
 	free(a.needs);
 	free(a.reach);
 	free(a.gather);
