@@ -509,12 +509,14 @@ static void seed_counters(LowerCtx *c)
 	c->seed_next = xmalloc(((size_t)total + 1) * sizeof *c->seed_next);
 	c->seed_nodes = xmalloc(((size_t)total + 1) * sizeof *c->seed_nodes);
 	uint32_t k = 0;
-	/* the inserted ops of one prefix come in runs (a bprop's, a
-	 * redistribution's): the last prefix's counter is kept, while the
-	 * table does not grow */
-	Sym last_scope = 0;
-	int32_t *last_ct = NULL;
-	uint32_t last_epoch = c->fn_epoch;
+	/* the inserted ops' prefixes repeat (a layer's bprops, its
+	 * redistributions): their counters are kept in a direct-mapped cache,
+	 * emptied when the table grows (its pointers die) */
+	struct {
+		Sym scope;
+		int32_t *ct;
+	} cts[256] = {{0, NULL}};
+	uint32_t cts_epoch = c->fn_epoch;
 	/* and each primitive's list head, by Sym (a graph has a few dozen) */
 	struct {
 		Sym prim;
@@ -528,13 +530,18 @@ static void seed_counters(LowerCtx *c)
 			if (n->scope_kind != SCOPE_FULLNAME)
 				continue;
 			if (n->scope_op) { /* inserted by an earlier pass: scope is the prefix */
-				if (n->scope != last_scope || last_epoch != c->fn_epoch) {
-					last_ct = counter(c, n->scope);
-					last_scope = n->scope;
-					last_epoch = c->fn_epoch;
+				if (cts_epoch != c->fn_epoch) {
+					memset(cts, 0, sizeof cts);
+					cts_epoch = c->fn_epoch;
 				}
-				if ((uint32_t)*last_ct < n->scope_op)
-					*last_ct = (int32_t)n->scope_op;
+				uint32_t j = (n->scope * 2654435761u) >> 24;
+				if (cts[j].scope != n->scope || !cts[j].ct) {
+					cts[j].ct = counter(c, n->scope);
+					cts[j].scope = n->scope;
+				}
+				int32_t *ct = cts[j].ct;
+				if ((uint32_t)*ct < n->scope_op)
+					*ct = (int32_t)n->scope_op;
 				continue;
 			}
 			const char *s = sym_str(n->scope);
