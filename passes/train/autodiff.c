@@ -2455,6 +2455,10 @@ static int analyse(Ad *a, Node *root)
 	}
 	if (root && idx(a, root) != UINT32_MAX)
 		a->reach[idx(a, root)] = 1;
+	/* a node's users come after it, so its reach is known once the
+	 * backward sweep has passed it: the error check rides along, and the
+	 * first such node in graph order (the last one met) is reported */
+	Node *bad = NULL;
 	for (uint32_t i = g->nodes.n; i-- > 0;) {
 		sweep_prefetch_back(g->nodes.a, i);
 		Node *n = g->nodes.a[i];
@@ -2469,19 +2473,16 @@ static int analyse(Ad *a, Node *root)
 			if (t && idx(a, t) != UINT32_MAX)
 				a->reach[idx(a, t)] = 1;
 		}
+		if (!n->dead && a->needs[np + i] && rule_kind(n) == RULE_NONE)
+			bad = n;
 	}
-	for (uint32_t i = 0; i < g->nodes.n; i++) {
-		sweep_prefetch(g->nodes.a, i, g->nodes.n);
-		Node *n = g->nodes.a[i];
-		uint32_t j = np + i;
-		if (n->kind != NK_CNODE || n->dead || !a->needs[j] || !a->reach[j] || rule_kind(n) != RULE_NONE)
-			continue;
-		const char *what = n->callee_kind == CK_PRIM ? sym_str(n->prim) : "a call";
-		diag_error_at(n->loc,
+	if (bad) {
+		const char *what = bad->callee_kind == CK_PRIM ? sym_str(bad->prim) : "a call";
+		diag_error_at(bad->loc,
 		              "operator '%s' (%s) has no gradient rule, and it is on a path from a trainable "
 		              "weight to the loss: the training step cannot be built (--forward-only prints the "
 		              "forward graph)",
-		              what, ir_node_name(n));
+		              what, ir_node_name(bad));
 		return 1;
 	}
 	return 0;
