@@ -288,8 +288,14 @@ int sym_has_prefix(Sym s, const char *p)
 	const Deferred *d = &defs[s & ~SYM_DEFERRED];
 	if (d->suffix & DEF_FORMED)
 		return sym_has_prefix(d->prefix, p);
+	/* the text starts with the prefix's: most answers need no more */
+	size_t pl = ents[d->prefix].len;
+	if (memcmp(ents[d->prefix].s, p, pl < n ? pl : n) != 0)
+		return 0;
+	if (pl >= n)
+		return 1;
 	char buf[512];
-	size_t cap = ents[d->prefix].len + 21 + ents[d->suffix].len;
+	size_t cap = pl + 21 + ents[d->suffix].len;
 	char *t = cap <= sizeof buf ? buf : xmalloc(cap);
 	size_t k = sym_format(s, t, cap > sizeof buf ? cap : sizeof buf);
 	int r = k >= n && memcmp(t, p, n) == 0;

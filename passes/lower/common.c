@@ -470,9 +470,21 @@ static const char *op_suffix(const char *s, size_t len, long *k)
 		}
 	if (!last)
 		return NULL;
-	char *end;
-	*k = strtol(last + 3, &end, 10);
-	return end == last + 3 || *end ? NULL : last;
+	/* plain digits to the end, as nearly every name has: read here (the
+	 * counters' seeding asks this of every node of every pass) */
+	const char *d = last + 3, *end = s + len;
+	if (d < end && end - d <= 18 && *d >= '0' && *d <= '9') {
+		long v = 0;
+		for (; d < end && *d >= '0' && *d <= '9'; d++)
+			v = v * 10 + (*d - '0');
+		if (d == end && !*d) {
+			*k = v;
+			return last;
+		}
+	}
+	char *e;
+	*k = strtol(last + 3, &e, 10);
+	return e == last + 3 || *e ? NULL : last;
 }
 
 static void seed_one(LowerCtx *c, const char *s, const char *last, long v)
@@ -497,6 +509,19 @@ static void seed_counters(LowerCtx *c)
 	c->seed_next = xmalloc(((size_t)total + 1) * sizeof *c->seed_next);
 	c->seed_nodes = xmalloc(((size_t)total + 1) * sizeof *c->seed_nodes);
 	uint32_t k = 0;
+	/* the inserted ops' prefixes repeat (a layer's bprops, its
+	 * redistributions): their counters are kept in a direct-mapped cache,
+	 * emptied when the table grows (its pointers die) */
+	struct {
+		Sym scope;
+		int32_t *ct;
+	} cts[256] = {{0, NULL}};
+	uint32_t cts_epoch = c->fn_epoch;
+	/* and each primitive's list head, by Sym (a graph has a few dozen) */
+	struct {
+		Sym prim;
+		int32_t *head;
+	} heads[64] = {{0, NULL}};
 	for (uint32_t gi = 0; gi < c->m->graphs.n; gi++) {
 		Graph *g = c->m->graphs.a[gi];
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
@@ -505,7 +530,16 @@ static void seed_counters(LowerCtx *c)
 			if (n->scope_kind != SCOPE_FULLNAME)
 				continue;
 			if (n->scope_op) { /* inserted by an earlier pass: scope is the prefix */
-				int32_t *ct = counter(c, n->scope);
+				if (cts_epoch != c->fn_epoch) {
+					memset(cts, 0, sizeof cts);
+					cts_epoch = c->fn_epoch;
+				}
+				uint32_t j = (n->scope * 2654435761u) >> 24;
+				if (cts[j].scope != n->scope || !cts[j].ct) {
+					cts[j].ct = counter(c, n->scope);
+					cts[j].scope = n->scope;
+				}
+				int32_t *ct = cts[j].ct;
 				if ((uint32_t)*ct < n->scope_op)
 					*ct = (int32_t)n->scope_op;
 				continue;
@@ -521,11 +555,16 @@ static void seed_counters(LowerCtx *c)
 				op--;
 			size_t pl = sym_len(n->prim);
 			if (n->prim && (size_t)(last - op) == pl && memcmp(op, sym_str(n->prim), pl) == 0) {
-				int64_t key = n->prim;
-				int fresh;
-				int32_t *head = keymap_get(&c->seed_prims, &key, 1, &fresh);
-				if (fresh)
-					*head = -1;
+				int32_t *head = heads[n->prim % 64].prim == n->prim ? heads[n->prim % 64].head : NULL;
+				if (!head) {
+					int64_t key = n->prim;
+					int fresh;
+					head = keymap_get(&c->seed_prims, &key, 1, &fresh);
+					if (fresh)
+						*head = -1;
+					heads[n->prim % 64].prim = n->prim;
+					heads[n->prim % 64].head = head;
+				}
 				c->seed_nodes[k] = n;
 				c->seed_next[k] = *head;
 				*head = (int32_t)k++;
@@ -590,9 +629,15 @@ void lower_set_fullname(LowerCtx *c, Node *n, const Node *like)
 		/* every key is interned, one Sym per text: the cached one is the
 		 * one intern would give */
 		uint64_t dh = plen * 0x9E3779B97F4A7C15ull ^ n->prim;
-		for (size_t i = 0; i < plen; i += 8) {
+		size_t i = 0;
+		for (; i + 8 <= plen; i += 8) { /* whole words: a fixed-size load */
+			uint64_t w;
+			memcpy(&w, s + i, 8);
+			dh = (dh ^ w) * 0xff51afd7ed558ccdull;
+		}
+		if (i < plen) {
 			uint64_t w = 0;
-			memcpy(&w, s + i, plen - i < 8 ? plen - i : 8);
+			memcpy(&w, s + i, plen - i);
 			dh = (dh ^ w) * 0xff51afd7ed558ccdull;
 		}
 		uint32_t dj = (uint32_t)(dh >> 40) & (LOWER_DIRCACHE - 1);

@@ -145,9 +145,13 @@ int sim_allocates(const Node *n); /* whether the op makes new storage (memory es
 /* C = op(A) op(B) (+ bias, one value per column): op(A) is (m, k), op(B)
  * (k, n), all row-major with row strides lda, ldb, ldc; ta: A is stored
  * (k, m), tb: B is stored (n, k).  Sums in double, rounded once to float32;
- * through cblas_dgemm when configure found a CBLAS. */
+ * through cblas_dgemm when configure found a CBLAS and it loads, else
+ * through sim_gemm_portable (same contract; its own entry so that the unit
+ * tests check it in every build). */
 void sim_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
               int64_t ldb, const float *bias, float *C, int64_t ldc);
+void sim_gemm_portable(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda, const float *B,
+                       int64_t ldb, const float *bias, float *C, int64_t ldc);
 /* matrix products run on one thread (1) or on the BLAS's own count (0):
  * one while ranks run in parallel, so that they do not share the cores */
 void sim_gemm_serial(int on);

@@ -53,6 +53,18 @@ typedef struct Tup {
 	uint32_t n;
 } Tup;
 
+/* A direct-mapped cache in front of a KeyMap with short keys: the rules
+ * ask for the same few abstracts and operand lists (a layer's) thousands
+ * of times, and a hit here costs a hash and a compare of a few words where
+ * the map probes its table (front_get) */
+#define FRONT 256
+#define FRONT_WORDS 18
+typedef struct Front {
+	uint32_t nkey;
+	int64_t key[FRONT_WORDS];
+	void *val;
+} Front;
+
 typedef struct Ad Ad;
 typedef void (*Bprop)(Ad *a, Node *n, const GV *g, int gop);
 
@@ -79,13 +91,18 @@ struct Ad {
 	uint32_t rule_start; /* e.out.n when the rule began */
 	KeyMap types;        /* operand abstracts -> the module's copy */
 	KeyMap abs;          /* the abstracts of the Slots (pass memory) */
+	Front *front_types, *front_abs;
 	/* attribute lists of the nodes the rules made -> one shared copy of
 	 * each distinct list (a bprop op's attributes are its forward op's
 	 * group and a few constants: a million nodes, a few thousand lists) */
 	KeyMap attrs;
 	Vec(int64_t) akey;
 	Vec(Attr *) aheap; /* the lists attr_put is building (heap, until interned) */
+	Vec(uint32_t) acap; /* and the room of each */
 	KeyMap ints;       /* c_ints(): int tuple -> its Value in the module */
+	/* (communication rule, forward op's attribute words) -> the list the
+	 * rule made (comm_attrs) */
+	KeyMap comm_attrs;
 	/* micro-batches (Module.micro > 1): each weight's contributions go to
 	 * its buffer accu_grads.<w> by AssignAdd as they are made */
 	int micro;
@@ -217,6 +234,26 @@ static Node *emit(Ad *a, int op, uint32_t nargs, const Abs *out)
 	return n;
 }
 
+/* keymap_get(m, key, nkey, fresh) through the cache f */
+static void *front_get(Front *f, KeyMap *m, const int64_t *key, uint32_t nkey, int *fresh)
+{
+	if (nkey > FRONT_WORDS)
+		return keymap_get(m, key, nkey, fresh);
+	uint64_t h = nkey;
+	for (uint32_t i = 0; i < nkey; i++)
+		h = (h ^ (uint64_t)key[i]) * 0x9E3779B97F4A7C15ull;
+	Front *e = &f[h >> 56];
+	if (e->val && e->nkey == nkey && memcmp(e->key, key, nkey * sizeof *key) == 0) {
+		*fresh = 0;
+		return e->val;
+	}
+	void *v = keymap_get(m, key, nkey, fresh); /* never moves */
+	e->nkey = nkey;
+	memcpy(e->key, key, nkey * sizeof *key);
+	e->val = v;
+	return v;
+}
+
 /* the words of intern_types' key for one abstract */
 static uint32_t abs_key(const Abs *t, int64_t *key)
 {
@@ -258,13 +295,17 @@ static void attr_put(Ad *a, AttrList *l, const char *key, Value v)
 	while (h < a->aheap.n && (!l->a || a->aheap.a[h] != l->a))
 		h++;
 	if (h == a->aheap.n) {
-		Attr *c = xmalloc((l->n + 1) * sizeof(Attr));
+		/* room for a rule's few attributes: no realloc per attribute */
+		uint32_t cap = l->n + 8;
+		Attr *c = xmalloc(cap * sizeof(Attr));
 		if (l->n)
 			memcpy(c, l->a, l->n * sizeof(Attr));
 		l->a = c;
 		vec_push(&a->aheap, c);
-	} else {
-		l->a = a->aheap.a[h] = xrealloc(l->a, (l->n + 1) * sizeof(Attr));
+		vec_push(&a->acap, cap);
+	} else if (l->n + 1 > a->acap.a[h]) {
+		a->acap.a[h] *= 2;
+		l->a = a->aheap.a[h] = xrealloc(l->a, a->acap.a[h] * sizeof(Attr));
 	}
 	l->a[l->n].key = lower_sym(key);
 	l->a[l->n].val = v;
@@ -292,6 +333,47 @@ static void intern_attrs(Ad *a, AttrList *l)
 	l->a = *slot;
 }
 
+/* The attribute list of a communication rule's op c follows from the
+ * forward op n's list alone, and the forward ops of one group have equal
+ * lists (a rank graph has thousands of AllGathers, a few dozen lists):
+ * 1 when c got the list the rule made before for an equal one; else 0,
+ * the rule builds it and hands *memo to comm_attrs_done.  The key is
+ * shallow: a container is its elements pointer, which a group's ops
+ * share (LowerGroup.ids); equal lists with elements of their own only
+ * miss, and their lists are still shared by intern_attrs. */
+static int comm_attrs(Ad *a, Node *c, const Node *n, int rule, AttrList **memo)
+{
+	uint32_t na = n->pattrs.n;
+	a->akey.n = 0;
+	vec_grow(&a->akey, 1 + 5 * na);
+	int64_t *k = a->akey.a;
+	*k++ = rule;
+	for (uint32_t i = 0; i < na; i++) {
+		const Value *v = &n->pattrs.a[i].val;
+		*k++ = n->pattrs.a[i].key;
+		*k++ = v->kind | v->numtype << 8 | (int64_t)v->n << 16;
+		*k++ = v->text;
+		*k++ = v->keyi; /* a CALL's name is in its elements */
+		*k++ = v->u.i;
+	}
+	a->akey.n = 1 + 5 * na;
+	int fresh;
+	AttrList *p = keymap_get(&a->comm_attrs, a->akey.a, a->akey.n, &fresh);
+	if (fresh) {
+		*memo = p;
+		return 0;
+	}
+	c->pattrs = *p;
+	c->has_pattrs = 1;
+	return 1;
+}
+
+static void comm_attrs_done(Ad *a, Node *c, AttrList *memo)
+{
+	intern_attrs(a, &c->pattrs);
+	*memo = c->pattrs;
+}
+
 /* the nodes the rule made: their operand types into the module, one
  * array per distinct list (shapes are shared, so equal ones compare as
  * equal pointers) */
@@ -311,7 +393,7 @@ static void intern_types(Ad *a)
 		for (uint32_t j = 0; j < n->nin_types; j++)
 			k += abs_key(&n->in_types[j], key + k);
 		int fresh;
-		Abs **slot = keymap_get(&a->types, key, k, &fresh);
+		Abs **slot = front_get(a->front_types, &a->types, key, k, &fresh);
 		if (fresh)
 			*slot = arena_dup(a->m->arena, n->in_types, n->nin_types * sizeof(Abs));
 		n->in_types = *slot;
@@ -319,6 +401,7 @@ static void intern_types(Ad *a)
 	for (uint32_t h = 0; h < a->aheap.n; h++)
 		free(a->aheap.a[h]);
 	a->aheap.n = 0;
+	a->acap.n = 0;
 	a->nscratch = 0;
 	a->rule_start = a->e.out.n;
 }
@@ -346,8 +429,21 @@ static GV slot_get(const Slot *s)
 static void slot_put(Ad *a, Slot *s, GV g)
 {
 	int64_t key[6];
+	if (g.v.kind == V_NODE) {
+		/* a node's own output, as most gradients are: its abstract is the
+		 * node's, which nothing changes while the pass runs (equal words,
+		 * the same abstract the map would give) */
+		int64_t kn[6];
+		abs_key(&g.a, key);
+		abs_key(&g.v.u.node->out, kn);
+		if (memcmp(key, kn, sizeof key) == 0) {
+			s->v = g.v;
+			s->a = &g.v.u.node->out;
+			return;
+		}
+	}
 	int fresh;
-	Abs *p = keymap_get(&a->abs, key, abs_key(&g.a, key), &fresh);
+	Abs *p = front_get(a->front_abs, &a->abs, key, abs_key(&g.a, key), &fresh);
 	if (fresh)
 		*p = g.a;
 	s->v = g.v;
@@ -453,7 +549,7 @@ static void acc(Ad *a, Slot *slot, GV g, Node *target)
 	/* AccumulateDout: hyper_add, scope Gradients/<forward scope>, no primal */
 	Node tm = a->e.tmpl;
 	const NodeExt *x = a->e.ext;
-	train_emit_bprop_of(&a->e, target, NULL, 0, OP_Add);
+	train_emit_bprop_of(&a->e, target, 0, 0, OP_Add);
 	a->e.ext = NULL;
 	Node *s = train_op(&a->e, OP_Add, 2, slot->a);
 	set(s, 0, slot_get(slot));
@@ -475,7 +571,7 @@ static void give(Ad *a, Node *n, uint32_t k, GV g)
 		/* _VirtualDiv's bprop: RealDiv(dout, divisor) (grad_comm_ops.py) */
 		Node tm = a->e.tmpl;
 		const NodeExt *x = a->e.ext;
-		train_emit_bprop_of(&a->e, n, "_VirtualDiv", 1, OP_RealDiv);
+		train_emit_bprop_of(&a->e, n, lower_sym("_VirtualDiv"), 1, OP_RealDiv);
 		a->e.ext = NULL;
 		Node *d = train_op(&a->e, OP_RealDiv, 2, &g.a);
 		set(d, 0, g);
@@ -506,7 +602,7 @@ static void accumulate(Ad *a, Node *t, uint32_t i, GV g)
 	}
 	Node *buf = a->accu[i];
 	Node tm = a->e.tmpl;
-	train_emit_bprop_of(&a->e, a->cur ? a->cur : t, "_VirtualAssignAdd", 1, OP_AssignAdd);
+	train_emit_bprop_of(&a->e, a->cur ? a->cur : t, lower_sym("_VirtualAssignAdd"), 1, OP_AssignAdd);
 	Abs va = train_abs_value(&buf->out);
 	Node *n = train_op(&a->e, OP_AssignAdd, 3, &va);
 	train_arg_node(&a->e, n, 0, buf);
@@ -2141,12 +2237,16 @@ static void bp_allreduce(Ad *a, Node *n, const GV *g, int gop)
 	if (strcmp(op, "prod") == 0)
 		in = gv_node(op2(a, OP_Mul, g[0], gv_node(n), &xa));
 	Node *c = comm_op(a, gop, in, &xa, n, "grad");
-	put(a, c, "op", value_str("sum"));
-	put_from(a, c, n, "group", NULL);
-	put(a, c, "fusion", value_int(0, NT_I64));
-	put(a, c, "index", value_int(0, NT_I64));
-	put(a, c, "no_eliminate", value_bool(1));
-	comm_group(a, c, n, 1);
+	AttrList *memo;
+	if (!comm_attrs(a, c, n, OP_AllReduce, &memo)) {
+		put(a, c, "op", value_str("sum"));
+		put_from(a, c, n, "group", NULL);
+		put(a, c, "fusion", value_int(0, NT_I64));
+		put(a, c, "index", value_int(0, NT_I64));
+		put(a, c, "no_eliminate", value_bool(1));
+		comm_group(a, c, n, 1);
+		comm_attrs_done(a, c, memo);
+	}
 	GV d = gv_node(c);
 	if (strcmp(op, "max") == 0 || strcmp(op, "min") == 0) {
 		Abs ba = xa;
@@ -2190,15 +2290,19 @@ static void bp_allgather(Ad *a, Node *n, const GV *g, int gop)
 	}
 	Node *c = comm_op(a, gop, g[0], &xa, n, "grad_");
 	int64_t fusion = 0, rs = 1;
-	const Value *f = ir_attr_get(&n->pattrs, "fusion");
-	if (f)
-		value_get_int(f, &fusion);
-	put(a, c, "op", value_str("sum"));
-	put_from(a, c, n, "group", NULL);
-	put_from(a, c, n, "rank_size", NULL);
-	put(a, c, "fusion", value_int(fusion, NT_I64));
-	put(a, c, "no_eliminate", value_bool(1));
-	comm_group(a, c, n, fusion == 0);
+	AttrList *memo;
+	if (!comm_attrs(a, c, n, OP_AllGather, &memo)) {
+		const Value *f = ir_attr_get(&n->pattrs, "fusion");
+		if (f)
+			value_get_int(f, &fusion);
+		put(a, c, "op", value_str("sum"));
+		put_from(a, c, n, "group", NULL);
+		put_from(a, c, n, "rank_size", NULL);
+		put(a, c, "fusion", value_int(fusion, NT_I64));
+		put(a, c, "no_eliminate", value_bool(1));
+		comm_group(a, c, n, fusion == 0);
+		comm_attrs_done(a, c, memo);
+	}
 	GV d = gv_node(c);
 	int mean = 0;
 	const Value *mf = ir_attr_get(&n->pattrs, "mean_flag");
@@ -2216,12 +2320,16 @@ static void bp_reducescatter(Ad *a, Node *n, const GV *g, int gop)
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
 	Node *c = comm_op(a, gop, g[0], &xa, n, "grad");
-	put_from(a, c, n, "group", NULL);
-	put_from(a, c, n, "rank_size", NULL);
-	put(a, c, "fusion", value_int(0, NT_I64));
-	put(a, c, "mean_flag", value_bool(0));
-	put(a, c, "no_eliminate", value_bool(1));
-	comm_group(a, c, n, 1);
+	AttrList *memo;
+	if (!comm_attrs(a, c, n, OP_ReduceScatter, &memo)) {
+		put_from(a, c, n, "group", NULL);
+		put_from(a, c, n, "rank_size", NULL);
+		put(a, c, "fusion", value_int(0, NT_I64));
+		put(a, c, "mean_flag", value_bool(0));
+		put(a, c, "no_eliminate", value_bool(1));
+		comm_group(a, c, n, 1);
+		comm_attrs_done(a, c, memo);
+	}
 	give(a, n, 0, gv_node(c));
 }
 
@@ -2232,13 +2340,17 @@ static void bp_alltoall(Ad *a, Node *n, const GV *g, int gop)
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
 	Node *c = comm_op(a, gop, g[0], &xa, n, "grad");
-	put_from(a, c, n, "split_count", NULL);
-	put_from(a, c, n, "concat_dim", "split_dim");
-	put_from(a, c, n, "split_dim", "concat_dim");
-	put_from(a, c, n, "group", NULL);
-	put_from(a, c, n, "rank_size", NULL);
-	put(a, c, "no_eliminate", value_bool(1));
-	comm_group(a, c, n, 1);
+	AttrList *memo;
+	if (!comm_attrs(a, c, n, OP_AlltoAll, &memo)) {
+		put_from(a, c, n, "split_count", NULL);
+		put_from(a, c, n, "concat_dim", "split_dim");
+		put_from(a, c, n, "split_dim", "concat_dim");
+		put_from(a, c, n, "group", NULL);
+		put_from(a, c, n, "rank_size", NULL);
+		put(a, c, "no_eliminate", value_bool(1));
+		comm_group(a, c, n, 1);
+		comm_attrs_done(a, c, memo);
+	}
 	give(a, n, 0, gv_node(c));
 }
 
@@ -2343,6 +2455,10 @@ static int analyse(Ad *a, Node *root)
 	}
 	if (root && idx(a, root) != UINT32_MAX)
 		a->reach[idx(a, root)] = 1;
+	/* a node's users come after it, so its reach is known once the
+	 * backward sweep has passed it: the error check rides along, and the
+	 * first such node in graph order (the last one met) is reported */
+	Node *bad = NULL;
 	for (uint32_t i = g->nodes.n; i-- > 0;) {
 		sweep_prefetch_back(g->nodes.a, i);
 		Node *n = g->nodes.a[i];
@@ -2357,19 +2473,16 @@ static int analyse(Ad *a, Node *root)
 			if (t && idx(a, t) != UINT32_MAX)
 				a->reach[idx(a, t)] = 1;
 		}
+		if (!n->dead && a->needs[np + i] && rule_kind(n) == RULE_NONE)
+			bad = n;
 	}
-	for (uint32_t i = 0; i < g->nodes.n; i++) {
-		sweep_prefetch(g->nodes.a, i, g->nodes.n);
-		Node *n = g->nodes.a[i];
-		uint32_t j = np + i;
-		if (n->kind != NK_CNODE || n->dead || !a->needs[j] || !a->reach[j] || rule_kind(n) != RULE_NONE)
-			continue;
-		const char *what = n->callee_kind == CK_PRIM ? sym_str(n->prim) : "a call";
-		diag_error_at(n->loc,
+	if (bad) {
+		const char *what = bad->callee_kind == CK_PRIM ? sym_str(bad->prim) : "a call";
+		diag_error_at(bad->loc,
 		              "operator '%s' (%s) has no gradient rule, and it is on a path from a trainable "
 		              "weight to the loss: the training step cannot be built (--forward-only prints the "
 		              "forward graph)",
-		              what, ir_node_name(n));
+		              what, ir_node_name(bad));
 		return 1;
 	}
 	return 0;
@@ -2402,7 +2515,7 @@ static void run_rule(Ad *a, Node *n, uint32_t j)
 	a->cur = n;
 	a->ext_built = 0;
 	a->e.ext = NULL;
-	train_emit_bprop_of(&a->e, n, sym_str(n->prim), 1, rules[n->op].gop);
+	train_emit_bprop_of(&a->e, n, n->prim, 1, rules[n->op].gop);
 	a->in_loss = n == a->loss_op;
 	a->rule_start = a->e.out.n;
 	rules[n->op].fn(a, n, g, rules[n->op].gop);
@@ -2514,8 +2627,11 @@ int pass_autodiff(Module *m, const Options *o)
 	a.scratch = xmalloc(SCRATCH * sizeof *a.scratch);
 	keymap_init(&a.types, sizeof(Abs *));
 	keymap_init(&a.abs, sizeof(Abs));
+	a.front_types = xcalloc(FRONT, sizeof *a.front_types);
+	a.front_abs = xcalloc(FRONT, sizeof *a.front_abs);
 	keymap_init(&a.attrs, sizeof(Attr *));
 	keymap_init(&a.ints, sizeof(Value));
+	keymap_init(&a.comm_attrs, sizeof(AttrList));
 	keymap_init(&a.exts, sizeof(NodeExt *));
 	a.fwd_tab = arena_alloc(m->arena, sizeof *a.fwd_tab);
 	a.fwd_tab->base = m->next_id;
@@ -2604,7 +2720,7 @@ int pass_autodiff(Module *m, const Options *o)
 			if (!a.accu[i])
 				continue;
 			Abs va = train_abs_value(&a.accu[i]->out);
-			train_emit_bprop_of(&a.e, g->params.a[i], "_VirtualAssignAdd", 1, OP_Load);
+			train_emit_bprop_of(&a.e, g->params.a[i], lower_sym("_VirtualAssignAdd"), 1, OP_Load);
 			a.e.ext = NULL;
 			Node *l = train_op(&a.e, OP_Load, 2, &va);
 			train_arg_node(&a.e, l, 0, a.accu[i]);
@@ -2665,10 +2781,14 @@ int pass_autodiff(Module *m, const Options *o)
 	free(a.scratch);
 	keymap_free(&a.types);
 	keymap_free(&a.abs);
+	free(a.front_types);
+	free(a.front_abs);
 	keymap_free(&a.attrs);
 	keymap_free(&a.ints);
+	keymap_free(&a.comm_attrs);
 	vec_free(&a.akey);
 	vec_free(&a.aheap);
+	vec_free(&a.acap);
 	free(a.needs);
 	free(a.reach);
 	free(a.gather);

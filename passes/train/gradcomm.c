@@ -45,27 +45,24 @@ static void drop_attr(AttrList *l, const char *key)
 /* a communication op of the gradient: group attributes as a bprop-made
  * op has them (no group_ranks, §2.2).  The list depends on the operator
  * and the group only, so the ops of one group share one (lists, by
- * (op, group name, group size); nobody writes into an inserted op's list):
+ * (op, the group's ranks); nobody writes into an inserted op's list):
  * a 4096-layer step has tens of thousands of these ops, 400 bytes of
- * attributes each */
-static Node *grad_comm(TrainEmit *e, KeyMap *lists, int op, Node *src, const Abs *out, const int64_t *ranks,
-                       int nr, const char *inst)
+ * attributes each.  The key is the ranks themselves, not the group's name
+ * printed and interned again for every weight. */
+static Node *grad_comm(TrainEmit *e, KeyMap *lists, int64_t *key, int op, Node *src, const Abs *out,
+                       const int64_t *ranks, int nr, const char *inst)
 {
 	Node *c = train_op(e, op, 1, out);
 	train_arg_node(e, c, 0, src);
-	c->instance = intern_cstr(inst);
-	char name[1024];
-	lower_group_name(&e->lc, ranks, nr, name, sizeof name);
-	AttrList *shared = NULL;
-	if (strlen(name) < sizeof name - 1) { /* not cut short */
-		int64_t key[3] = {op, intern_cstr(name), nr};
-		int fresh;
-		shared = keymap_get(lists, key, 3, &fresh);
-		if (!fresh) {
-			c->pattrs = *shared;
-			c->has_pattrs = 1;
-			return c;
-		}
+	c->instance = lower_sym(inst);
+	key[0] = op; /* key: room for LOWER_MAX_GROUP + 1 */
+	memcpy(key + 1, ranks, (size_t)nr * sizeof *ranks);
+	int fresh;
+	AttrList *shared = keymap_get(lists, key, (uint32_t)nr + 1, &fresh);
+	if (!fresh) {
+		c->pattrs = *shared;
+		c->has_pattrs = 1;
+		return c;
 	}
 	lower_attr_put(e->m, &c->pattrs, "op", value_str("sum"));
 	lower_comm_group_attrs(&e->lc, c, ranks, nr, 0);
@@ -80,8 +77,7 @@ static Node *grad_comm(TrainEmit *e, KeyMap *lists, int op, Node *src, const Abs
 	                                    "index",  "group_rank_ids", "no_eliminate"};
 	lower_reorder_attrs(&c->pattrs, order, 7);
 	c->has_pattrs = 1;
-	if (shared)
-		*shared = c->pattrs;
+	*shared = c->pattrs;
 	return c;
 }
 
@@ -133,6 +129,7 @@ int pass_gradcomm(Module *m, const Options *o)
 	Graph *g = e.g;
 	KeyMap lists;
 	keymap_init(&lists, sizeof(AttrList));
+	int64_t *key = xmalloc((LOWER_MAX_GROUP + 1) * sizeof *key);
 	int64_t *grp = xmalloc(LOWER_MAX_GROUP * sizeof *grp), *opt = xmalloc(LOWER_MAX_GROUP * sizeof *opt);
 	uint32_t *start = xcalloc(ti->nw + 1, sizeof *start);
 	uint32_t *next = xcalloc(ti->nw, sizeof *next); /* weights whose gradient is the same node */
@@ -171,19 +168,19 @@ int pass_gradcomm(Module *m, const Options *o)
 		int rep = o->device_num > 1 ? lower_param_shard(&e.lc, p, opt, &nopt, grp, &nm) : 1;
 		const Node *u = user[w] ? user[w] : first_user(g, p);
 		if (nm > 1) {
-			train_emit_bprop_of(&e, u, mirror_prim, 1, OP_AllReduce);
+			train_emit_bprop_of(&e, u, lower_sym(mirror_prim), 1, OP_AllReduce);
 			e.ext = mirror_x;
-			gr = grad_comm(&e, &lists, OP_AllReduce, gr, &gr->out, grp, nm,
+			gr = grad_comm(&e, &lists, key, OP_AllReduce, gr, &gr->out, grp, nm,
 			               micro > 1 ? "grad_mirror_MirrorMicroStepOperator" : "grad_mirror_MirrorOperator");
 			if (o->gradients_mean)
 				gr = mean(&e, gr, nm);
 		}
 		if (ti->gather[w] && rep > 1) {
 			Node *ag = ti->gather[w];
-			train_emit_bprop_of(&e, ag, "AllGather", 1, OP_ReduceScatter);
+			train_emit_bprop_of(&e, ag, lower_sym("AllGather"), 1, OP_ReduceScatter);
 			e.ext = gather_x;
 			Abs sa = train_abs_value(&p->out);
-			gr = grad_comm(&e, &lists, OP_ReduceScatter, gr, &sa, opt, nopt,
+			gr = grad_comm(&e, &lists, key, OP_ReduceScatter, gr, &sa, opt, nopt,
 			               "grad_parallel_optimizer_allgather_not_recompute");
 			if (o->gradients_mean)
 				gr = mean(&e, gr, nopt);
@@ -246,6 +243,7 @@ int pass_gradcomm(Module *m, const Options *o)
 	free(grp);
 	free(opt);
 	keymap_free(&lists);
+	free(key);
 	train_emit_free(&e);
 	xmalloc_trim();
 	return 0;

@@ -61,7 +61,14 @@ static Node *scalar_param(Opt *s, const char *name, Sym dtype, int one)
 static Node *state_param(Opt *s, const char *prefix, const Node *w)
 {
 	char buf[1024];
-	snprintf(buf, sizeof buf, "%s.%s", prefix, sym_str(w->name));
+	/* joined by hand: one per weight and state, snprintf was most of it */
+	size_t pl = strlen(prefix), wl = sym_len(w->name);
+	if (pl + 1 + wl >= sizeof buf)
+		wl = sizeof buf - 2 - pl; /* cut short, as snprintf did */
+	memcpy(buf, prefix, pl);
+	buf[pl] = '.';
+	memcpy(buf + pl + 1, sym_str(w->name), wl);
+	buf[pl + 1 + wl] = 0;
 	return new_param(s, buf, w->out.dtype, &w->out.shape, w->lay);
 }
 

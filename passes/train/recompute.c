@@ -803,20 +803,43 @@ int recompute_check_patterns(const Module *m, const Options *o)
  * attribute set, a `recompute` scope.  A step without any (most) leaves
  * the pass before it indexes two million nodes (the training step's peak
  * memory is the bench's target, testsuite/bench/train.sh) */
+/* 1 when l has key set true; l_seen: the last list found without it
+ * (nodes share their lists: the lowering's clones, the bprops' interned
+ * ones), so a run of equal lists is read once */
+static int flag_sym(const AttrList *l, Sym key, AttrList *l_seen)
+{
+	if (!l->n || (l->a == l_seen->a && l->n == l_seen->n))
+		return 0;
+	const Value *v = ir_attr_get_sym(l, key);
+	int b;
+	if (v && value_truthy(v, &b) && b == 1)
+		return 1;
+	*l_seen = *l;
+	return 0;
+}
+
+/* Is anything to be recomputed?  Asked of every node of the step, so the
+ * key is compared as its Sym (attribute keys are interned, one Sym per
+ * text), not as text, and the scopes by their first bytes. */
 static int any_candidate(const Graph *g, const Options *o)
 {
 	if (o->nrecompute_rules)
 		return 1;
+	Sym key = lower_sym("recompute");
+	AttrList seen_p = {0}, seen_c = {0};
+	Sym seen_scope = 0;
 	for (uint32_t i = 0; i < g->nodes.n; i++) {
 		sweep_prefetch(g->nodes.a, i, g->nodes.n);
 		const Node *n = g->nodes.a[i];
 		if (n->kind != NK_CNODE)
 			continue;
-		if (flag_attr(&n->pattrs, "recompute") == 1 || flag_attr(&ir_node_ext(n)->cattrs, "recompute") == 1)
+		if (flag_sym(&n->pattrs, key, &seen_p) || flag_sym(&ir_node_ext(n)->cattrs, key, &seen_c))
 			return 1;
-		if (n->scope && n->scope_kind == SCOPE_FULLNAME && sym_len(n->scope) >= 9 &&
-		    memcmp(sym_str(n->scope), "recompute", 9) == 0)
-			return 1;
+		if (n->scope && n->scope_kind == SCOPE_FULLNAME && n->scope != seen_scope) {
+			if (sym_len(n->scope) >= 9 && memcmp(sym_str(n->scope), "recompute", 9) == 0)
+				return 1;
+			seen_scope = n->scope;
+		}
 	}
 	return 0;
 }

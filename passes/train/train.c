@@ -64,9 +64,8 @@ void train_emit_dir(TrainEmit *e, Sym dir_x)
  * template's own name is "<dir>/<op>": the full-name key of op's first node
  * there, so the template costs no string of its own (a "<dir>/x" for each
  * of 140,000 directories was 25 MB of names) */
-void train_emit_bprop_of(TrainEmit *e, const Node *f, const char *prim, int grad, int op)
+void train_emit_bprop_of(TrainEmit *e, const Node *f, Sym ps, int grad, int op)
 {
-	Sym ps = prim ? intern_cstr(prim) : 0;
 	uint32_t h = (f->scope * 2654435761u ^ ps * 40503u ^ (uint32_t)grad * 97u) & (TRAIN_DIRS - 1);
 	struct TrainDir *d = &e->dirs[h];
 	Sym *s = &d->dir;
@@ -83,7 +82,8 @@ void train_emit_bprop_of(TrainEmit *e, const Node *f, const char *prim, int grad
 		 * put together with memcpy, not three snprintf calls and a malloc */
 		const char *slash = strrchr(fs, '/');
 		size_t dl = slash ? (size_t)(slash - fs) : 0;
-		size_t pl = grad ? strlen(prim) : 0, ll = strlen(leaf);
+		const char *prim = ps ? sym_str(ps) : "";
+		size_t pl = grad ? sym_len(ps) : 0, ll = strlen(leaf);
 		size_t len = sizeof "Gradients/" - 1 + dl + (grad ? sizeof "/Grad_" - 1 + pl : 0) + 1 + ll;
 		char stack[512];
 		char *buf = len <= sizeof stack ? stack : xmalloc(len), *p = buf;
@@ -135,13 +135,28 @@ void train_arg_node(TrainEmit *e, Node *n, uint32_t k, Node *src)
 
 /* ------------------------------------------------------------ abstracts */
 
+/* "Tensor[<dtype>]" (ref 0) or "Ref[Tensor[<dtype>]]" (ref 1): asked for
+ * every weight a rule or the optimizer reads, from a few dtypes */
+static Sym tensor_tstr(Sym dtype, int ref)
+{
+	static struct {
+		Sym dtype, tstr;
+	} memo[2][16];
+	uint32_t h = (dtype * 2654435761u) >> 28;
+	if (memo[ref][h].dtype != dtype || !memo[ref][h].tstr) {
+		char buf[96];
+		snprintf(buf, sizeof buf, ref ? "Ref[Tensor[%s]]" : "Tensor[%s]", sym_str(dtype));
+		memo[ref][h].dtype = dtype;
+		memo[ref][h].tstr = intern_cstr(buf);
+	}
+	return memo[ref][h].tstr;
+}
+
 Abs train_abs_value(const Abs *a)
 {
 	Abs r = *a;
 	if (r.is_ref && r.dtype) {
-		char buf[96];
-		snprintf(buf, sizeof buf, "Tensor[%s]", sym_str(r.dtype));
-		r.tstr = intern_cstr(buf);
+		r.tstr = tensor_tstr(r.dtype, 0);
 		r.is_ref = 0;
 	}
 	r.xi = 0;
@@ -245,9 +260,7 @@ Node *train_new_param(Module *m, Graph *g, int32_t local, const char *name, Sym 
 	p->args = arena_alloc(m->arena, sizeof(Value));
 	p->args[0] = value_word("has_default");
 	p->local = local;
-	char buf[96];
-	snprintf(buf, sizeof buf, "Ref[Tensor[%s]]", sym_str(dtype));
-	p->out.tstr = intern_cstr(buf);
+	p->out.tstr = tensor_tstr(dtype, 1);
 	p->out.dtype = dtype;
 	p->out.is_ref = 1;
 	p->out.is_tensor = 1;

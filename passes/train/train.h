@@ -55,7 +55,7 @@ void train_emit_dir(TrainEmit *e, Sym dir_x);
 /* the template for the bprop of forward node f: Gradients/<f's dir>/Grad_<f's prim>,
  * or Gradients/<f's dir> for dout accumulation (grad = 0); op: the
  * operator it makes first (OP_UNKNOWN: not known) */
-void train_emit_bprop_of(TrainEmit *e, const Node *f, const char *prim, int grad, int op);
+void train_emit_bprop_of(TrainEmit *e, const Node *f, Sym prim, int grad, int op);
 /* a new node of op with nargs operands (set with train_arg) and output abstract out */
 Node *train_op(TrainEmit *e, int op, uint32_t nargs, const Abs *out);
 void train_arg(TrainEmit *e, Node *n, uint32_t k, Value v, const Abs *a);

@@ -23,8 +23,10 @@ export LC_ALL=C
 
 echo
 echo "== --simulate (issue 18 target: llama_layer at 8 devices 10x faster than 125 s) =="
-blas=$(ldd "$sappc" 2>/dev/null | sed -n 's/^[[:space:]]*\(lib[a-z]*blas[^ ]*\) .*/\1/p' | head -1)
-echo "matrix products: ${blas:-portable kernel (no CBLAS linked)}; OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-unset}, $(nproc) cores"
+# gemm.c loads the CBLAS configure found on the first product; its name is
+# in the binary whether it is loaded then or linked
+blas=$(grep -ao 'lib[a-z0-9]*blas[a-z0-9]*\.so[.0-9]*' "$sappc" | head -1)
+echo "matrix products: ${blas:-portable kernel (no CBLAS)}; OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-unset}, $(nproc) cores"
 echo "ranks: on one thread per online core (--simulate-threads), matrix products on one thread each while they run"
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 printf '%-14s %7s %-38s | %8s %8s\n' sample devices flags wall_s cpu_s

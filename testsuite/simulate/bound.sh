@@ -16,9 +16,10 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/sappc-simbound.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 allow=64 # MB besides the simulation: sappc -n 1 --simulate runs in 25 MB of address space
 # OpenBLAS (the simulator's matrix products, passes/simulate/gemm.c) maps its
-# code (32 MB) and a 128 MB work buffer per thread when it loads, before main,
-# and spins when a mapping fails: one thread, and room for that
-if ldd "$sappc" 2>/dev/null | grep -q libopenblas; then
+# code (32 MB) and a 128 MB work buffer per thread when it loads (gemm.c
+# loads it on the first product; its name is in the binary either way), and
+# spins when a mapping fails: one thread, and room for that
+if grep -aq libopenblas "$sappc"; then
 	export OPENBLAS_NUM_THREADS=1
 	allow=$((allow + 192))
 fi

@@ -131,8 +131,9 @@ static void test_matmul(void **state)
 	ir_module_free(m);
 }
 
-/* sim_gemm (gemm.c), whichever kernel configure chose, against the plain
- * double sum: the four transpose cases, row strides wider than a row, a
+/* sim_gemm (gemm.c), whichever kernel configure chose, and the portable
+ * kernel sim_gemm_portable, against the plain double sum: the four
+ * transpose cases, row strides wider than a row, a
  * bias, an empty sum, and a k long enough that the operands are cut into
  * several blocks of rows and of columns */
 static float gemm_rand(uint64_t *s)
@@ -141,7 +142,10 @@ static float gemm_rand(uint64_t *s)
 	return (float)((double)(*s >> 40) / (double)(1u << 24) - 0.5);
 }
 
-static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t pad, int bias)
+typedef void (*GemmFn)(int, int, int64_t, int64_t, int64_t, const float *, int64_t, const float *, int64_t,
+                       const float *, float *, int64_t);
+
+static void gemm_case_with(GemmFn gemm, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t pad, int bias)
 {
 	uint64_t seed = (uint64_t)(ta * 2 + tb + 1) * 977 + (uint64_t)(m * 31 + n * 7 + k);
 	int64_t ar = ta ? k : m, acl = ta ? m : k, br = tb ? n : k, bcl = tb ? k : n;
@@ -157,7 +161,7 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t p
 	for (int64_t i = 0; i < m * ldc; i++)
 		C[i] = 12345; /* the padding must stay untouched */
 	assert_true(!bias || n <= 80);
-	sim_gemm(ta, tb, m, n, k, A, lda, B, ldb, bias ? bv : NULL, C, ldc);
+	gemm(ta, tb, m, n, k, A, lda, B, ldb, bias ? bv : NULL, C, ldc);
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = 0; j < ldc; j++) {
 			if (j >= n) {
@@ -178,6 +182,12 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t p
 	free(A);
 	free(B);
 	free(C);
+}
+
+static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t pad, int bias)
+{
+	gemm_case_with(sim_gemm, ta, tb, m, n, k, pad, bias);
+	gemm_case_with(sim_gemm_portable, ta, tb, m, n, k, pad, bias);
 }
 
 static void test_gemm(void **state)
