@@ -132,7 +132,7 @@ static void group_text(char *buf, size_t n, const Node *c)
 		return;
 	}
 	v = ir_attr_get(&c->pattrs, "group");
-	snprintf(buf, n, "%s", v ? sym_str(v->text) : "");
+	snprintf(buf, n, "%s", v ? sym_str(value_text(v)) : "");
 }
 
 /* --view=plan: how an operator got its strategy shows in its outline:

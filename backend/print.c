@@ -383,8 +383,8 @@ static void print_elems(FILE *f, const Value *v)
 		if (v->kind == V_DICT && (i & 1)) {
 			/* key: value pairs: the separator before a value is ": " */
 		}
-		if (v->u.elems[i].key) {
-			put_sym(f, v->u.elems[i].key);
+		if (v->u.elems[i].keyi) {
+			put_sym(f, value_key(&v->u.elems[i]));
 			fputc('=', f);
 		}
 		ir_print_value_impl(f, &v->u.elems[i]);
@@ -448,7 +448,7 @@ static void ir_print_value_impl(FILE *f, const Value *v)
 		fputc('}', f);
 		break;
 	case V_CALL:
-		put_sym(f, v->text);
+		put_sym(f, value_call_name(v));
 		fputc('(', f);
 		print_elems(f, v);
 		fputc(')', f);
@@ -644,9 +644,9 @@ static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 		}
 		fputc('}', f);
 	}
-	if (n->strat && n->strat->l.n) {
+	if (ir_node_strat(n)->n) {
 		fputs(" {", f);
-		print_attrs(f, &n->strat->l);
+		print_attrs(f, ir_node_strat(n));
 		fputc('}', f);
 	}
 }

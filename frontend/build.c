@@ -2161,7 +2161,7 @@ Value b_refkey(Tok *t)
 {
 	Value v = {0};
 	v.kind = V_RAW;
-	v.key = intern_cstr("ref_key");
+	value_set_key(&v, intern_cstr("ref_key"));
 	v.text = intern(t->p, t->n);
 	return v;
 }
@@ -2170,7 +2170,7 @@ Value b_valdots(void)
 {
 	Value v = {0};
 	v.kind = V_WORD;
-	v.key = intern_cstr("value");
+	value_set_key(&v, intern_cstr("value"));
 	v.text = intern_cstr("value=...");
 	return v;
 }
@@ -2189,7 +2189,7 @@ static Value call_value(BuildCtx *b, Loc loc, Tok *name, VList *args)
 {
 	const char *s = sym_str(name->s);
 	uint32_t n = args ? args->v.n : 0;
-	if (n == 1 && !args->v.a[0].key) {
+	if (n == 1 && !args->v.a[0].keyi) {
 		Value *a = &args->v.a[0];
 		if (strcmp(s, "Bool") == 0 && a->kind == V_INT) {
 			if (a->u.i != 0 && a->u.i != 1)
@@ -2218,8 +2218,8 @@ static Value call_value(BuildCtx *b, Loc loc, Tok *name, VList *args)
 			}
 		}
 	}
-	Value v = b_seq(b, V_CALL, args);
-	v.text = name->s;
+	Value v = value_call_of(b->m->arena, name->s, n ? args->v.a : NULL, n);
+	vrelease(b, args);
 	return v;
 }
 
@@ -2285,7 +2285,7 @@ void b_vpush(VList *l, Value v)
 
 void b_vpush_kw(VList *l, Tok *key, Value v)
 {
-	v.key = key->s;
+	value_set_key(&v, key->s);
 	b_vpush(l, v);
 }
 
@@ -2370,12 +2370,12 @@ static int to_shape(BuildCtx *b, Loc loc, const Value *v, Shape *s)
 		}
 		return 1;
 	}
-	if (v->kind == V_WORD && strcmp(sym_str(v->text), "NoShape") == 0 && !v->key) {
+	if (v->kind == V_WORD && strcmp(sym_str(v->text), "NoShape") == 0 && !v->keyi) {
 		s->kind = SK_NOSHAPE;
 		return 1;
 	}
 	if (v->kind == V_CALL) {
-		const char *nm = sym_str(v->text);
+		const char *nm = sym_str(value_call_name(v));
 		int tuple = strcmp(nm, "TupleShape") == 0;
 		if (!tuple && strcmp(nm, "ListShape") != 0)
 			return 0;
@@ -2436,7 +2436,7 @@ static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VL
 		Value *v = &items->v.a[i];
 		if (i == 0 && !shape && to_shape(b, loc, v, &a->shape))
 			continue;
-		if (v->kind == V_RAW && v->key) { /* ref_key */
+		if (v->kind == V_RAW && v->keyi) { /* ref_key */
 			const char *k = sym_str(v->text);
 			if (*k == ':') {
 				ref_colon = 1;
@@ -2446,7 +2446,7 @@ static Abs *abstract_make(BuildCtx *b, Loc loc, Sym tstr, const Shape *shape, VL
 			}
 			continue;
 		}
-		if (v->kind == V_WORD && v->key) { /* value=... */
+		if (v->kind == V_WORD && v->keyi) { /* value=... */
 			a->has_value = 1;
 			continue;
 		}
@@ -2524,7 +2524,8 @@ Abs *b_abstract_tok(BuildCtx *b, Loc loc, Tok *t)
 		const Node *pr = b->ls.pref;
 		Value v;
 		if (pr && sym_len(pr->name) == rk.n && memcmp(sym_str(pr->name), rk.p, rk.n) == 0) {
-			v = (Value){.kind = V_RAW, .key = intern_cstr("ref_key"), .text = pr->name};
+			v = (Value){.kind = V_RAW, .text = pr->name};
+			value_set_key(&v, intern_cstr("ref_key"));
 		} else {
 			v = b_refkey(&rk);
 		}

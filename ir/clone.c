@@ -57,11 +57,13 @@ static Value clone_value(Cloner *c, const Value *v)
 	case V_TUPLE:
 	case V_LIST:
 	case V_DICT:
-	case V_CALL:
-		x.u.elems = v->n ? arena_alloc(c->to->arena, v->n * sizeof(Value)) : NULL;
-		for (uint32_t i = 0; i < v->n; i++)
+	case V_CALL: {
+		uint32_t ns = value_nslots(v); /* a CALL's name too */
+		x.u.elems = ns ? arena_alloc(c->to->arena, ns * sizeof(Value)) : NULL;
+		for (uint32_t i = 0; i < ns; i++)
 			x.u.elems[i] = clone_value(c, &v->u.elems[i]);
 		break;
+	}
 	default:
 		break;
 	}
@@ -126,11 +128,6 @@ static void fill_node(Cloner *c, Node *x)
 {
 	x->args = x->nargs ? clone_values(c, x->args, x->nargs) : NULL;
 	x->pattrs = clone_attrs(c, &x->pattrs);
-	if (x->strat) {
-		NodeStrat *st = arena_dup(c->to->arena, x->strat, sizeof *st);
-		st->l = clone_attrs(c, &st->l);
-		x->strat = st;
-	}
 	if (x->in_types) {
 		Abs *t = arena_alloc(c->to->arena, (x->nin_types ? x->nin_types : 1) * sizeof *t);
 		for (uint32_t i = 0; i < x->nin_types; i++)
@@ -138,17 +135,23 @@ static void fill_node(Cloner *c, Node *x)
 		x->in_types = t;
 	}
 	x->out = clone_abs(c, &x->out);
-	if (x->x) {
-		const NodeExt *e = x->x;
-		NodeExt *y = arena_dup(c->to->arena, e, sizeof *e);
-		y->callee = clone_value(c, &e->callee);
-		y->cattrs = clone_attrs(c, &e->cattrs);
-		y->primal = clone_attrs(c, &e->primal);
-		y->xlines = dup_lines(c, e->xlines, e->nxlines);
-		y->debug = dup_lines(c, e->debug, e->ndebug);
-		y->fwd_id = ir_node_fwd_id(x); /* x still has n's NodeExt */
-		y->fwd_tab = NULL;
-		x->x = y;
+	if (x->side) { /* a side of its own: the copy shares nothing with n */
+		NodeSide *sd = arena_dup(c->to->arena, x->side, sizeof *sd);
+		sd->l = clone_attrs(c, &sd->l);
+		if (sd->x) {
+			const NodeExt *e = sd->x;
+			NodeExt *y = arena_dup(c->to->arena, e, sizeof *e);
+			y->callee = clone_value(c, &e->callee);
+			y->cattrs = clone_attrs(c, &e->cattrs);
+			y->primal = clone_attrs(c, &e->primal);
+			y->xlines = dup_lines(c, e->xlines, e->nxlines);
+			y->debug = dup_lines(c, e->debug, e->ndebug);
+			y->fwd_id = ir_node_fwd_id(x); /* x still has n's NodeExt */
+			y->fwd_tab = NULL;
+			y->side0 = NULL;
+			sd->x = y;
+		}
+		x->side = sd;
 	}
 }
 

@@ -193,14 +193,75 @@ int ir_node_is_stage_zeros(const Node *n)
 const NodeExt *ir_node_ext(const Node *n)
 {
 	static const NodeExt none;
-	return n->x ? n->x : &none;
+	return n->side && n->side->x ? n->side->x : &none;
+}
+
+NodeExt *ir_node_x(const Node *n)
+{
+	return n->side ? n->side->x : NULL;
 }
 
 NodeExt *ir_node_ext_mut(Module *m, Node *n)
 {
-	if (!n->x)
-		n->x = arena_alloc(m->arena, sizeof *n->x);
-	return n->x;
+	NodeExt *x = ir_node_x(n);
+	if (!x) {
+		x = arena_alloc(m->arena, sizeof *x);
+		ir_node_set_x(m, n, x);
+	}
+	return x;
+}
+
+static int side_has_strat(const NodeSide *s)
+{
+	return s && (s->l.n || s->l.a || s->has_si);
+}
+
+/* a new NodeSide for n: x and the strategy l, si (NULL: none); the one
+ * x's nodes share when there is no strategy, NULL when neither */
+static void side_set(Module *m, Node *n, NodeExt *x, AttrList l, const StratInfo *si)
+{
+	if (!l.n && !l.a && !si) {
+		if (!x) {
+			n->side = NULL;
+			return;
+		}
+		if (!x->side0 || x->side0->x != x || side_has_strat(x->side0)) { /* a copied NodeExt copies side0 */
+			x->side0 = arena_alloc(m->arena, sizeof *x->side0);
+			x->side0->x = x;
+		}
+		n->side = x->side0;
+		return;
+	}
+	NodeSide *s = arena_alloc(m->arena, sizeof *s);
+	s->x = x;
+	s->l = l;
+	if (si) {
+		s->si = *si;
+		s->has_si = 1;
+	}
+	n->side = s;
+}
+
+void ir_node_set_x(Module *m, Node *n, NodeExt *x)
+{
+	const NodeSide *s = n->side;
+	if (s && s->x == x)
+		return;
+	if (side_has_strat(s))
+		side_set(m, n, x, s->l, s->has_si ? &s->si : NULL);
+	else
+		side_set(m, n, x, (AttrList){0}, NULL);
+}
+
+void ir_node_share_strat(Module *m, Node *d, const Node *o)
+{
+	if (!side_has_strat(o->side) && !d->side)
+		return;
+	if (!ir_node_x(d) && (!o->side || !o->side->x)) {
+		d->side = side_has_strat(o->side) ? o->side : NULL;
+		return;
+	}
+	ir_node_set_strat_si(m, d, *ir_node_strat(o), ir_node_si(o));
 }
 
 /* Node keeps the type line's position in 17 bits, as a line offset from
@@ -237,27 +298,17 @@ void ir_node_set_tloc(Module *m, Node *n, Loc t)
 const AttrList *ir_node_strat(const Node *n)
 {
 	static const AttrList none;
-	return n->strat ? &n->strat->l : &none;
+	return n->side ? &n->side->l : &none;
 }
 
 const StratInfo *ir_node_si(const Node *n)
 {
-	return n->strat && n->strat->has_si ? &n->strat->si : NULL;
+	return n->side && n->side->has_si ? &n->side->si : NULL;
 }
 
 void ir_node_set_strat_si(Module *m, Node *n, AttrList l, const StratInfo *si)
 {
-	if (!l.n && !l.a && !si) {
-		n->strat = NULL;
-		return;
-	}
-	NodeStrat *s = arena_alloc(m->arena, sizeof *s);
-	s->l = l;
-	if (si) {
-		s->si = *si;
-		s->has_si = 1;
-	}
-	n->strat = s;
+	side_set(m, n, ir_node_x(n), l, si);
 }
 
 void ir_node_set_strat(Module *m, Node *n, AttrList l)
@@ -437,7 +488,7 @@ static int recompute_made(const Node *n)
 {
 	if (n->kind != NK_CNODE)
 		return 0;
-	const NodeExt *x = n->x;
+	const NodeExt *x = ir_node_x(n);
 	if (x && x->cattrs.n && (ir_attr_get(&x->cattrs, "duplicated") || ir_attr_get(&x->cattrs, "recompute_depend")))
 		return 1;
 	if (n->op != OP_MakeTuple || !n->nargs || n->args[0].kind != V_NODE)

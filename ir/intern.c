@@ -189,12 +189,15 @@ Sym intern_cstr(const char *s)
  * So two deferred Syms of the same text may differ: sym_same() is the
  * equality of text.  sym_str() interns the text the first time somebody
  * asks for it, and sym_format() writes it without interning, which is
- * what the printer does. */
+ * what the printer does.  Once formed, a name keeps its interned text
+ * in place of its parts (16 bytes a name, not 24 with a field of its own:
+ * a 4096-layer rank graph makes half a million). */
 typedef struct {
-	Sym prefix, suffix;
-	Sym real; /* the interned text, once formed */
+	Sym prefix; /* DEF_FORMED in suffix: the interned text */
+	Sym suffix;
 	uint64_t v;
 } Deferred;
+#define DEF_FORMED 0x80000000u /* never in an interned Sym */
 
 static Deferred *defs;
 static uint32_t ndefs, capdefs;
@@ -205,7 +208,7 @@ Sym sym_defer(Sym prefix, uint64_t v, Sym suffix)
 		capdefs = capdefs ? 2 * capdefs : 4096;
 		defs = xrealloc(defs, capdefs * sizeof *defs);
 	}
-	defs[ndefs] = (Deferred){prefix, suffix, 0, v};
+	defs[ndefs] = (Deferred){prefix, suffix, v};
 	return SYM_DEFERRED | ndefs++;
 }
 
@@ -223,7 +226,7 @@ int sym_same(Sym a, Sym b)
 	if (sym_is_deferred(a) && sym_is_deferred(b)) {
 		const Deferred *x = &defs[a & ~SYM_DEFERRED], *y = &defs[b & ~SYM_DEFERRED];
 		if (x->prefix == y->prefix && x->v == y->v && x->suffix == y->suffix)
-			return 1;
+			return 1; /* the same parts, or both formed (their v equal too) */
 	}
 	return sym_len(a) == sym_len(b) && memcmp(sym_str(a), sym_str(b), sym_len(a)) == 0;
 }
@@ -232,7 +235,7 @@ Sym sym_prefixed(const char *pre, Sym s)
 {
 	size_t pl = strlen(pre);
 	char buf[512];
-	if (sym_is_deferred(s)) {
+	if (sym_is_deferred(s) && !(defs[s & ~SYM_DEFERRED].suffix & DEF_FORMED)) {
 		const Deferred *d = &defs[s & ~SYM_DEFERRED];
 		size_t k = ents[d->prefix].len;
 		if (pl + k >= sizeof buf)
@@ -260,6 +263,12 @@ size_t sym_format(Sym s, char *buf, size_t cap)
 		return n;
 	}
 	const Deferred *d = &defs[s & ~SYM_DEFERRED];
+	if (d->suffix & DEF_FORMED) { /* prefix and suffix, as below: the text less the digits */
+		char digits[24];
+		if (ents[d->prefix].len - fmt_u64(digits, d->v) + 20 >= cap)
+			return 0;
+		return sym_format(d->prefix, buf, cap);
+	}
 	size_t pl = ents[d->prefix].len, sl = ents[d->suffix].len;
 	if (pl + 20 + sl >= cap)
 		return 0;
@@ -277,6 +286,8 @@ int sym_has_prefix(Sym s, const char *p)
 	if (!sym_is_deferred(s))
 		return sym_len(s) >= n && memcmp(sym_str(s), p, n) == 0;
 	const Deferred *d = &defs[s & ~SYM_DEFERRED];
+	if (d->suffix & DEF_FORMED)
+		return sym_has_prefix(d->prefix, p);
 	/* the text starts with the prefix's: most answers need no more */
 	size_t pl = ents[d->prefix].len;
 	if (memcmp(ents[d->prefix].s, p, pl < n ? pl : n) != 0)
@@ -296,16 +307,19 @@ int sym_has_prefix(Sym s, const char *p)
 static Sym def_real(Sym s)
 {
 	Deferred *d = &defs[s & ~SYM_DEFERRED];
-	if (!d->real) {
+	if (!(d->suffix & DEF_FORMED)) {
 		char buf[512];
 		size_t cap = ents[d->prefix].len + 21 + ents[d->suffix].len;
 		char *p = cap <= sizeof buf ? buf : xmalloc(cap);
 		size_t n = sym_format(s, p, cap > sizeof buf ? cap : sizeof buf);
-		d->real = intern(p, n);
+		Sym real = intern(p, n);
 		if (p != buf)
 			free(p);
+		d = &defs[s & ~SYM_DEFERRED]; /* interning makes no deferred name, but read again */
+		d->prefix = real;
+		d->suffix |= DEF_FORMED;
 	}
-	return d->real;
+	return d->prefix;
 }
 
 /* (entry 0 is the empty string, Sym 0) */

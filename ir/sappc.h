@@ -246,13 +246,19 @@ typedef enum {
 typedef enum { NT_BARE, NT_I8, NT_I16, NT_I32, NT_I64, NT_U8, NT_U16, NT_U32, NT_U64,
 	       NT_F16, NT_F32, NT_F64, NT_BF16 } NumType;
 
+/* 16 bytes: a rank graph holds millions (operand arrays were a fifth of a
+ * 4096-layer forward run's memory at 24).  A value has a count or a text,
+ * never both, so they share their bytes; a CALL keeps its name after its
+ * arguments (value_call_name), and the rare key=value key is an index into
+ * a table of the process (value_key). */
 struct Value {
-	uint8_t kind;
-	uint8_t numtype;
-	uint16_t pad_;
-	uint32_t n;   /* element count for TUPLE/LIST/DICT/CALL */
-	Sym text;     /* WORD/RAW/STR/FLOAT text, CALL name, EXTERN spelling, bool bare word */
-	Sym key;      /* for CALL arguments written key=value */
+	unsigned kind : 4;    /* ValueKind */
+	unsigned numtype : 4; /* NumType */
+	unsigned keyi : 24;   /* the key of an argument written key=value: value_key(), 0 none */
+	union {
+		uint32_t n; /* element count for TUPLE/LIST/DICT/CALL */
+		Sym text;   /* WORD/RAW/STR/FLOAT/EXTERN/GRAPH text, EXTERN spelling, bool bare word */
+	};
 	union {
 		int64_t i;
 		double f;
@@ -262,6 +268,18 @@ struct Value {
 	} u;
 };
 
+/* the key of v written key=value (0: none); setting it interns key in the
+ * table of keys (a handful of texts: shape, dtype, value, ref_key) */
+Sym value_key(const Value *v);
+void value_set_key(Value *v, Sym key);
+/* a CALL value name(elems...): its elements copied, its name after them */
+Value value_call_of(Arena *a, Sym name, const Value *elems, uint32_t n);
+Sym value_call_name(const Value *v);
+/* the text a value is written with: WORD/RAW/STR/FLOAT/EXTERN/GRAPH text, a
+ * CALL's name, 0 for the others */
+Sym value_text(const Value *v);
+/* the elements a TUPLE/LIST/DICT/CALL holds in memory: n, and a CALL's name */
+uint32_t value_nslots(const Value *v);
 Value value_int(int64_t v, NumType nt);
 /* decimal text of v at p (at most 20 bytes, no NUL); returns its length */
 size_t fmt_u64(char *p, uint64_t v);
@@ -481,12 +499,14 @@ typedef struct NodeExt {
 	Sym fwd_prim;
 	const FwdIds *fwd_tab;
 	Loc tloc;          /* the type line, when Node.tloc_ext */
+	struct NodeSide *side0; /* the NodeSide of the nodes that have only this NodeExt (ir_node_set_x) */
 } NodeExt;
 
 /* A rank graph is millions of Nodes (a 4096-layer training step at 4096
  * devices: 2.2 million), so every byte here is megabytes: flags are bits,
- * the rest is ordered without holes (152 bytes), and what only some
- * nodes have lives elsewhere (NodeExt, NodeStrat). */
+ * the rest is ordered without holes (144 bytes), and what only some
+ * nodes have lives elsewhere, behind one pointer (NodeSide: NodeExt, the
+ * strategy). */
 struct Node {
 	uint32_t id;       /* module-wide creation index, stable */
 	uint16_t op;       /* OP_* of the primitive, OP_UNKNOWN otherwise */
@@ -519,10 +539,11 @@ struct Node {
 	Graph *g;
 	Value *args;
 	AttrList pattrs;
-	struct NodeStrat *strat; /* strategy attributes and their source (NULL: none): ir_node_strat(), ir_node_si() */
+	/* NULL for most nodes: its NodeExt and strategy, read through
+	 * ir_node_ext(), ir_node_x(), ir_node_strat(), ir_node_si() */
+	struct NodeSide *side;
 	Abs *in_types;     /* type line inputs */
 	Abs out;           /* output abstract (params: the parameter type) */
-	NodeExt *x;        /* NULL for most nodes: see NodeExt */
 	NodeLayout *lay;   /* pass data: the lowering's layouts */
 };
 
@@ -589,13 +610,19 @@ int ir_node_is_op(const Node *n, int op);
 int ir_node_is_stage_zeros(const Node *n);
 const NodeExt *ir_node_ext(const Node *n);     /* n's NodeExt, or an empty one: never NULL */
 NodeExt *ir_node_ext_mut(Module *m, Node *n); /* n's NodeExt, made on first use */
+NodeExt *ir_node_x(const Node *n);            /* n's NodeExt, NULL when it has none */
+/* gives n the NodeExt x (NULL: none), which other nodes may share; n's
+ * strategy stays */
+void ir_node_set_x(Module *m, Node *n, NodeExt *x);
+/* gives d the strategy of o (shared, not copied); d's NodeExt stays */
+void ir_node_share_strat(Module *m, Node *d, const Node *o);
 uint32_t ir_node_fwd_id(const Node *n);       /* the forward node a backward node differentiates (has_fwd) */
 /* the position of n's type line (line 0: it has none) */
 Loc ir_node_tloc(const Node *n);
 void ir_node_set_tloc(Module *m, Node *n, Loc t);
 /* n's strategy attributes (in_strategy ...): an empty list when it has none */
 const AttrList *ir_node_strat(const Node *n);
-/* gives n the list l, keeping its StratInfo (a new NodeStrat: nodes copied
+/* gives n the list l, keeping its StratInfo (a new NodeSide: nodes copied
  * from one another may share one; the attributes themselves are not copied) */
 void ir_node_set_strat(Module *m, Node *n, AttrList l);
 /* Names a pass may leave unformed (inserted operators: one interned string
@@ -853,15 +880,19 @@ struct StratInfo {
 	uint8_t source;
 	Sym levels; /* the search levels' text (interned, so equal tables are shared), else 0 */
 };
-/* Node.strat: only operators given or searched a strategy have one */
-typedef struct NodeStrat {
-	AttrList l;    /* in_strategy/out_strategy/in_layout/out_layout */
+/* Node.side: what only some nodes have, behind one pointer (a rank graph
+ * has a million nodes with neither).  Shared by nodes copied from one
+ * another, so never written once set: the setters make a new one.  The
+ * nodes that have only a NodeExt share its side0. */
+typedef struct NodeSide {
+	NodeExt *x;    /* NULL: none */
+	AttrList l;    /* in_strategy/out_strategy/in_layout/out_layout: only operators given or searched a strategy */
 	StratInfo si;  /* when has_si */
 	uint8_t has_si;
-} NodeStrat;
+} NodeSide;
 /* what the sapp pass left on n (NULL: nothing) */
 const StratInfo *ir_node_si(const Node *n);
-/* gives n the list l and the record si (NULL: none); a new NodeStrat,
+/* gives n the list l and the record si (NULL: none); a new NodeSide,
  * since nodes copied from one another may share one */
 void ir_node_set_strat_si(Module *m, Node *n, AttrList l, const StratInfo *si);
 

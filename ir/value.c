@@ -1,5 +1,6 @@
 /* value.c - constructors and queries for the tagged Value union that holds
  * operands, attribute values and strategies (ir-format.md §1.5-1.6). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "sappc.h"
@@ -127,7 +128,7 @@ int value_int_list(const Value *v, int64_t *out, int max)
 
 int value_equal(const Value *a, const Value *b)
 {
-	if (a->kind != b->kind || a->n != b->n)
+	if (a->kind != b->kind)
 		return 0;
 	switch (a->kind) {
 	case V_INT:
@@ -145,11 +146,11 @@ int value_equal(const Value *a, const Value *b)
 	case V_GRAPH:
 		return a->u.graph == b->u.graph;
 	default:
-		if (a->text != b->text || a->key != b->key)
+		if (a->n != b->n || a->keyi != b->keyi ||
+		    (a->kind == V_CALL && value_call_name(a) != value_call_name(b)))
 			return 0;
 		for (uint32_t i = 0; i < a->n; i++)
-			if (!value_equal(&a->u.elems[i], &b->u.elems[i]) ||
-			    a->u.elems[i].key != b->u.elems[i].key)
+			if (!value_equal(&a->u.elems[i], &b->u.elems[i]) || a->u.elems[i].keyi != b->u.elems[i].keyi)
 				return 0;
 		return 1;
 	}
@@ -158,12 +159,119 @@ int value_equal(const Value *a, const Value *b)
 Value value_clone(Arena *a, const Value *v)
 {
 	Value x = *v;
-	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL) {
-		x.u.elems = v->n ? arena_alloc(a, v->n * sizeof(Value)) : NULL;
-		for (uint32_t i = 0; i < v->n; i++)
+	uint32_t ns = value_nslots(v);
+	if (ns) {
+		x.u.elems = arena_alloc(a, ns * sizeof(Value));
+		for (uint32_t i = 0; i < ns; i++)
 			x.u.elems[i] = value_clone(a, &v->u.elems[i]);
+	} else if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT) {
+		x.u.elems = NULL;
 	}
 	return x;
+}
+
+uint32_t value_nslots(const Value *v)
+{
+	switch (v->kind) {
+	case V_TUPLE:
+	case V_LIST:
+	case V_DICT:
+		return v->n;
+	case V_CALL:
+		return v->n + 1;
+	default:
+		return 0;
+	}
+}
+
+Value value_call_of(Arena *a, Sym name, const Value *elems, uint32_t n)
+{
+	Value x = {0};
+	x.kind = V_CALL;
+	x.n = n;
+	x.u.elems = arena_alloc(a, (n + 1) * sizeof *elems);
+	if (n)
+		memcpy(x.u.elems, elems, n * sizeof *elems);
+	x.u.elems[n].kind = V_WORD;
+	x.u.elems[n].text = name;
+	return x;
+}
+
+Sym value_call_name(const Value *v)
+{
+	return v->u.elems[v->n].text;
+}
+
+Sym value_text(const Value *v)
+{
+	switch (v->kind) {
+	case V_TUPLE:
+	case V_LIST:
+	case V_DICT:
+		return 0;
+	case V_CALL:
+		return value_call_name(v);
+	default:
+		return v->text;
+	}
+}
+
+/* The keys of key=value arguments, one index per text for the process
+ * (like abs_ext's table: the parser and the passes add to it, threads
+ * only read it).  Index 0 is "no key". */
+static Sym *key_sym;                 /* index -> key */
+static uint32_t nkeys, capkeys;
+static uint32_t *key_slot, key_mask; /* open addressing: key -> index */
+
+Sym value_key(const Value *v)
+{
+	return v->keyi ? key_sym[v->keyi] : 0;
+}
+
+static uint32_t key_hash(Sym k)
+{
+	return (uint32_t)(k * 0x9E3779B1u);
+}
+
+void value_set_key(Value *v, Sym key)
+{
+	if (!key) {
+		v->keyi = 0;
+		return;
+	}
+	if (key_slot) {
+		for (uint32_t h = key_hash(key) & key_mask; key_slot[h]; h = (h + 1) & key_mask)
+			if (key_sym[key_slot[h]] == key) {
+				v->keyi = key_slot[h];
+				return;
+			}
+	}
+	if (nkeys + 1 >= (1u << 24))
+		die("more than %u distinct argument keys", (1u << 24) - 2);
+	if (!nkeys)
+		nkeys = 1; /* index 0: none */
+	if (nkeys >= capkeys) {
+		capkeys = capkeys ? 2 * capkeys : 16;
+		key_sym = xrealloc(key_sym, capkeys * sizeof *key_sym);
+	}
+	key_sym[nkeys] = key;
+	if (2 * (nkeys + 1) > key_mask) { /* at most half full */
+		uint32_t cap = key_mask ? 2 * (key_mask + 1) : 32;
+		free(key_slot);
+		key_slot = xcalloc(cap, sizeof *key_slot);
+		key_mask = cap - 1;
+		for (uint32_t i = 1; i < nkeys; i++) {
+			uint32_t h = key_hash(key_sym[i]) & key_mask;
+			while (key_slot[h])
+				h = (h + 1) & key_mask;
+			key_slot[h] = i;
+		}
+	}
+	uint32_t h = key_hash(key) & key_mask;
+	while (key_slot[h])
+		h = (h + 1) & key_mask;
+	key_slot[h] = nkeys;
+	v->keyi = nkeys++;
 }
 
 /* "00" .. "99": two digits per division */

@@ -74,7 +74,7 @@ static void label(Module *m, Node *n, int i)
 	if (n->kind != NK_CNODE)
 		return;
 	set_primal(m, n, "micro", i);
-	lower_order_attrs(&n->x->primal);
+	lower_order_attrs(&ir_node_x(n)->primal);
 }
 
 /* a copy of n (a new node of the same graph, same everything but its id
@@ -91,13 +91,13 @@ static Node *copy(Module *m, const Node *n, const Value *args)
 	c->mark = 0;
 	c->args = n->nargs ? arena_dup(m->arena, args, n->nargs * sizeof *n->args) : NULL;
 	c->in_types = n->nin_types ? arena_dup(m->arena, n->in_types, n->nin_types * sizeof *n->in_types) : NULL;
-	if (n->x) {
-		NodeExt *x = arena_dup(m->arena, n->x, sizeof *n->x);
+	if (ir_node_x(n)) {
+		NodeExt *x = arena_dup(m->arena, ir_node_x(n), sizeof *x);
 		if (x->primal.n)
 			x->primal.a = arena_dup(m->arena, x->primal.a, x->primal.n * sizeof *x->primal.a);
 		if (x->cattrs.n)
 			x->cattrs.a = arena_dup(m->arena, x->cattrs.a, x->cattrs.n * sizeof *x->cattrs.a);
-		c->x = x;
+		ir_node_set_x(m, c, x);
 	}
 	if (n->pattrs.n) {
 		c->pattrs.a = arena_dup(m->arena, n->pattrs.a, n->pattrs.n * sizeof *n->pattrs.a);

@@ -176,15 +176,12 @@ static Value tensor_literal(Module *m, const char *dtype, const int64_t *d, int 
 	memset(e, 0, sizeof e);
 	e[0] = value_tuple_of(m->arena, dims, (uint32_t)rank);
 	e[0].kind = V_LIST;
-	e[0].key = intern_cstr("shape");
+	value_set_key(&e[0], intern_cstr("shape"));
 	e[1] = value_word(dtype);
-	e[1].key = intern_cstr("dtype");
+	value_set_key(&e[1], intern_cstr("dtype"));
 	e[2] = value_int(v, NT_BARE);
-	e[2].key = intern_cstr("value");
-	Value t = value_tuple_of(m->arena, e, 3);
-	t.kind = V_CALL;
-	t.text = intern_cstr("Tensor");
-	return t;
+	value_set_key(&e[2], intern_cstr("value"));
+	return value_call_of(m->arena, intern_cstr("Tensor"), e, 3);
 }
 
 static Value f16_placeholder(Module *m)

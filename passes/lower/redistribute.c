@@ -959,19 +959,19 @@ static void localize_node(LowerCtx *c, Node *n)
 	if (l && (l->flags & LAY_OP))
 		for (uint32_t i = 0; i < n->nargs && i < l->nin && i < n->nin_types; i++) {
 			Value *v = &n->args[i];
-			if (v->kind != V_CALL || !l->in[i].ndev || strcmp(sym_str(v->text), "Tensor") != 0)
+			if (v->kind != V_CALL || !l->in[i].ndev || strcmp(sym_str(value_call_name(v)), "Tensor") != 0)
 				continue;
 			int64_t sl[LAYOUT_MAX_DIM];
 			tlay_slice(&l->in[i], sl);
 			Value c2 = value_clone(m->arena, v);
 			for (uint32_t k = 0; k < c2.n; k++) {
 				Value *e = &c2.u.elems[k];
-				if (e->key && strcmp(sym_str(e->key), "shape") == 0 && e->kind == V_LIST &&
+				if (e->keyi && strcmp(sym_str(value_key(e)), "shape") == 0 && e->kind == V_LIST &&
 				    (int)e->n == l->in[i].rank)
 					for (uint32_t d = 0; d < e->n; d++)
 						if (e->u.elems[d].kind == V_INT)
 							e->u.elems[d].u.i = sl[d];
-				if (e->key && strcmp(sym_str(e->key), "value") == 0 &&
+				if (e->keyi && strcmp(sym_str(value_key(e)), "value") == 0 &&
 				    (e->kind == V_LIST || e->kind == V_TUPLE))
 					diag_warning_at(n->loc,
 					                "%s (%%%d): constant operand %u is sliced by its shape only; "

@@ -518,7 +518,7 @@ static void write_nodes(Sapp *S)
 	t.ops = S->ops;
 	for (uint32_t x = 0; x < S->nops; x++) {
 		if (x + 8 < S->nops && S->ops[x + 8].n) { /* the node's fields this writes */
-			sapp_prefetch(&S->ops[x + 8].n->strat);
+			sapp_prefetch(&S->ops[x + 8].n->side);
 		}
 		if (S->ops[x].n && S->ops[x].has_s)
 			write_node(&t, &S->ops[x]);

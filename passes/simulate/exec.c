@@ -740,11 +740,12 @@ static void subs_new(SimRun *r)
  * name a rank's operators may read before the ranks run on threads. */
 static void resolve_value(const Value *v)
 {
-	sym_str(v->text);
-	sym_str(v->key);
-	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL)
-		for (uint32_t i = 0; i < v->n; i++)
-			resolve_value(&v->u.elems[i]);
+	uint32_t ns = value_nslots(v); /* a CALL's name is its last slot */
+	if (!ns)
+		sym_str(v->text);
+	sym_str(value_key(v));
+	for (uint32_t i = 0; i < ns; i++)
+		resolve_value(&v->u.elems[i]);
 }
 
 static void resolve_attrs(const AttrList *l)

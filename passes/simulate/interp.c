@@ -74,7 +74,7 @@ static SimValue *scalar(Ctx *c, int dtype, double x)
 static const Value *call_arg(const Value *v, const char *key)
 {
 	for (uint32_t i = 0; i < v->n; i++)
-		if (v->u.elems[i].key && strcmp(sym_str(v->u.elems[i].key), key) == 0)
+		if (v->u.elems[i].keyi && strcmp(sym_str(value_key(&v->u.elems[i])), key) == 0)
 			return &v->u.elems[i];
 	return NULL;
 }
@@ -145,7 +145,7 @@ static SimValue *literal(Ctx *c, const Value *v)
 		return t;
 	}
 	case V_CALL:
-		if (strcmp(sym_str(v->text), "Tensor") == 0)
+		if (strcmp(sym_str(value_call_name(v)), "Tensor") == 0)
 			return literal_tensor(c, v);
 		return sim_val_none(c->r);
 	case V_NODE:

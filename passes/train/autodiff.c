@@ -276,7 +276,7 @@ static void value_words(Ad *a, const Value *v)
 	int64_t *k = a->akey.a + a->akey.n;
 	k[0] = v->kind | v->numtype << 8 | (int64_t)v->n << 16;
 	k[1] = v->text;
-	k[2] = v->key;
+	k[2] = v->keyi | (int64_t)(v->kind == V_CALL ? value_call_name(v) : 0) << 32;
 	k[3] = v->u.i;
 	a->akey.n += 4;
 	if (v->kind == V_TUPLE || v->kind == V_LIST || v->kind == V_DICT || v->kind == V_CALL) {
@@ -353,7 +353,7 @@ static int comm_attrs(Ad *a, Node *c, const Node *n, int rule, AttrList **memo)
 		*k++ = n->pattrs.a[i].key;
 		*k++ = v->kind | v->numtype << 8 | (int64_t)v->n << 16;
 		*k++ = v->text;
-		*k++ = v->key;
+		*k++ = v->keyi; /* a CALL's name is in its elements */
 		*k++ = v->u.i;
 	}
 	a->akey.n = 1 + 5 * na;
@@ -2230,7 +2230,7 @@ static Node *comm_op(Ad *a, int op, GV x, const Abs *out, const Node *n, const c
 static void bp_allreduce(Ad *a, Node *n, const GV *g, int gop)
 {
 	const Value *opv = ir_attr_get(&n->pattrs, "op");
-	const char *op = opv && opv->text ? sym_str(opv->text) : "sum";
+	const char *op = opv && value_text(opv) ? sym_str(value_text(opv)) : "sum";
 	GV x = gv_arg(n, 0);
 	Abs xa = tensor_abs(&x);
 	GV in = g[0];

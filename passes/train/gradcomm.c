@@ -198,9 +198,9 @@ int pass_gradcomm(Module *m, const Options *o)
 	for (uint32_t w = 0; w < ti->nw; w++)
 		for (uint32_t k = start[w]; k < start[w + 1]; k++) {
 			const Node *n = e.out.a[k];
-			if (n->x == mirror_x)
+			if (ir_node_x(n) == mirror_x)
 				fid[n->id - tab->base] = ti->weight[w]->id;
-			else if (n->x == gather_x)
+			else if (ir_node_x(n) == gather_x)
 				fid[n->id - tab->base] = ti->gather[w]->id;
 		}
 	tab->id = fid;

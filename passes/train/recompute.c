@@ -460,8 +460,9 @@ static void put_emit(Rc *r, Node *n, uint32_t before)
 
 static NodeExt *fresh_ext(Rc *r, Node *n)
 {
-	n->x = arena_alloc(r->m->arena, sizeof *n->x);
-	return n->x;
+	NodeExt *x = arena_alloc(r->m->arena, sizeof *x);
+	ir_node_set_x(r->m, n, x);
+	return x;
 }
 
 /* "Tuple[T]", "Tuple[T*n]" or "Tuple[T1, T2, ...]" of the elements' types */
@@ -497,7 +498,7 @@ static Node *duplicate(Rc *r, uint32_t i, uint32_t s, const Node *const *fti, ui
 	d->instance = o->instance;
 	d->pattrs = o->pattrs;
 	d->has_pattrs = o->has_pattrs;
-	d->strat = o->strat;
+	ir_node_share_strat(m, d, o);
 	d->has_strat = o->has_strat;
 	d->out = o->out;
 	d->loc = o->loc;
@@ -700,7 +701,7 @@ static void set_attrs(Rc *r)
 		*x = *ox;
 		if (x->cattrs.n)
 			x->cattrs.a = arena_dup(m->arena, x->cattrs.a, x->cattrs.n * sizeof(Attr));
-		n->x = x;
+		ir_node_set_x(m, n, x);
 		if (r->rec[i])
 			ir_attr_set(m, &x->cattrs, "recompute", value_bool(1));
 		if (r->ckpt[i])

@@ -115,7 +115,8 @@ Node *train_op(TrainEmit *e, int op, uint32_t nargs, const Abs *out)
 		n->out = *out;
 		n->out.has_value = 0; /* a computed value, even of constants */
 	}
-	n->x = (NodeExt *)e->ext; /* shared and never written (train.h) */
+	if (e->ext)
+		ir_node_set_x(e->lc.m, n, (NodeExt *)e->ext); /* shared and never written (train.h) */
 	vec_push(&e->out, n);
 	return n;
 }
@@ -194,15 +195,12 @@ static Value tensor_call(Module *m, Sym dtype, Value shape, Value val)
 {
 	Value e[3];
 	e[0] = shape;
-	e[0].key = lower_sym("shape");
+	value_set_key(&e[0], lower_sym("shape"));
 	e[1] = value_word(sym_str(dtype ? dtype : lower_sym("Float32")));
-	e[1].key = lower_sym("dtype");
+	value_set_key(&e[1], lower_sym("dtype"));
 	e[2] = val;
-	e[2].key = lower_sym("value");
-	Value t = value_tuple_of(m->arena, e, 3);
-	t.kind = V_CALL;
-	t.text = lower_sym("Tensor");
-	return t;
+	value_set_key(&e[2], lower_sym("value"));
+	return value_call_of(m->arena, lower_sym("Tensor"), e, 3);
 }
 
 Value train_float_tensor(Module *m, Sym dtype, double v)

@@ -149,6 +149,23 @@ static void test_defer(void **state)
 		assert_string_equal(sym_str(many[i]), buf);
 	}
 	assert_true(sym_same(sym_defer(pre, 18446744073709551615ULL, ag), a));
+	/* a formed name keeps its text in place of its parts: it reads,
+	 * compares, prints and prefixes as before it was formed */
+	Sym f = sym_defer(pre, 42, rs), g = sym_defer(pre, 42, rs);
+	assert_string_equal(sym_str(f), "redistribution_op_42Reshape");
+	assert_true(sym_same(f, g));
+	assert_true(sym_same(g, f));
+	assert_false(sym_same(f, sym_defer(pre, 4, rs)));
+	assert_int_equal(sym_format(f, buf, sizeof buf), 27);
+	assert_string_equal(buf, "redistribution_op_42Reshape");
+	assert_int_equal(sym_format(f, buf, 27 - 2 + 20), 0); /* what an unformed one gives */
+	assert_int_equal(sym_format(g, buf, 27 - 2 + 20), 0);
+	assert_true(sym_has_prefix(f, "redistribution_op_4"));
+	assert_false(sym_has_prefix(f, "redistribution_op_5"));
+	Sym pf = sym_prefixed("x/", f);
+	assert_string_equal(sym_str(pf), "x/redistribution_op_42Reshape");
+	sym_str(g);
+	assert_true(sym_same(f, g)); /* both formed */
 }
 
 /* keymap: equal keys share a value, different lengths and orders do
@@ -868,6 +885,29 @@ static void test_values(void **state)
 	int b;
 	assert_true(value_truthy(&w, &b));
 	assert_int_equal(b, 1);
+	/* a CALL keeps its name after its arguments, a key is an index:
+	 * a copy has both, and values that differ only there differ */
+	Value e[2] = {value_int(2, NT_BARE), value_word("Float32")};
+	value_set_key(&e[0], intern_cstr("shape"));
+	value_set_key(&e[1], intern_cstr("dtype"));
+	Value k = value_call_of(a, intern_cstr("Tensor"), e, 2), kc = value_clone(a, &k);
+	assert_int_equal(sizeof(Value), 16);
+	assert_int_equal(kc.n, 2);
+	assert_string_equal(sym_str(value_call_name(&kc)), "Tensor");
+	assert_string_equal(sym_str(value_text(&kc)), "Tensor");
+	assert_string_equal(sym_str(value_key(&kc.u.elems[1])), "dtype");
+	assert_ptr_not_equal(kc.u.elems, k.u.elems);
+	assert_true(value_equal(&kc, &k));
+	Value other = value_call_of(a, intern_cstr("Parameter"), e, 2);
+	assert_false(value_equal(&other, &k));
+	value_set_key(&kc.u.elems[1], intern_cstr("value"));
+	assert_false(value_equal(&kc, &k));
+	value_set_key(&kc.u.elems[1], intern_cstr("dtype")); /* the same index again */
+	assert_int_equal(kc.u.elems[1].keyi, k.u.elems[1].keyi);
+	assert_int_equal(value_key(&w), 0);
+	Value none = value_call_of(a, intern_cstr("Empty"), NULL, 0);
+	assert_string_equal(sym_str(value_call_name(&none)), "Empty");
+	assert_int_equal(value_text(t), 0);
 	int64_t big[2] = {INT64_MAX / 2, 4};
 	Shape s = shape_dims(a, big, 2);
 	int64_t numel;
