@@ -67,6 +67,8 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 	c->stages = sapp_plan_stages(m, o); /* --auto-pipeline may have lowered it */
 	c->rank = o->rank;
 	c->world = o->world_group ? o->world_group : "hccl_world_group";
+	const char *br = getenv("SAPPC_TEST_BREAK_REDIST"); /* once, not per plan */
+	c->break_redist = br && strcmp(br, "1") == 0;
 	if (c->n_total % c->stages) {
 		diag_error("%d devices cannot be divided into %d pipeline stages", c->n_total, c->stages);
 		return -1;

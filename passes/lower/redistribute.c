@@ -102,16 +102,11 @@ static Abs tensor_abs(Module *m, Sym dtype, const int64_t *d, int r)
 	return lower_abs_like(m, &like, d, r);
 }
 
-/* Test only: SAPPC_TEST_BREAK_REDIST=1 makes every redistribution wrong
- * in a way that keeps every shape right - each StridedSlice takes the next
- * block (cyclically) and each AllGather lists its group backwards - so that
- * the tests can show that sappc --simulate catches a wrong plan. */
-static int break_redist(void)
-{
-	const char *e = getenv("SAPPC_TEST_BREAK_REDIST");
-	return e && strcmp(e, "1") == 0;
-}
-
+/* Test only: SAPPC_TEST_BREAK_REDIST=1 (LowerCtx.break_redist) makes every
+ * redistribution wrong in a way that keeps every shape right - each
+ * StridedSlice takes the next block (cyclically) and each AllGather lists
+ * its group backwards - so that the tests can show that sappc --simulate
+ * catches a wrong plan. */
 static void break_op(RedistOp *o)
 {
 	if (o->kind == RD_STRIDEDSLICE) {
@@ -174,7 +169,7 @@ static Node *build_plan(LowerCtx *c, NodeVec *out, const RedistOp *ops, int nops
 	pn.origin = origin;
 	pn.k = 0;
 	pn.hs.len = 0;
-	int broken = break_redist();
+	int broken = c->break_redist;
 	if (broken)
 		tm = NULL;
 	int rc = comm_recompute(like, origin);
