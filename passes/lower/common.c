@@ -380,10 +380,12 @@ void lower_reorder_attrs(AttrList *l, const char *const *keys, int nk)
 {
 	Attr tmp[32];
 	uint32_t k = 0;
-	for (int i = 0; i < nk && k < 32; i++)
+	for (int i = 0; i < nk && k < 32; i++) {
+		size_t kl = strlen(keys[i]); /* lengths first: most pairs differ in it */
 		for (uint32_t j = 0; j < l->n; j++)
-			if (strcmp(sym_str(l->a[j].key), keys[i]) == 0)
+			if (sym_len(l->a[j].key) == kl && memcmp(sym_str(l->a[j].key), keys[i], kl) == 0)
 				tmp[k++] = l->a[j];
+	}
 	if (k == l->n)
 		memcpy(l->a, tmp, k * sizeof *tmp);
 	lower_order_attrs(l);
