@@ -1033,10 +1033,11 @@ int pass_redistribute(Module *m, const Options *o)
 	 * written is never faulted in */
 	if (g)
 		vec_grow(&out, g->nodes.n * 4);
-	int bad = 0;
+	int bad = 0, dead_in = 0;
 	for (uint32_t i = 0; g && i < g->nodes.n && !diag_too_many(); i++) {
 		sweep_prefetch(g->nodes.a, i, g->nodes.n);
 		Node *n = g->nodes.a[i];
+		dead_in |= n->dead;
 		lower_subst_args(n);
 		NodeLayout *l = n->lay;
 		if (l && ir_node_is_op(n, OP_Reshape) && l->in[0].ndev && l->out[0].ndev && n->args[0].kind == V_NODE) {
@@ -1105,11 +1106,18 @@ int pass_redistribute(Module *m, const Options *o)
 	if (g) {
 		/* the live nodes, kept in place: a second array of them was fresh
 		 * memory the size of the graph */
-		uint32_t nlive = 0;
-		for (uint32_t i = 0; i < out.n; i++) {
-			sweep_prefetch(out.a, i, out.n);
-			if (!out.a[i]->dead)
-				out.a[nlive++] = out.a[i];
+		uint32_t nlive = out.n;
+		/* the nodes this pass kills (a replaced Reshape) never reach out;
+		 * only nodes dead on the way in can be there, and without them
+		 * there is nothing to drop: reading a million nodes' flags was
+		 * an eighth of this pass's own time (perf, 4096 layers) */
+		if (dead_in) {
+			nlive = 0;
+			for (uint32_t i = 0; i < out.n; i++) {
+				sweep_prefetch(out.a, i, out.n);
+				if (!out.a[i]->dead)
+					out.a[nlive++] = out.a[i];
+			}
 		}
 		/* the capacity told is the one a vector of out.n grown from empty
 		 * would have: the module's byte count (ir_module_bytes, which
