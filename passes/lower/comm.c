@@ -242,17 +242,63 @@ static int64_t param_fusion(const Node *p)
 	return 1; /* comm_fusion default (§3.4) */
 }
 
-static void mirror_attrs(LowerCtx *c, Node *user, Node *param, const int64_t *g, int ng)
+/* The mirror group of a weight read in layout t (shard: t is the weight's
+ * own layout, which the optimizer may shard, lower_param_shard; else the
+ * consumer's, lower_replica_group): its size and, when above one, the
+ * related_fusion_key text.  Both depend on t and the weight's fusion only,
+ * so they are found once per (layout block, fusion): a transformer has tens
+ * of thousands of weight reads and a handful of layouts, and each group
+ * costs a walk over up to thousands of ranks to build, hash and name. */
+typedef struct MirrorGroup {
+	int nm;
+	Sym fusion_key; /* "all_reduce_<group>_<fusion>" */
+} MirrorGroup;
+
+static const MirrorGroup *mirror_group(LowerCtx *c, KeyMap *memo, const TLay *t, int shard, const Node *p,
+                                       int64_t *grp, int64_t *opt)
+{
+	/* a TLay's arrays are one block per distinct layout (tlay_set): the
+	 * block's address and the counts name its content */
+	int64_t fusion = param_fusion(p);
+	int64_t key[6] = {shard,
+	                  (int64_t)(intptr_t)t->shape,
+	                  (int64_t)(intptr_t)t->dev,
+	                  (int64_t)(intptr_t)t->map,
+	                  (int64_t)t->ndev << 8 | (uint8_t)t->rank,
+	                  fusion};
+	int fresh;
+	MirrorGroup *v = keymap_get(memo, key, 6, &fresh);
+	if (fresh) {
+		int nopt = 0, nm = 0;
+		if (shard)
+			lower_param_shard(c, p, opt, &nopt, grp, &nm);
+		else
+			nm = lower_replica_group(c, t, grp);
+		v->nm = nm;
+		v->fusion_key = 0;
+		if (nm > 1) {
+			char name[64], buf[128];
+			lower_group_name(c, grp, nm, name, sizeof name);
+			snprintf(buf, sizeof buf, "all_reduce_%s_%lld", name, (long long)fusion);
+			v->fusion_key = intern_cstr(buf);
+		}
+	}
+	return v;
+}
+
+static void mirror_attrs(LowerCtx *c, Node *user, Node *param, Sym fusion_key)
 {
 	Module *m = c->m;
-	char name[64], key[128], id[16], nid[16];
-	lower_group_name(c, g, ng, name, sizeof name);
-	snprintf(key, sizeof key, "all_reduce_%s_%lld", name, (long long)param_fusion(param));
-	snprintf(id, sizeof id, "%u", c->next_uid++);
-	snprintf(nid, sizeof nid, "%u", param->id);
+	char id[24], nid[24];
+	/* decimal, as "%u" would print them (fmt_u64 is the cheap path) */
+	id[fmt_u64(id, c->next_uid++)] = 0;
+	nid[fmt_u64(nid, param->id)] = 0;
 	NodeExt *x = ir_node_ext_mut(m, user);
 	ir_attr_set(m, &x->cattrs, "related_comm_node_id", value_str(id));
-	ir_attr_set(m, &x->primal, "related_fusion_key", value_str(key));
+	Value fk = {0};
+	fk.kind = V_STR;
+	fk.text = fusion_key;
+	ir_attr_set(m, &x->primal, "related_fusion_key", fk);
 	ir_attr_set(m, &x->primal, "related_node_id", value_str(nid));
 	x->has_cattrs = x->has_primal = 1;
 	lower_order_attrs(&x->cattrs);
@@ -417,6 +463,8 @@ int pass_comm(Module *m, const Options *o)
 	}
 	if (g) {
 		ir_graph_set_nodes(g, out.a, out.n, out.cap);
+		KeyMap mirrors;
+		keymap_init(&mirrors, sizeof(MirrorGroup));
 		/* mirrors: every operator input that reads a trainable weight
 		 * with a replica (gradient) group larger than one (§3.6) */
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
@@ -431,15 +479,16 @@ int pass_comm(Module *m, const Options *o)
 				Node *p = source(n->args[k].u.node);
 				if (!p || !lower_is_weight(p) || !p->lay)
 					continue;
-				int nopt = 0, nm = 0;
-				if (tlay_equal(&p->lay->out[0], &n->lay->in[k]))
-					lower_param_shard(&c, p, opt, &nopt, grp, &nm);
-				else
-					nm = lower_replica_group(&c, &n->lay->in[k], grp);
-				if (nm > 1)
-					mirror_attrs(&c, n, p, grp, nm);
+				int shard = tlay_equal(&p->lay->out[0], &n->lay->in[k]);
+				if (shard && (!p->lay->nout || !p->lay->out[0].ndev))
+					continue; /* no layout: lower_param_shard's empty group */
+				const MirrorGroup *mg =
+				    mirror_group(&c, &mirrors, shard ? &p->lay->out[0] : &n->lay->in[k], shard, p, grp, opt);
+				if (mg->nm > 1)
+					mirror_attrs(&c, n, p, mg->fusion_key);
 			}
 		}
+		keymap_free(&mirrors);
 		if (o->virtual_ops)
 			insert_virtual_ops(&c, g, grp, opt); /* its ops' layouts are new, no substitution */
 	}

@@ -67,6 +67,8 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 	c->stages = sapp_plan_stages(m, o); /* --auto-pipeline may have lowered it */
 	c->rank = o->rank;
 	c->world = o->world_group ? o->world_group : "hccl_world_group";
+	const char *br = getenv("SAPPC_TEST_BREAK_REDIST"); /* once, not per plan */
+	c->break_redist = br && strcmp(br, "1") == 0;
 	if (c->n_total % c->stages) {
 		diag_error("%d devices cannot be divided into %d pipeline stages", c->n_total, c->stages);
 		return -1;
@@ -378,10 +380,12 @@ void lower_reorder_attrs(AttrList *l, const char *const *keys, int nk)
 {
 	Attr tmp[32];
 	uint32_t k = 0;
-	for (int i = 0; i < nk && k < 32; i++)
+	for (int i = 0; i < nk && k < 32; i++) {
+		size_t kl = strlen(keys[i]); /* lengths first: most pairs differ in it */
 		for (uint32_t j = 0; j < l->n; j++)
-			if (strcmp(sym_str(l->a[j].key), keys[i]) == 0)
+			if (sym_len(l->a[j].key) == kl && memcmp(sym_str(l->a[j].key), keys[i], kl) == 0)
 				tmp[k++] = l->a[j];
+	}
 	if (k == l->n)
 		memcpy(l->a, tmp, k * sizeof *tmp);
 	lower_order_attrs(l);

@@ -61,6 +61,7 @@ typedef struct LowerCtx {
 	KeyMap *mask_memo;     /* lower_group_mask results by (mask, dev) */
 	KeyMap lay_arrays;     /* the shared arrays of layouts (tlay_set, lower_dev) */
 	Sym inst_prefix, rd_syms[RD_KINDS]; /* redistribute.c's instance names, interned once */
+	int break_redist;      /* test only: SAPPC_TEST_BREAK_REDIST=1 (redistribute.c)*/
 } LowerCtx;
 
 /* one communication group: derived attributes shared by its ops (never mutated) */
