@@ -34,11 +34,18 @@ typedef struct TstrMemo {
  * model's groups repeat, word for word, on thousands of lines. */
 typedef struct {
 	char *text;
+	uint64_t hash;
 	uint32_t n, nattrs;
+	uint32_t used; /* when it was last met (of the two of its set) */
 	Attr *attrs; /* list values' elements are the memo's own copies */
 } AttrMemo;
 
-#define ATTR_MEMO 16
+/* sets of two, placed by a hash of every byte: the direct-mapped memo of
+ * 16 slots, placed by the length and the middle byte, lost three pairs of
+ * the generated file's eight groups to each other (the two MatMul groups
+ * differ only in a Bool's digit), and a third of its groups were read
+ * again by the DFA and built again */
+#define ATTR_MEMO 64
 
 /* A type line read before, kept by its text from ':' to the NL: a model
  * prints the same few type lines in every layer, and such a line met again
@@ -94,6 +101,7 @@ struct BuildCtx {
 	TstrMemo tmemo[64];
 	AttrMemo amemo[ATTR_MEMO];
 	size_t amemo_max; /* the longest text ever kept there */
+	uint32_t amclock;
 	TypeMemo tymemo[TYPE_MEMO];
 	uint32_t tyclock;
 	uint32_t pmask, pcount;
@@ -804,13 +812,40 @@ static void attr_memo_free(AttrMemo *am)
 	*am = (AttrMemo){0};
 }
 
-static void attr_memo_keep(BuildCtx *b, AttrMemo *am, const char *t, size_t n, const Groups *g)
+/* a hash of every byte, eight a step: groups that differ in one digit
+ * must not share a set */
+static uint64_t attr_memo_key(const char *t, size_t n)
 {
+	uint64_t h = n * 0x9e3779b97f4a7c15ULL, w;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&w, t + i, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	for (; i < n; i++)
+		h = (h ^ (unsigned char)t[i]) * 0xff51afd7ed558ccdULL;
+	return h ^ h >> 29;
+}
+
+static AttrMemo *attr_memo_set(BuildCtx *b, uint64_t h)
+{
+	return &b->amemo[(h % (ATTR_MEMO / 2)) * 2];
+}
+
+/* keep the group in the way of its set met least lately (or empty) */
+static void attr_memo_keep(BuildCtx *b, uint64_t h, const char *t, size_t n, const Groups *g)
+{
+	AttrMemo *am = attr_memo_set(b, h);
+	if (am[1].used < am[0].used)
+		am++;
 	if (n > b->amemo_max)
 		b->amemo_max = n;
 	attr_memo_free(am);
 	am->text = xmalloc(n);
 	memcpy(am->text, t, n);
+	am->hash = h;
+	am->used = ++b->amclock;
 	am->n = (uint32_t)n;
 	am->nattrs = g->attrs[0].n;
 	am->attrs = xmalloc((am->nattrs ? am->nattrs : 1) * sizeof *am->attrs);
@@ -829,11 +864,15 @@ static void attr_memo_keep(BuildCtx *b, AttrMemo *am, const char *t, size_t n, c
 
 /* a group met before: its names are interned already (no Sym is made out
  * of order), its values are copied */
-static int attr_memo_hit(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+static int attr_memo_hit(LexState *ls, const char *t, size_t n, uint64_t h, union IR_YYSTYPE *lv)
 {
-	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
-	if (!am->text || am->n != n || memcmp(am->text, t, n) != 0)
-		return 0;
+	AttrMemo *am = attr_memo_set(ls->b, h);
+	if (!am->text || am->hash != h || am->n != n || memcmp(am->text, t, n) != 0) {
+		am++;
+		if (!am->text || am->hash != h || am->n != n || memcmp(am->text, t, n) != 0)
+			return 0;
+	}
+	am->used = ++ls->b->amclock;
 	Groups *g = b_groups(ls->b);
 	for (uint32_t i = 0; i < am->nattrs; i++) {
 		Attr a = am->attrs[i];
@@ -864,7 +903,8 @@ void lex_attr_ahead(LexState *ls, const char *t)
 	if (!q)
 		return;
 	union IR_YYSTYPE v;
-	if (!attr_memo_hit(ls, t, (size_t)(q + 1 - t), &v))
+	size_t n = (size_t)(q + 1 - t);
+	if (!attr_memo_hit(ls, t, n, attr_memo_key(t, n), &v))
 		return;
 	ls->ahead = v.gr;
 	ls->ahead_p = t;
@@ -880,9 +920,9 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		k++;
 	if (k != t)
 		return 0;
-	if (attr_memo_hit(ls, t, n, lv))
+	uint64_t h = attr_memo_key(t, n);
+	if (attr_memo_hit(ls, t, n, h, lv))
 		return 1;
-	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
 	/* first pass: what the pattern cannot refuse */
 	const char *p = t + 1, *e = t + n - 1; /* at '}' */
 	while (p < e) {
@@ -964,7 +1004,7 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		if (*p == ',')
 			p += 2;
 	}
-	attr_memo_keep(ls->b, am, t, n, g);
+	attr_memo_keep(ls->b, h, t, n, g);
 	lv->gr = g;
 	return 1;
 }
