@@ -15,6 +15,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "build.h"
 #include "parser.h"
@@ -2730,20 +2733,47 @@ static int check_nul(const char *fname, const char *buf, size_t len)
  * (w - LO8) & ~w & HI8), which check_nul reports wherever it is; it looks
  * for one only when the scan finds one or a bad byte, not in a second pass
  * over the whole input (a memchr of 64 MB was 1% of parse+print). */
+#if defined(__SSE2__)
+/* 64 bytes a step while they are ASCII and not NUL: a byte's sign bit, or
+ * that of its compare with zero, stops it.  The eight-byte words' test
+ * below took an instruction a byte, 3% of parse+print. */
+static const unsigned char *ascii_run(const unsigned char *p, const unsigned char *e)
+{
+	const __m128i zero = _mm_setzero_si128();
+	while ((size_t)(e - p) >= 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 16)),
+			c = _mm_loadu_si128((const __m128i *)(p + 32)), d = _mm_loadu_si128((const __m128i *)(p + 48));
+		__m128i z = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(a, zero), _mm_cmpeq_epi8(b, zero)),
+					 _mm_or_si128(_mm_cmpeq_epi8(c, zero), _mm_cmpeq_epi8(d, zero)));
+		__m128i hi = _mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d));
+		if (_mm_movemask_epi8(_mm_or_si128(z, hi)))
+			break;
+		p += 64;
+	}
+	return p;
+}
+#else
+/* 32 bytes a step while they are ASCII and not NUL */
+static const unsigned char *ascii_run(const unsigned char *p, const unsigned char *e)
+{
+	while ((size_t)(e - p) >= 32) {
+		uint64_t w[4];
+		memcpy(w, p, 32);
+		uint64_t z = ((w[0] - LO8) & ~w[0]) | ((w[1] - LO8) & ~w[1]) | ((w[2] - LO8) & ~w[2]) |
+			     ((w[3] - LO8) & ~w[3]);
+		if ((w[0] | w[1] | w[2] | w[3] | z) & HI8)
+			break;
+		p += 32;
+	}
+	return p;
+}
+#endif
+
 static int check_utf8(const char *fname, const char *buf, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)buf, *e = p + len;
 	while (p < e) {
-		/* 32 bytes a step while they are ASCII and not NUL */
-		while ((size_t)(e - p) >= 32) {
-			uint64_t w[4];
-			memcpy(w, p, 32);
-			uint64_t z = ((w[0] - LO8) & ~w[0]) | ((w[1] - LO8) & ~w[1]) | ((w[2] - LO8) & ~w[2]) |
-				     ((w[3] - LO8) & ~w[3]);
-			if ((w[0] | w[1] | w[2] | w[3] | z) & HI8)
-				break;
-			p += 32;
-		}
+		p = ascii_run(p, e);
 		if ((size_t)(e - p) >= 8) {
 			uint64_t w;
 			memcpy(&w, p, 8);
