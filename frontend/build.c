@@ -66,6 +66,10 @@ typedef struct {
 	uint32_t n, nabs;
 	uint32_t used; /* when it was last met (of the two of its set) */
 	uint8_t has_out;
+	/* a Load's line: its text is without its nrefs ref_key values, and
+	 * the abstracts of refmask take them from the line met */
+	uint8_t nrefs;
+	uint16_t refmask;
 	Abs abs[16]; /* the inputs, then the output */
 } TypeMemo;
 
@@ -1855,6 +1859,52 @@ static uint64_t type_memo_key(const char *t, size_t n)
 	return h ^ h >> 29;
 }
 
+/* A Load's type line names its parameter ("ref_key=NAME"), so no two are
+ * alike: 37,000 of the 4096-layer file's type lines were read token by
+ * token, eleven tokens each.  Without the values (the scanner's
+ * "ref_key=" [^,>\n]* is opaque to the grammar, so the rest of the line
+ * reads the same whatever they are) they are a few texts, which the memo
+ * holds; the values met are put back (b_typeline_memo).  The text
+ * without them goes to ls->tl_key, their places to tl_ref: 1 when the
+ * line has one to four and fits. */
+static int type_line_unref(LexState *ls, const char *t, size_t n)
+{
+	ls->tl_keyok = 0;
+	ls->tl_nrefs = 0;
+	const char *p = t, *e = t + n, *q;
+	char *o = ls->tl_key;
+	if (n > sizeof ls->tl_key)
+		return 0;
+	while ((q = memchr(p, 'r', (size_t)(e - p))) != NULL) {
+		if ((size_t)(e - q) < 8 || memcmp(q, "ref_key=", 8) != 0) {
+			q++;
+			memcpy(o, p, (size_t)(q - p));
+			o += q - p;
+			p = q;
+			continue;
+		}
+		if (ls->tl_nrefs == LEX_TL_REFS)
+			return 0;
+		q += 8;
+		memcpy(o, p, (size_t)(q - p));
+		o += q - p;
+		p = q;
+		while (q < e && *q != ',' && *q != '>' && *q != '\n')
+			q++;
+		ls->tl_ref[ls->tl_nrefs] = p;
+		ls->tl_refn[ls->tl_nrefs++] = (uint32_t)(q - p);
+		p = q;
+	}
+	memcpy(o, p, (size_t)(e - p));
+	o += e - p;
+	if (!ls->tl_nrefs)
+		return 0;
+	ls->tl_keyn = (uint32_t)(o - ls->tl_key);
+	ls->tl_keyhash = type_memo_key(ls->tl_key, ls->tl_keyn);
+	ls->tl_keyok = 1;
+	return 1;
+}
+
 int lex_typeline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 {
 	ls->tl_text = NULL;
@@ -1868,10 +1918,22 @@ int lex_typeline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	uint32_t set = (uint32_t)(h % (TYPE_MEMO / 2)) * 2;
 	for (uint32_t w = set; w < set + 2; w++) {
 		TypeMemo *tm = &ls->b->tymemo[w];
-		if (tm->mem && tm->hash == h && tm->n == n && memcmp(tm->text, t, n) == 0) {
+		if (tm->mem && !tm->nrefs && tm->hash == h && tm->n == n && memcmp(tm->text, t, n) == 0) {
 			tm->used = ++ls->b->tyclock;
 			lv->tok.i = w;
 			return 1;
+		}
+	}
+	if (type_line_unref(ls, t, n)) {
+		set = (uint32_t)(ls->tl_keyhash % (TYPE_MEMO / 2)) * 2;
+		for (uint32_t w = set; w < set + 2; w++) {
+			TypeMemo *tm = &ls->b->tymemo[w];
+			if (tm->mem && tm->nrefs == ls->tl_nrefs && tm->hash == ls->tl_keyhash && tm->n == ls->tl_keyn &&
+			    memcmp(tm->text, ls->tl_key, ls->tl_keyn) == 0) {
+				tm->used = ++ls->b->tyclock;
+				lv->tok.i = w;
+				return 1;
+			}
 		}
 	}
 	ls->tl_text = t;
@@ -1931,18 +1993,35 @@ static void type_memo_keep(BuildCtx *b, Loc loc, VList *ins, Abs *out)
 	if (!t || ls->tl_line != loc.line || ls->nl_after != t + ls->tl_n + 1 || diag_errors() != ls->tl_nerr ||
 	    nin + (out != NULL) > sizeof b->tymemo[0].abs / sizeof(Abs))
 		return;
-	size_t k = ls->tl_n;
-	for (uint32_t i = 0; i < nin; i++) {
-		if (ins->abs.a[i]->xi)
+	/* the abstracts with a ref_key (and nothing else in an AbsExt) must
+	 * be those of the values type_line_unref found, in order */
+	uint32_t nabs = nin + (out != NULL), nref = 0;
+	uint16_t refmask = 0;
+	for (uint32_t i = 0; i < nabs; i++) {
+		const Abs *a = i < nin ? ins->abs.a[i] : out;
+		if (!a->xi)
+			continue;
+		const AbsExt *x = abs_ext(a);
+		if (!ls->tl_keyok || nref == ls->tl_nrefs || !x || x->nextras || !x->ref_key)
 			return;
+		const char *r = ls->tl_ref[nref];
+		uint32_t rn = ls->tl_refn[nref], c = x->ref_colon;
+		if (rn != c + sym_len(x->ref_key) || (c && *r != ':') || memcmp(r + c, sym_str(x->ref_key), rn - c) != 0)
+			return;
+		refmask |= (uint16_t)(1u << i);
+		nref++;
+	}
+	if (nref && nref != ls->tl_nrefs)
+		return;
+	const char *text = nref ? ls->tl_key : t;
+	uint32_t tn = nref ? ls->tl_keyn : ls->tl_n;
+	uint64_t th = nref ? ls->tl_keyhash : ls->tl_hash;
+	size_t k = tn;
+	for (uint32_t i = 0; i < nin; i++)
 		k += shape_bytes(&ins->abs.a[i]->shape);
-	}
-	if (out) {
-		if (out->xi)
-			return;
+	if (out)
 		k += shape_bytes(&out->shape);
-	}
-	TypeMemo *tm = &b->tymemo[(ls->tl_hash % (TYPE_MEMO / 2)) * 2];
+	TypeMemo *tm = &b->tymemo[(th % (TYPE_MEMO / 2)) * 2];
 	if (tm[1].used < tm[0].used)
 		tm++;
 	free(tm->mem);
@@ -1951,17 +2030,21 @@ static void type_memo_keep(BuildCtx *b, Loc loc, VList *ins, Abs *out)
 	for (uint32_t i = 0; i < nin; i++) {
 		tm->abs[i] = *ins->abs.a[i];
 		tm->abs[i].shape = shape_copy(&ins->abs.a[i]->shape, NULL, &bump);
+		tm->abs[i].xi = 0;
 	}
 	if (out) {
 		tm->abs[nin] = *out;
 		tm->abs[nin].shape = shape_copy(&out->shape, NULL, &bump);
+		tm->abs[nin].xi = 0;
 	}
-	memcpy(bump, t, ls->tl_n);
+	memcpy(bump, text, tn);
 	tm->text = bump;
-	tm->n = ls->tl_n;
-	tm->hash = ls->tl_hash;
-	tm->nabs = nin + (out != NULL);
+	tm->n = tn;
+	tm->hash = th;
+	tm->nabs = nabs;
 	tm->has_out = out != NULL;
+	tm->nrefs = (uint8_t)nref;
+	tm->refmask = refmask;
 	tm->used = ++b->tyclock;
 }
 
@@ -1973,10 +2056,21 @@ void b_typeline_memo(BuildCtx *b, Loc loc, Loc eol, Tok *t)
 	uint32_t nin = tm->nabs - tm->has_out;
 	VList *ins = nin ? b_vlist(b) : NULL;
 	Abs *out = NULL;
+	uint32_t r = 0;
 	for (uint32_t i = 0; i < tm->nabs; i++) {
 		Abs *a = abs_take(b);
 		*a = tm->abs[i];
 		a->shape = shape_copy(&tm->abs[i].shape, b->m->arena, NULL);
+		if (tm->refmask >> i & 1) {
+			/* what b_refkey and abstract_make make of the value */
+			Tok rk = {.p = b->ls.tl_ref[r], .n = b->ls.tl_refn[r]};
+			r++;
+			Sym v = b_refkey(&rk).text, ref = v;
+			const char *k = sym_str(v);
+			if (*k == ':')
+				ref = intern_cstr(k + 1);
+			a->xi = abs_ext_intern(ref, *k == ':', NULL, 0);
+		}
 		if (i < nin)
 			b_apush(b, ins, a);
 		else
