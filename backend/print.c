@@ -109,7 +109,7 @@ static inline void w_putc(int c, FILE *f)
  * keeps the first array as its key, which stays valid while a module prints.
  * An abstract found or kept so is also entered under its own dims' address
  * (memo_alias, MEMO_BYADDR): looking that up costs no hash of the numbers. */
-enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
+enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS, MEMO_ATTRSIG };
 #define MEMO_BITS 14 /* 16384 slots of 32 bytes */
 #define MEMO_SLOTS (1u << MEMO_BITS)
 #define MEMO_POOL (1u << 20)
@@ -596,11 +596,87 @@ static void print_types(FILE *f, const Abs *t, uint32_t n)
 	memo_keep(&m);
 }
 
+/* An attribute list by its contents.  The reader gives every node its own
+ * copy of its groups (a pass may set one node's attribute in place), so
+ * the memo by address never meets a parsed list twice, and a node line's
+ * primitive_attrs were printed value by value: 4% of parse+print, where
+ * a model has a few groups repeated on thousands of lines.  A list of
+ * values whose text is a function of their fields alone (numbers, words,
+ * strings; tuples, lists and calls of those) is reduced to a signature of
+ * words; the signature and the text are kept together in the pool (the
+ * entry's key points at the signature there), so a hit compares the words
+ * and copies the text. */
+#define ATTRSIG_MAX 96
+
+/* a value's two words, 0 when its text depends on more than its fields */
+static inline int attrsig_scalar(const Value *v, uint64_t *w)
+{
+	switch (v->kind) {
+	case V_INT:
+	case V_BOOL:
+		w[1] = (uint64_t)v->u.i;
+		break;
+	case V_FLOAT:
+	case V_STR:
+	case V_WORD:
+	case V_RAW:
+	case V_EXTERN:
+		w[1] = v->text;
+		break;
+	default:
+		return 0;
+	}
+	w[0] = v->kind | (uint64_t)v->numtype << 8 | (uint64_t)v->keyi << 32; /* keyi: one per key text */
+	return 1;
+}
+
+/* the signature of l at w (its number of words), or 0 */
+static uint32_t attrsig(const AttrList *l, uint64_t *w)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < l->n; i++) {
+		const Value *v = &l->a[i].val;
+		if (k + 3 > ATTRSIG_MAX)
+			return 0;
+		w[k++] = l->a[i].key;
+		if (attrsig_scalar(v, w + k)) {
+			k += 2;
+			continue;
+		}
+		if (v->kind != V_TUPLE && v->kind != V_LIST && v->kind != V_CALL)
+			return 0;
+		w[k++] = v->kind | (uint64_t)v->numtype << 8 | (uint64_t)v->keyi << 32;
+		/* n and text share their bytes (ir/sappc.h): a CALL's name is value_call_name */
+		w[k++] = v->n | (uint64_t)(v->kind == V_CALL ? value_call_name(v) : 0) << 32;
+		if (k + 2 * (size_t)v->n > ATTRSIG_MAX)
+			return 0;
+		for (uint32_t j = 0; j < v->n; j++, k += 2)
+			if (!attrsig_scalar(&v->u.elems[j], w + k))
+				return 0;
+	}
+	return k;
+}
+
 static void print_attrs(FILE *f, const AttrList *l)
 {
 	Memo m;
 	if (!l->n || memo_get(f, &m, l->a, l->n, MEMO_ATTRS))
 		return;
+	uint64_t sig[ATTRSIG_MAX];
+	uint32_t nw = attrsig(l, sig);
+	MemoEnt *se = NULL;
+	if (nw) {
+		uint64_t x = nw;
+		for (uint32_t i = 0; i < nw; i++)
+			x = (x ^ sig[i]) * 0x100000001B3u;
+		uint32_t h = ((uint32_t)(x >> 32) ^ (uint32_t)x) * 0x9E3779B1u + nw * 0x85EBCA77u + MEMO_ATTRSIG;
+		se = &memo_tab[h >> (32 - MEMO_BITS)];
+		if (se->gen == memo.gen && se->tag == MEMO_ATTRSIG && se->n == nw &&
+		    memcmp(se->key, sig, nw * sizeof *sig) == 0) {
+			w_write(f, memo_pool + se->off, se->len);
+			return;
+		}
+	}
 	for (uint32_t i = 0; i < l->n; i++) {
 		if (i)
 			fputs(", ", f);
@@ -609,6 +685,18 @@ static void print_attrs(FILE *f, const AttrList *l)
 		ir_print_value_impl(f, &l->a[i].val);
 	}
 	memo_keep(&m);
+	/* the signature, then the text, in the pool (8-byte aligned) */
+	size_t len = sink.n - m.start, at = (memo.used + 7u) & ~(size_t)7, need = nw * sizeof *sig + len;
+	if (!se || m.flushes != sink.flushes || len > MEMO_MAXLEN)
+		return;
+	if (need > MEMO_POOL - at) {
+		memo_drop();
+		at = 0;
+	}
+	memcpy(memo_pool + at, sig, nw * sizeof *sig);
+	memcpy(memo_pool + at + nw * sizeof *sig, sink.buf + m.start, len);
+	*se = (MemoEnt){memo_pool + at, nw, memo.gen, (uint32_t)(at + nw * sizeof *sig), (uint32_t)len, MEMO_ATTRSIG};
+	memo.used = (uint32_t)(at + need);
 }
 
 static void print_groups(FILE *f, const Node *n, const NodeExt *x)

@@ -15,6 +15,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "build.h"
 #include "parser.h"
@@ -34,11 +37,18 @@ typedef struct TstrMemo {
  * model's groups repeat, word for word, on thousands of lines. */
 typedef struct {
 	char *text;
+	uint64_t hash;
 	uint32_t n, nattrs;
+	uint32_t used; /* when it was last met (of the two of its set) */
 	Attr *attrs; /* list values' elements are the memo's own copies */
 } AttrMemo;
 
-#define ATTR_MEMO 16
+/* sets of two, placed by a hash of every byte: the direct-mapped memo of
+ * 16 slots, placed by the length and the middle byte, lost three pairs of
+ * the generated file's eight groups to each other (the two MatMul groups
+ * differ only in a Bool's digit), and a third of its groups were read
+ * again by the DFA and built again */
+#define ATTR_MEMO 64
 
 /* A type line read before, kept by its text from ':' to the NL: a model
  * prints the same few type lines in every layer, and such a line met again
@@ -56,6 +66,10 @@ typedef struct {
 	uint32_t n, nabs;
 	uint32_t used; /* when it was last met (of the two of its set) */
 	uint8_t has_out;
+	/* a Load's line: its text is without its nrefs ref_key values, and
+	 * the abstracts of refmask take them from the line met */
+	uint8_t nrefs;
+	uint16_t refmask;
 	Abs abs[16]; /* the inputs, then the output */
 } TypeMemo;
 
@@ -94,6 +108,7 @@ struct BuildCtx {
 	TstrMemo tmemo[64];
 	AttrMemo amemo[ATTR_MEMO];
 	size_t amemo_max; /* the longest text ever kept there */
+	uint32_t amclock;
 	TypeMemo tymemo[TYPE_MEMO];
 	uint32_t tyclock;
 	uint32_t pmask, pcount;
@@ -804,13 +819,40 @@ static void attr_memo_free(AttrMemo *am)
 	*am = (AttrMemo){0};
 }
 
-static void attr_memo_keep(BuildCtx *b, AttrMemo *am, const char *t, size_t n, const Groups *g)
+/* a hash of every byte, eight a step: groups that differ in one digit
+ * must not share a set */
+static uint64_t attr_memo_key(const char *t, size_t n)
 {
+	uint64_t h = n * 0x9e3779b97f4a7c15ULL, w;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&w, t + i, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	for (; i < n; i++)
+		h = (h ^ (unsigned char)t[i]) * 0xff51afd7ed558ccdULL;
+	return h ^ h >> 29;
+}
+
+static AttrMemo *attr_memo_set(BuildCtx *b, uint64_t h)
+{
+	return &b->amemo[(h % (ATTR_MEMO / 2)) * 2];
+}
+
+/* keep the group in the way of its set met least lately (or empty) */
+static void attr_memo_keep(BuildCtx *b, uint64_t h, const char *t, size_t n, const Groups *g)
+{
+	AttrMemo *am = attr_memo_set(b, h);
+	if (am[1].used < am[0].used)
+		am++;
 	if (n > b->amemo_max)
 		b->amemo_max = n;
 	attr_memo_free(am);
 	am->text = xmalloc(n);
 	memcpy(am->text, t, n);
+	am->hash = h;
+	am->used = ++b->amclock;
 	am->n = (uint32_t)n;
 	am->nattrs = g->attrs[0].n;
 	am->attrs = xmalloc((am->nattrs ? am->nattrs : 1) * sizeof *am->attrs);
@@ -829,11 +871,15 @@ static void attr_memo_keep(BuildCtx *b, AttrMemo *am, const char *t, size_t n, c
 
 /* a group met before: its names are interned already (no Sym is made out
  * of order), its values are copied */
-static int attr_memo_hit(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
+static int attr_memo_hit(LexState *ls, const char *t, size_t n, uint64_t h, union IR_YYSTYPE *lv)
 {
-	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
-	if (!am->text || am->n != n || memcmp(am->text, t, n) != 0)
-		return 0;
+	AttrMemo *am = attr_memo_set(ls->b, h);
+	if (!am->text || am->hash != h || am->n != n || memcmp(am->text, t, n) != 0) {
+		am++;
+		if (!am->text || am->hash != h || am->n != n || memcmp(am->text, t, n) != 0)
+			return 0;
+	}
+	am->used = ++ls->b->amclock;
 	Groups *g = b_groups(ls->b);
 	for (uint32_t i = 0; i < am->nattrs; i++) {
 		Attr a = am->attrs[i];
@@ -864,7 +910,8 @@ void lex_attr_ahead(LexState *ls, const char *t)
 	if (!q)
 		return;
 	union IR_YYSTYPE v;
-	if (!attr_memo_hit(ls, t, (size_t)(q + 1 - t), &v))
+	size_t n = (size_t)(q + 1 - t);
+	if (!attr_memo_hit(ls, t, n, attr_memo_key(t, n), &v))
 		return;
 	ls->ahead = v.gr;
 	ls->ahead_p = t;
@@ -880,9 +927,9 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		k++;
 	if (k != t)
 		return 0;
-	if (attr_memo_hit(ls, t, n, lv))
+	uint64_t h = attr_memo_key(t, n);
+	if (attr_memo_hit(ls, t, n, h, lv))
 		return 1;
-	AttrMemo *am = &ls->b->amemo[(n * 31 + (unsigned char)t[n / 2]) % ATTR_MEMO];
 	/* first pass: what the pattern cannot refuse */
 	const char *p = t + 1, *e = t + n - 1; /* at '}' */
 	while (p < e) {
@@ -964,7 +1011,7 @@ int lex_attrblock(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 		if (*p == ',')
 			p += 2;
 	}
-	attr_memo_keep(ls->b, am, t, n, g);
+	attr_memo_keep(ls->b, h, t, n, g);
 	lv->gr = g;
 	return 1;
 }
@@ -1812,6 +1859,52 @@ static uint64_t type_memo_key(const char *t, size_t n)
 	return h ^ h >> 29;
 }
 
+/* A Load's type line names its parameter ("ref_key=NAME"), so no two are
+ * alike: 37,000 of the 4096-layer file's type lines were read token by
+ * token, eleven tokens each.  Without the values (the scanner's
+ * "ref_key=" [^,>\n]* is opaque to the grammar, so the rest of the line
+ * reads the same whatever they are) they are a few texts, which the memo
+ * holds; the values met are put back (b_typeline_memo).  The text
+ * without them goes to ls->tl_key, their places to tl_ref: 1 when the
+ * line has one to four and fits. */
+static int type_line_unref(LexState *ls, const char *t, size_t n)
+{
+	ls->tl_keyok = 0;
+	ls->tl_nrefs = 0;
+	const char *p = t, *e = t + n, *q;
+	char *o = ls->tl_key;
+	if (n > sizeof ls->tl_key)
+		return 0;
+	while ((q = memchr(p, 'r', (size_t)(e - p))) != NULL) {
+		if ((size_t)(e - q) < 8 || memcmp(q, "ref_key=", 8) != 0) {
+			q++;
+			memcpy(o, p, (size_t)(q - p));
+			o += q - p;
+			p = q;
+			continue;
+		}
+		if (ls->tl_nrefs == LEX_TL_REFS)
+			return 0;
+		q += 8;
+		memcpy(o, p, (size_t)(q - p));
+		o += q - p;
+		p = q;
+		while (q < e && *q != ',' && *q != '>' && *q != '\n')
+			q++;
+		ls->tl_ref[ls->tl_nrefs] = p;
+		ls->tl_refn[ls->tl_nrefs++] = (uint32_t)(q - p);
+		p = q;
+	}
+	memcpy(o, p, (size_t)(e - p));
+	o += e - p;
+	if (!ls->tl_nrefs)
+		return 0;
+	ls->tl_keyn = (uint32_t)(o - ls->tl_key);
+	ls->tl_keyhash = type_memo_key(ls->tl_key, ls->tl_keyn);
+	ls->tl_keyok = 1;
+	return 1;
+}
+
 int lex_typeline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 {
 	ls->tl_text = NULL;
@@ -1825,10 +1918,22 @@ int lex_typeline(LexState *ls, const char *t, size_t n, union IR_YYSTYPE *lv)
 	uint32_t set = (uint32_t)(h % (TYPE_MEMO / 2)) * 2;
 	for (uint32_t w = set; w < set + 2; w++) {
 		TypeMemo *tm = &ls->b->tymemo[w];
-		if (tm->mem && tm->hash == h && tm->n == n && memcmp(tm->text, t, n) == 0) {
+		if (tm->mem && !tm->nrefs && tm->hash == h && tm->n == n && memcmp(tm->text, t, n) == 0) {
 			tm->used = ++ls->b->tyclock;
 			lv->tok.i = w;
 			return 1;
+		}
+	}
+	if (type_line_unref(ls, t, n)) {
+		set = (uint32_t)(ls->tl_keyhash % (TYPE_MEMO / 2)) * 2;
+		for (uint32_t w = set; w < set + 2; w++) {
+			TypeMemo *tm = &ls->b->tymemo[w];
+			if (tm->mem && tm->nrefs == ls->tl_nrefs && tm->hash == ls->tl_keyhash && tm->n == ls->tl_keyn &&
+			    memcmp(tm->text, ls->tl_key, ls->tl_keyn) == 0) {
+				tm->used = ++ls->b->tyclock;
+				lv->tok.i = w;
+				return 1;
+			}
 		}
 	}
 	ls->tl_text = t;
@@ -1888,18 +1993,35 @@ static void type_memo_keep(BuildCtx *b, Loc loc, VList *ins, Abs *out)
 	if (!t || ls->tl_line != loc.line || ls->nl_after != t + ls->tl_n + 1 || diag_errors() != ls->tl_nerr ||
 	    nin + (out != NULL) > sizeof b->tymemo[0].abs / sizeof(Abs))
 		return;
-	size_t k = ls->tl_n;
-	for (uint32_t i = 0; i < nin; i++) {
-		if (ins->abs.a[i]->xi)
+	/* the abstracts with a ref_key (and nothing else in an AbsExt) must
+	 * be those of the values type_line_unref found, in order */
+	uint32_t nabs = nin + (out != NULL), nref = 0;
+	uint16_t refmask = 0;
+	for (uint32_t i = 0; i < nabs; i++) {
+		const Abs *a = i < nin ? ins->abs.a[i] : out;
+		if (!a->xi)
+			continue;
+		const AbsExt *x = abs_ext(a);
+		if (!ls->tl_keyok || nref == ls->tl_nrefs || !x || x->nextras || !x->ref_key)
 			return;
+		const char *r = ls->tl_ref[nref];
+		uint32_t rn = ls->tl_refn[nref], c = x->ref_colon;
+		if (rn != c + sym_len(x->ref_key) || (c && *r != ':') || memcmp(r + c, sym_str(x->ref_key), rn - c) != 0)
+			return;
+		refmask |= (uint16_t)(1u << i);
+		nref++;
+	}
+	if (nref && nref != ls->tl_nrefs)
+		return;
+	const char *text = nref ? ls->tl_key : t;
+	uint32_t tn = nref ? ls->tl_keyn : ls->tl_n;
+	uint64_t th = nref ? ls->tl_keyhash : ls->tl_hash;
+	size_t k = tn;
+	for (uint32_t i = 0; i < nin; i++)
 		k += shape_bytes(&ins->abs.a[i]->shape);
-	}
-	if (out) {
-		if (out->xi)
-			return;
+	if (out)
 		k += shape_bytes(&out->shape);
-	}
-	TypeMemo *tm = &b->tymemo[(ls->tl_hash % (TYPE_MEMO / 2)) * 2];
+	TypeMemo *tm = &b->tymemo[(th % (TYPE_MEMO / 2)) * 2];
 	if (tm[1].used < tm[0].used)
 		tm++;
 	free(tm->mem);
@@ -1908,17 +2030,21 @@ static void type_memo_keep(BuildCtx *b, Loc loc, VList *ins, Abs *out)
 	for (uint32_t i = 0; i < nin; i++) {
 		tm->abs[i] = *ins->abs.a[i];
 		tm->abs[i].shape = shape_copy(&ins->abs.a[i]->shape, NULL, &bump);
+		tm->abs[i].xi = 0;
 	}
 	if (out) {
 		tm->abs[nin] = *out;
 		tm->abs[nin].shape = shape_copy(&out->shape, NULL, &bump);
+		tm->abs[nin].xi = 0;
 	}
-	memcpy(bump, t, ls->tl_n);
+	memcpy(bump, text, tn);
 	tm->text = bump;
-	tm->n = ls->tl_n;
-	tm->hash = ls->tl_hash;
-	tm->nabs = nin + (out != NULL);
+	tm->n = tn;
+	tm->hash = th;
+	tm->nabs = nabs;
 	tm->has_out = out != NULL;
+	tm->nrefs = (uint8_t)nref;
+	tm->refmask = refmask;
 	tm->used = ++b->tyclock;
 }
 
@@ -1930,10 +2056,21 @@ void b_typeline_memo(BuildCtx *b, Loc loc, Loc eol, Tok *t)
 	uint32_t nin = tm->nabs - tm->has_out;
 	VList *ins = nin ? b_vlist(b) : NULL;
 	Abs *out = NULL;
+	uint32_t r = 0;
 	for (uint32_t i = 0; i < tm->nabs; i++) {
 		Abs *a = abs_take(b);
 		*a = tm->abs[i];
 		a->shape = shape_copy(&tm->abs[i].shape, b->m->arena, NULL);
+		if (tm->refmask >> i & 1) {
+			/* what b_refkey and abstract_make make of the value */
+			Tok rk = {.p = b->ls.tl_ref[r], .n = b->ls.tl_refn[r]};
+			r++;
+			Sym v = b_refkey(&rk).text, ref = v;
+			const char *k = sym_str(v);
+			if (*k == ':')
+				ref = intern_cstr(k + 1);
+			a->xi = abs_ext_intern(ref, *k == ':', NULL, 0);
+		}
 		if (i < nin)
 			b_apush(b, ins, a);
 		else
@@ -2691,20 +2828,47 @@ static int check_nul(const char *fname, const char *buf, size_t len)
  * (w - LO8) & ~w & HI8), which check_nul reports wherever it is; it looks
  * for one only when the scan finds one or a bad byte, not in a second pass
  * over the whole input (a memchr of 64 MB was 1% of parse+print). */
+#if defined(__SSE2__)
+/* 64 bytes a step while they are ASCII and not NUL: a byte's sign bit, or
+ * that of its compare with zero, stops it.  The eight-byte words' test
+ * below took an instruction a byte, 3% of parse+print. */
+static const unsigned char *ascii_run(const unsigned char *p, const unsigned char *e)
+{
+	const __m128i zero = _mm_setzero_si128();
+	while ((size_t)(e - p) >= 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 16)),
+			c = _mm_loadu_si128((const __m128i *)(p + 32)), d = _mm_loadu_si128((const __m128i *)(p + 48));
+		__m128i z = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(a, zero), _mm_cmpeq_epi8(b, zero)),
+					 _mm_or_si128(_mm_cmpeq_epi8(c, zero), _mm_cmpeq_epi8(d, zero)));
+		__m128i hi = _mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d));
+		if (_mm_movemask_epi8(_mm_or_si128(z, hi)))
+			break;
+		p += 64;
+	}
+	return p;
+}
+#else
+/* 32 bytes a step while they are ASCII and not NUL */
+static const unsigned char *ascii_run(const unsigned char *p, const unsigned char *e)
+{
+	while ((size_t)(e - p) >= 32) {
+		uint64_t w[4];
+		memcpy(w, p, 32);
+		uint64_t z = ((w[0] - LO8) & ~w[0]) | ((w[1] - LO8) & ~w[1]) | ((w[2] - LO8) & ~w[2]) |
+			     ((w[3] - LO8) & ~w[3]);
+		if ((w[0] | w[1] | w[2] | w[3] | z) & HI8)
+			break;
+		p += 32;
+	}
+	return p;
+}
+#endif
+
 static int check_utf8(const char *fname, const char *buf, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)buf, *e = p + len;
 	while (p < e) {
-		/* 32 bytes a step while they are ASCII and not NUL */
-		while ((size_t)(e - p) >= 32) {
-			uint64_t w[4];
-			memcpy(w, p, 32);
-			uint64_t z = ((w[0] - LO8) & ~w[0]) | ((w[1] - LO8) & ~w[1]) | ((w[2] - LO8) & ~w[2]) |
-				     ((w[3] - LO8) & ~w[3]);
-			if ((w[0] | w[1] | w[2] | w[3] | z) & HI8)
-				break;
-			p += 32;
-		}
+		p = ascii_run(p, e);
 		if ((size_t)(e - p) >= 8) {
 			uint64_t w;
 			memcpy(&w, p, 8);

@@ -27,6 +27,10 @@ typedef struct BuildCtx BuildCtx;
 
 /* Brackets nest at most this deep (deeper input is an error, not a crash). */
 #define LEX_MAX_DEPTH 1000
+/* a type line's ref_key values a memo entry can stand for, and the
+ * longest line it holds so */
+#define LEX_TL_REFS 4
+#define LEX_TL_KEY 512
 
 /* An open bracket of the line being scanned: where it is, which one. */
 typedef struct Bracket {
@@ -81,6 +85,14 @@ typedef struct LexState {
 	uint32_t tl_n, tl_line;
 	uint64_t tl_hash;
 	int tl_nerr;
+	/* the type line without its ref_key values (tl_keyok: made), their
+	 * places in the input: a memo of a Load's line holds it so */
+	uint8_t tl_keyok, tl_nrefs;
+	uint32_t tl_keyn;
+	uint64_t tl_keyhash;
+	const char *tl_ref[LEX_TL_REFS];
+	uint32_t tl_refn[LEX_TL_REFS];
+	char tl_key[LEX_TL_KEY];
 } LexState;
 
 /* scanner helpers (build.c) */
