@@ -873,6 +873,7 @@ static Abs tuple_abs(Ad *a, Node *n, const uint32_t *operand, int count)
 }
 
 static void comm_group(Ad *a, Node *c, const Node *n, int fusion0);
+static void grad_allreduce_attrs(Ad *a, Node *c, const Node *from);
 static Node *comm_op(Ad *a, int op, GV x, const Abs *out, const Node *n, const char *prefix);
 static void put(Ad *a, Node *c, const char *key, Value v);
 static void put_from(Ad *a, Node *c, const Node *n, const char *key, const char *as);
@@ -938,12 +939,7 @@ static void bp_sync_batchnorm(Ad *a, Node *n, const GV *g, Node *mean_ar)
 		const Node *f = k == 1 && var_ar ? var_ar : mean_ar;
 		Node *t = op2(a, OP_TupleGetItem, gv_node(u), c_int(k), &sa);
 		Node *r = comm_op(a, OP_AllReduce, gv_node(t), &sa, f, "grad");
-		put(a, r, "op", value_str("sum"));
-		put_from(a, r, f, "group", NULL);
-		put(a, r, "fusion", value_int(0, NT_I64));
-		put(a, r, "index", value_int(0, NT_I64));
-		put(a, r, "no_eliminate", value_bool(1));
-		comm_group(a, r, f, 1);
+		grad_allreduce_attrs(a, r, f);
 		s[k] = gv_node(op2(a, OP_Mul, gv_node(r), c_scalar(a, sa.dtype, 1.0 / (double)dn), &sa));
 		if (wants(a, n, 1 + (uint32_t)k))
 			give(a, n, 1 + (uint32_t)k, gv_node(t));
@@ -2218,6 +2214,17 @@ static void comm_group(Ad *a, Node *c, const Node *n, int fusion0)
 	lower_order_attrs(&c->pattrs);
 }
 
+/* a gradient AllReduce(sum) over the group of the forward op `from` */
+static void grad_allreduce_attrs(Ad *a, Node *c, const Node *from)
+{
+	put(a, c, "op", value_str("sum"));
+	put_from(a, c, from, "group", NULL);
+	put(a, c, "fusion", value_int(0, NT_I64));
+	put(a, c, "index", value_int(0, NT_I64));
+	put(a, c, "no_eliminate", value_bool(1));
+	comm_group(a, c, from, 1);
+}
+
 static Node *comm_op(Ad *a, int op, GV x, const Abs *out, const Node *n, const char *prefix)
 {
 	Node *c = op1(a, op, x, out);
@@ -2239,12 +2246,7 @@ static void bp_allreduce(Ad *a, Node *n, const GV *g, int gop)
 	Node *c = comm_op(a, gop, in, &xa, n, "grad");
 	AttrList *memo;
 	if (!comm_attrs(a, c, n, OP_AllReduce, &memo)) {
-		put(a, c, "op", value_str("sum"));
-		put_from(a, c, n, "group", NULL);
-		put(a, c, "fusion", value_int(0, NT_I64));
-		put(a, c, "index", value_int(0, NT_I64));
-		put(a, c, "no_eliminate", value_bool(1));
-		comm_group(a, c, n, 1);
+		grad_allreduce_attrs(a, c, n);
 		comm_attrs_done(a, c, memo);
 	}
 	GV d = gv_node(c);
