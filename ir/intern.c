@@ -346,6 +346,10 @@ size_t sym_len(Sym s)
 	return ents[r].len;
 }
 
+/* bumped by intern_free_all: a memo of Syms kept across calls (static)
+ * compares it to know its Syms still name the same texts */
+static uint32_t epoch;
+
 void intern_free_all(void)
 {
 	for (uint32_t i = 0; i < blocks.n; i++)
@@ -362,4 +366,10 @@ void intern_free_all(void)
 	block = NULL;
 	block_left = 0;
 	memset(front, 0, sizeof front);
+	epoch++;
+}
+
+uint32_t intern_epoch(void)
+{
+	return epoch;
 }

@@ -113,6 +113,8 @@ int sym_has_prefix(Sym s, const char *p); /* s's text starts with p (a deferred 
 /* pre + s's text, deferred again when s is (no interning per name) */
 Sym sym_prefixed(const char *pre, Sym s);
 void intern_free_all(void);
+/* changes at each intern_free_all: static memos of Syms check it */
+uint32_t intern_epoch(void);
 
 /* --------------------------------------------------------------- ops.def */
 enum {

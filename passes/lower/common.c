@@ -18,6 +18,11 @@ Sym lower_sym(const char *s)
 		const char *p;
 		Sym s;
 	} cache[256];
+	static uint32_t epoch;
+	if (epoch != intern_epoch()) { /* the Syms cached name freed texts */
+		memset(cache, 0, sizeof cache);
+		epoch = intern_epoch();
+	}
 	uint32_t h = (uint32_t)(((uintptr_t)s >> 3) * 2654435761u) >> 24;
 	for (uint32_t k = 0; k < 256; k++) {
 		uint32_t i = (h + k) & 255;
@@ -739,22 +744,33 @@ int lower_match_cell(const char *scope, const char *pat, size_t plen, size_t *en
 
 /* ------------------------------------------------------------ abstracts */
 
-static Sym tensor_tstr(Sym dtype)
+/* asked for every weight a training rule or the optimizer reads, and every
+ * tensor lower_abs_like makes, from a few dtypes */
+Sym lower_tensor_tstr(Sym dtype, int ref)
 {
-	static Sym last_dt, last_t;
-	if (dtype == last_dt && last_t && strncmp(sym_str(last_t), "Tensor[", 7) == 0)
-		return last_t;
-	char buf[96];
-	snprintf(buf, sizeof buf, "Tensor[%s]", sym_str(dtype));
-	last_dt = dtype;
-	return last_t = intern_cstr(buf);
+	static struct {
+		Sym dtype, tstr;
+	} memo[2][16];
+	static uint32_t epoch;
+	if (epoch != intern_epoch()) { /* the Syms kept name freed texts */
+		memset(memo, 0, sizeof memo);
+		epoch = intern_epoch();
+	}
+	uint32_t h = (dtype * 2654435761u) >> 28;
+	if (memo[ref][h].dtype != dtype || !memo[ref][h].tstr) {
+		char buf[96];
+		snprintf(buf, sizeof buf, ref ? "Ref[Tensor[%s]]" : "Tensor[%s]", sym_str(dtype));
+		memo[ref][h].dtype = dtype;
+		memo[ref][h].tstr = intern_cstr(buf);
+	}
+	return memo[ref][h].tstr;
 }
 
 Abs lower_abs_like(Module *m, const Abs *like, const int64_t *d, int rank)
 {
 	Abs a = {0};
 	a.dtype = like->dtype ? like->dtype : lower_sym("Float32");
-	a.tstr = tensor_tstr(a.dtype);
+	a.tstr = lower_tensor_tstr(a.dtype, 0);
 	a.is_tensor = 1;
 	a.shape = shape_shared(m, d, rank);
 	return a;

@@ -73,6 +73,7 @@ typedef struct LowerGroup {
 
 /* ---- common.c ---- */
 Sym lower_sym(const char *s);                                          /* intern a constant string, cached */
+Sym lower_tensor_tstr(Sym dtype, int ref); /* "Tensor[dtype]", or "Ref[Tensor[dtype]]", memoised */
 void lower_attr_put(Module *m, AttrList *l, const char *key, Value v); /* lists built by it only */
 int lower_ctx_init(LowerCtx *c, Module *m, const Options *o);          /* 0 ok, -1 reported */
 void lower_ctx_free(LowerCtx *c);

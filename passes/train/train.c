@@ -135,28 +135,11 @@ void train_arg_node(TrainEmit *e, Node *n, uint32_t k, Node *src)
 
 /* ------------------------------------------------------------ abstracts */
 
-/* "Tensor[<dtype>]" (ref 0) or "Ref[Tensor[<dtype>]]" (ref 1): asked for
- * every weight a rule or the optimizer reads, from a few dtypes */
-static Sym tensor_tstr(Sym dtype, int ref)
-{
-	static struct {
-		Sym dtype, tstr;
-	} memo[2][16];
-	uint32_t h = (dtype * 2654435761u) >> 28;
-	if (memo[ref][h].dtype != dtype || !memo[ref][h].tstr) {
-		char buf[96];
-		snprintf(buf, sizeof buf, ref ? "Ref[Tensor[%s]]" : "Tensor[%s]", sym_str(dtype));
-		memo[ref][h].dtype = dtype;
-		memo[ref][h].tstr = intern_cstr(buf);
-	}
-	return memo[ref][h].tstr;
-}
-
 Abs train_abs_value(const Abs *a)
 {
 	Abs r = *a;
 	if (r.is_ref && r.dtype) {
-		r.tstr = tensor_tstr(r.dtype, 0);
+		r.tstr = lower_tensor_tstr(r.dtype, 0);
 		r.is_ref = 0;
 	}
 	r.xi = 0;
@@ -260,7 +243,7 @@ Node *train_new_param(Module *m, Graph *g, int32_t local, const char *name, Sym 
 	p->args = arena_alloc(m->arena, sizeof(Value));
 	p->args[0] = value_word("has_default");
 	p->local = local;
-	p->out.tstr = tensor_tstr(dtype, 1);
+	p->out.tstr = lower_tensor_tstr(dtype, 1);
 	p->out.dtype = dtype;
 	p->out.is_ref = 1;
 	p->out.is_tensor = 1;

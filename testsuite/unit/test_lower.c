@@ -214,6 +214,27 @@ static void test_errors(void **state)
 	assert_non_null(strstr(e, "element counts differ"));
 }
 
+/* lower_sym and lower_tensor_tstr keep Syms in static memos across calls;
+ * after intern_free_all a Sym number names another text (or none), so a
+ * memo that outlived the reset would answer with it.  Last in the list: it
+ * resets the interner. */
+static void test_memos_after_reset(void **state)
+{
+	(void)state;
+	intern_free_all();
+	Sym f32 = intern_cstr("Float32");
+	assert_string_equal(sym_str(lower_tensor_tstr(f32, 0)), "Tensor[Float32]");
+	assert_string_equal(sym_str(lower_tensor_tstr(f32, 1)), "Ref[Tensor[Float32]]");
+	static const char dt[] = "Int8";
+	assert_string_equal(sym_str(lower_sym(dt)), "Int8");
+	intern_free_all();
+	Sym f16 = intern_cstr("Float16");
+	assert_int_equal(f16, f32); /* the same number, another text */
+	assert_string_equal(sym_str(lower_tensor_tstr(f16, 0)), "Tensor[Float16]");
+	assert_string_equal(sym_str(lower_tensor_tstr(f16, 1)), "Ref[Tensor[Float16]]");
+	assert_string_equal(sym_str(lower_sym(dt)), "Int8");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -228,6 +249,7 @@ int main(void)
 	    cmocka_unit_test(test_e10),
 	    cmocka_unit_test(test_errors),
 	    cmocka_unit_test(test_group_names),
+	    cmocka_unit_test(test_memos_after_reset),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
