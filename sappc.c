@@ -316,7 +316,7 @@ static void usage(FILE *f)
 	      "      --print-after=PASS  print the IR to stderr after PASS\n"
 	      "      --print-after-all   print the IR to stderr after every pass\n"
 	      "      --verify-each       run the verifier before the pipeline and after every pass\n"
-	      "      --time-passes       report the time spent in each pass on stderr\n"
+	      "      --time-passes       report the time and resident memory of each pass on stderr\n"
 	      "\n"
 	      "      --help              display this help and exit\n"
 	      "      --version           output version information and exit\n"
@@ -1317,6 +1317,8 @@ int main(int argc, char **argv)
 	double t0 = now();
 	Module *m = ir_parse(strcmp(in, "-") == 0 ? "<stdin>" : in, buf, len, o.fragment);
 	pm.parse_time = now() - t0;
+	if (pm.time_passes)
+		pm.parse_rss = pm_rss_now();
 	if (!m) {
 		io_free_file(buf);
 		return 1;

@@ -841,6 +841,7 @@ typedef struct PassInfo {
 extern const PassInfo pass_table[];
 extern const int pass_count;
 const PassInfo *pass_find(const char *name);
+double pm_rss_now(void); /* resident memory in MB, 0 where unknown */
 
 typedef struct PassManagerOptions {
 	const PassInfo *passes[64];
@@ -852,6 +853,7 @@ typedef struct PassManagerOptions {
 	int time_passes;
 	int list_has_verify_first;
 	double parse_time;
+	double parse_rss; /* resident MB after parsing (--time-passes) */
 	/* called before (after 0) and after (after 1) pass i: where the driver
 	 * copies the module it will run again (sappc.c, struct Copies) */
 	void (*hook)(void *ctx, Module *m, int i, int after);

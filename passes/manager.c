@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sappc.h"
 
@@ -22,6 +23,18 @@ const PassInfo *pass_find(const char *name)
 	return NULL;
 }
 
+/* resident memory now, in MB (0 where /proc is not there) */
+double pm_rss_now(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long size, res;
+	int ok = f && fscanf(f, "%lu %lu", &size, &res) == 2;
+	if (f)
+		fclose(f);
+	long pg = sysconf(_SC_PAGESIZE);
+	return ok && pg > 0 ? (double)res * (double)pg / (1024.0 * 1024.0) : 0.0;
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -32,7 +45,7 @@ static double now(void)
 int pm_run(Module *m, const Options *o, const PassManagerOptions *pm)
 {
 	double t_total = 0;
-	double times[64] = {0};
+	double times[64] = {0}, rss[64] = {0};
 	if (pm->verify_each && !pm->list_has_verify_first) {
 		if (pass_verify(m, o) != 0)
 			return 1;
@@ -44,8 +57,10 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm)
 		double t0 = now();
 		int rc = p->fn(m, o);
 		double dt = now() - t0;
-		if (i < 64)
+		if (i < 64) {
 			times[i] = dt;
+			rss[i] = pm->time_passes ? pm_rss_now() : 0.0;
+		}
 		t_total += dt;
 		if (rc != 0)
 			return rc;
@@ -67,12 +82,12 @@ int pm_run(Module *m, const Options *o, const PassManagerOptions *pm)
 		fprintf(stderr, "===-------------------------------------------===\n");
 		fprintf(stderr, "  sappc pass execution timing report\n");
 		fprintf(stderr, "===-------------------------------------------===\n");
-		fprintf(stderr, "  %10s  %6s  %s\n", "wall (s)", "%", "pass");
+		fprintf(stderr, "  %10s  %6s  %9s  %s\n", "wall (s)", "%", "RSS (MB)", "pass");
 		if (pm->parse_time > 0)
-			fprintf(stderr, "  %10.4f  %6s  %s\n", pm->parse_time, "", "(parse)");
+			fprintf(stderr, "  %10.4f  %6s  %9.1f  %s\n", pm->parse_time, "", pm->parse_rss, "(parse)");
 		for (int i = 0; i < pm->npasses && i < 64; i++)
-			fprintf(stderr, "  %10.4f  %5.1f%%  %s\n", times[i], t_total > 0 ? 100 * times[i] / t_total : 0.0,
-				pm->passes[i]->name);
+			fprintf(stderr, "  %10.4f  %5.1f%%  %9.1f  %s\n", times[i], t_total > 0 ? 100 * times[i] / t_total : 0.0,
+				rss[i], pm->passes[i]->name);
 		fprintf(stderr, "  %10.4f  %5.1f%%  %s\n", t_total, 100.0, "total (passes)");
 		struct rusage ru;
 		if (getrusage(RUSAGE_SELF, &ru) == 0)

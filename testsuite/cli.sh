@@ -87,6 +87,12 @@ check "--time-passes: exit 0" test "$rc" = 0
 check "--time-passes: stdout is the plain output" cmp -s "$tmp/out" "$tmp/good.out"
 check "--time-passes: stderr reports verify and the total" \
 	eval 'has "verify$" "$tmp/err" && has "total (passes)" "$tmp/err"'
+if [ -r /proc/self/statm ]; then
+	# wall, %, resident MB, name: the parse line and every pass line carry a resident size
+	check "--time-passes: resident memory after parsing and after each pass" \
+		awk '$NF == "(parse)" { p = ($2 + 0 > 0) } $NF == "verify" && $2 ~ /%$/ { v = ($3 + 0 > 0) }
+		     END { exit !(p && v) }' "$tmp/err"
+fi
 
 # ---------------------------------------------------------------- writing stdout
 if [ -w /dev/full ]; then
