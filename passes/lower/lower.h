@@ -12,6 +12,7 @@
 #define LOWER_MAX_GROUP 65536
 #define LOWER_FNCACHE 1024
 #define LOWER_DIRCACHE 4096
+#define LOWER_TUPLECACHE 64
 
 /* TLay, NodeLayout: the layout records left on the IR (ir/sappc.h) */
 
@@ -60,8 +61,16 @@ typedef struct LowerCtx {
 	KeyMap *redist_memo;   /* redistribute pass: plans by transfer (MemoEntry) */
 	KeyMap *mask_memo;     /* lower_group_mask results by (mask, dev) */
 	KeyMap lay_arrays;     /* the shared arrays of layouts (tlay_set, lower_dev) */
+	KeyMap plan_lays;      /* redistribute.c: the NodeLayout of a plan's last op, by its TLay */
 	Sym inst_prefix, rd_syms[RD_KINDS]; /* redistribute.c's instance names, interned once */
 	int break_redist;      /* test only: SAPPC_TEST_BREAK_REDIST=1 (redistribute.c)*/
+	/* redistribute.c's localize: the local element shapes of recent
+	 * MakeTuples, shared by the next MakeTuple with equal ones (a plan's
+	 * clones share their input types, so their element shapes are equal) */
+	struct {
+		const Abs *in_types;
+		Shape *sub;
+	} tuple_subs[LOWER_TUPLECACHE];
 } LowerCtx;
 
 /* one communication group: derived attributes shared by its ops (never mutated) */
