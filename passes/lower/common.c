@@ -103,6 +103,7 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 	keymap_init(&c->groups, sizeof(LowerGroup));
 	keymap_init(&c->lay_arrays, sizeof(unsigned char *));
 	keymap_init(&c->plan_lays, sizeof(NodeLayout *));
+	keymap_init(&c->rs_attrs, sizeof(AttrList));
 	return 0;
 }
 
@@ -118,6 +119,7 @@ void lower_ctx_free(LowerCtx *c)
 	keymap_free(&c->groups);
 	keymap_free(&c->lay_arrays);
 	keymap_free(&c->plan_lays);
+	keymap_free(&c->rs_attrs);
 	free(c->dev_list);
 	free(c->ckeys);
 	free(c->cvals);

@@ -62,6 +62,7 @@ typedef struct LowerCtx {
 	KeyMap *mask_memo;     /* lower_group_mask results by (mask, dev) */
 	KeyMap lay_arrays;     /* the shared arrays of layouts (tlay_set, lower_dev) */
 	KeyMap plan_lays;      /* redistribute.c: the NodeLayout of a plan's last op, by its TLay */
+	KeyMap rs_attrs;       /* redistribute.c: a ReduceScatter's attributes, by (odev, fwd_mask) */
 	Sym inst_prefix, rd_syms[RD_KINDS]; /* redistribute.c's instance names, interned once */
 	int break_redist;      /* test only: SAPPC_TEST_BREAK_REDIST=1 (redistribute.c)*/
 	/* redistribute.c's localize: the local element shapes of recent

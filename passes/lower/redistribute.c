@@ -856,14 +856,25 @@ static void reduce_scatter(LowerCtx *c, NodeVec *out, Node *n)
 	rs->in_types[0] = tensor_abs(m, n->out.dtype, d, l->out[0].rank);
 	tlay_slice(l->fwd_out, d);
 	rs->out = tensor_abs(m, n->out.dtype, d, l->fwd_out->rank);
-	lower_attr_put(m, &rs->pattrs, "op", value_str("sum"));
-	lower_attr_put(m, &rs->pattrs, "rank_size", value_int(ng, NT_I64));
-	lower_attr_put(m, &rs->pattrs, "fusion", value_int(0, NT_I64));
-	lower_attr_put(m, &rs->pattrs, "no_eliminate", value_bool(1));
-	lower_comm_group_attrs(c, rs, g, ng, 1);
-	static const char *const order[] = {"op",          "group",          "rank_size",  "fusion",   "no_eliminate",
-	                                    "group_ranks", "group_rank_ids", "comm_reuse", "rank_list"};
-	lower_reorder_attrs(&rs->pattrs, order, 9);
+	/* the attributes depend on the group alone, which (odev, fwd_mask)
+	 * decide: one list per group, shared (nobody writes into an inserted
+	 * op's list; a list per op was 5.5 MB on a 4096-layer rank graph) */
+	int64_t key[3] = {(int64_t)(intptr_t)l->odev, l->nodev, l->fwd_mask};
+	int fresh;
+	AttrList *al = keymap_get(&c->rs_attrs, key, 3, &fresh);
+	if (fresh) {
+		lower_attr_put(m, &rs->pattrs, "op", value_str("sum"));
+		lower_attr_put(m, &rs->pattrs, "rank_size", value_int(ng, NT_I64));
+		lower_attr_put(m, &rs->pattrs, "fusion", value_int(0, NT_I64));
+		lower_attr_put(m, &rs->pattrs, "no_eliminate", value_bool(1));
+		lower_comm_group_attrs(c, rs, g, ng, 1);
+		static const char *const order[] = {"op",          "group",          "rank_size",  "fusion",
+		                                    "no_eliminate", "group_ranks",    "group_rank_ids",
+		                                    "comm_reuse",   "rank_list"};
+		lower_reorder_attrs(&rs->pattrs, order, 9);
+		*al = rs->pattrs;
+	}
+	rs->pattrs = *al;
 	rs->has_pattrs = 1;
 	char inst[64];
 	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(n, 0));
