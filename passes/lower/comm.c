@@ -469,7 +469,7 @@ int pass_comm(Module *m, const Options *o)
 		 * with a replica (gradient) group larger than one (§3.6) */
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			Node *n = g->nodes.a[i];
-			if (n->lay)
+			if (n->lay && n->lay->subst)
 				n->lay->subst = NULL; /* lower_clear_subst, in this sweep: nothing below reads it */
 			if (!n->lay || !(n->lay->flags & LAY_OP) || (n->lay->flags & LAY_INSERTED))
 				continue;

@@ -341,9 +341,10 @@ static void structural_layout(LowerCtx *c, Node *n)
 		for (int i = 0; i < r && same; i++)
 			same = t0->shape[i] == d[i];
 		if (same) {
-			n->lay = lay_new(c->m, n->nargs, 1);
-			n->lay->in[0] = *t0;
-			n->lay->out[0] = *t0;
+			NodeLayout *l = lay_scratch(n->nargs, 1);
+			l->in[0] = *t0;
+			l->out[0] = *t0;
+			n->lay = lay_keep(c, l, 1);
 			return;
 		}
 	}
