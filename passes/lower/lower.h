@@ -67,10 +67,10 @@ typedef struct LowerCtx {
 	Sym inst_prefix, rd_syms[RD_KINDS]; /* redistribute.c's instance names, interned once */
 	int break_redist;      /* test only: SAPPC_TEST_BREAK_REDIST=1 (redistribute.c)*/
 	/* redistribute.c's localize: the local element shapes of recent
-	 * MakeTuples, shared by the next MakeTuple with equal ones (a plan's
-	 * clones share their input types, so their element shapes are equal) */
+	 * MakeTuples, by their contents, shared by the next MakeTuple with
+	 * equal ones (tuple_sub) */
 	struct {
-		const Abs *in_types;
+		uint32_t n;
 		Shape *sub;
 	} tuple_subs[LOWER_TUPLECACHE];
 } LowerCtx;

@@ -925,11 +925,13 @@ static void local_heads(Module *m, Node *n)
 		local_int(m, n, ai.kvheads_opnd, "num_key_value_heads", kvh);
 }
 
-/* A MakeTuple's local element shapes, its input types' shapes: an array
- * of an earlier MakeTuple with the same ones when the cache holds it (the
- * clones of one plan step share their input types, and so their element
- * shapes; 61 000 arrays of a 4096-layer rank graph were 6 MB), else a new
- * one.  Nobody writes into a tuple's element array after this pass. */
+/* A MakeTuple's local element shapes, its input types' shapes: the array of
+ * an earlier MakeTuple with the same ones when the cache holds it (a
+ * layer's tuples repeat, and the clones of one plan step share their input
+ * types; 61 000 arrays of a 4096-layer rank graph were 6 MB), else a new
+ * one.  Equal local dims share their array (set_dims), so an element is
+ * its kind, rank and array.  Nobody writes into a tuple's element array
+ * after this pass. */
 static int same_shape(const Shape *a, const Shape *b)
 {
 	return a->kind == b->kind && a->rank == b->rank && a->dims == b->dims;
@@ -937,9 +939,14 @@ static int same_shape(const Shape *a, const Shape *b)
 
 static Shape *tuple_sub(LowerCtx *c, const Node *n)
 {
-	uint32_t j = (uint32_t)(((uintptr_t)n->in_types >> 4) * 0x9E3779B1u >> 26) & (LOWER_TUPLECACHE - 1);
+	uint64_t h = n->nin_types;
+	for (uint32_t k = 0; k < n->nin_types; k++) {
+		const Shape *e = &n->in_types[k].shape;
+		h = (h ^ (uint64_t)(uintptr_t)e->dims ^ ((uint64_t)e->kind << 8 | e->rank)) * 0x9E3779B97F4A7C15ull;
+	}
+	uint32_t j = (uint32_t)(h >> 58) & (LOWER_TUPLECACHE - 1);
 	Shape *s = c->tuple_subs[j].sub;
-	if (s && c->tuple_subs[j].in_types == n->in_types) {
+	if (s && c->tuple_subs[j].n == n->nin_types) {
 		uint32_t k = 0;
 		while (k < n->nin_types && same_shape(&s[k], &n->in_types[k].shape))
 			k++;
@@ -949,7 +956,7 @@ static Shape *tuple_sub(LowerCtx *c, const Node *n)
 	s = arena_alloc(c->m->arena, n->nin_types * sizeof *s);
 	for (uint32_t k = 0; k < n->nin_types; k++)
 		s[k] = n->in_types[k].shape;
-	c->tuple_subs[j].in_types = n->in_types;
+	c->tuple_subs[j].n = n->nin_types;
 	c->tuple_subs[j].sub = s;
 	return s;
 }
