@@ -97,6 +97,7 @@ int pass_optshard(Module *m, const Options *o)
 			continue;
 		Abs full = p->out;
 		p->out.shape = shard0(m, &p->out.shape, rep);
+		p->lay = lay_copy(m, p->lay); /* its own: weights share equal layouts (lay_keep) */
 		p->lay->opt_rep = rep;
 		/* the AllGather is built per Load below; remember the group on a
 		 * throw-away node carrying the full abstract */

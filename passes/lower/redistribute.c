@@ -1198,7 +1198,7 @@ int pass_redistribute(Module *m, const Options *o)
 					tlay_slice(&p->lay->out[0], d);
 					set_dims(m, &p->out, d, p->lay->out[0].rank);
 				}
-				if (p->lay)
+				if (p->lay && !(p->lay->flags & LAY_LOCAL)) /* shared ones once (lay_keep) */
 					p->lay->flags |= LAY_LOCAL;
 			}
 			/* localize reads no substitution: they are cleared in its sweep
