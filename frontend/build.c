@@ -811,9 +811,6 @@ static int digits_len(const char *p)
 
 static void attr_memo_free(AttrMemo *am)
 {
-	for (uint32_t i = 0; i < am->nattrs; i++)
-		if (am->attrs[i].val.kind == V_LIST)
-			free(am->attrs[i].val.u.elems);
 	free(am->attrs);
 	free(am->text);
 	*am = (AttrMemo){0};
@@ -856,21 +853,14 @@ static void attr_memo_keep(BuildCtx *b, uint64_t h, const char *t, size_t n, con
 	am->n = (uint32_t)n;
 	am->nattrs = g->attrs[0].n;
 	am->attrs = xmalloc((am->nattrs ? am->nattrs : 1) * sizeof *am->attrs);
-	for (uint32_t i = 0; i < am->nattrs; i++) {
-		Attr a = g->attrs[0].a[i];
-		if (a.val.kind == V_LIST && a.val.n) {
-			Value *e = xmalloc(a.val.n * sizeof *e);
-			memcpy(e, a.val.u.elems, a.val.n * sizeof *e);
-			a.val.u.elems = e;
-		} else if (a.val.kind == V_LIST) {
-			a.val.u.elems = NULL;
-		}
-		am->attrs[i] = a;
-	}
+	/* a list's elements are the module's (b_seq), never written once
+	 * parsed: every node of this group shares them, as it shares the
+	 * values inside them (196 000 copies on a 4096-layer graph, 4.8 MB) */
+	memcpy(am->attrs, g->attrs[0].a, am->nattrs * sizeof *am->attrs);
 }
 
 /* a group met before: its names are interned already (no Sym is made out
- * of order), its values are copied */
+ * of order), its values are shared */
 static int attr_memo_hit(LexState *ls, const char *t, size_t n, uint64_t h, union IR_YYSTYPE *lv)
 {
 	AttrMemo *am = attr_memo_set(ls->b, h);
@@ -881,12 +871,8 @@ static int attr_memo_hit(LexState *ls, const char *t, size_t n, uint64_t h, unio
 	}
 	am->used = ++ls->b->amclock;
 	Groups *g = b_groups(ls->b);
-	for (uint32_t i = 0; i < am->nattrs; i++) {
-		Attr a = am->attrs[i];
-		if (a.val.kind == V_LIST && a.val.n)
-			a.val.u.elems = arena_dup(ls->b->m->arena, a.val.u.elems, a.val.n * sizeof(Value));
-		vec_push(&g->attrs[0], a);
-	}
+	for (uint32_t i = 0; i < am->nattrs; i++)
+		vec_push(&g->attrs[0], am->attrs[i]);
 	lv->gr = g;
 	return 1;
 }
