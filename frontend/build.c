@@ -49,6 +49,7 @@ typedef struct {
  * differ only in a Bool's digit), and a third of its groups were read
  * again by the DFA and built again */
 #define ATTR_MEMO 64
+#define PATTRS_CACHE 1024
 
 /* A type line read before, kept by its text from ':' to the NL: a model
  * prints the same few type lines in every layer, and such a line met again
@@ -111,6 +112,13 @@ struct BuildCtx {
 	uint32_t amclock;
 	TypeMemo tymemo[TYPE_MEMO];
 	uint32_t tyclock;
+	/* recent primitive attribute lists in the arena, by contents: nodes
+	 * with equal ones share one (pattrs_shared) */
+	struct {
+		uint64_t h;
+		uint32_t n;
+		Attr *a;
+	} pattrs_cache[PATTRS_CACHE];
 	uint32_t pmask, pcount;
 	int nforeign;
 	Sym cycle;
@@ -1617,13 +1625,52 @@ static AttrList group_attrs(BuildCtx *b, const Groups *g, int i)
 	return l;
 }
 
+/* Group 0 (the primitive attributes) as an arena list: the one an earlier
+ * node with equal attributes has when the cache holds it.  A layer's nodes
+ * repeat their attribute groups (a list per node was 8.5 MB on a 4096-layer
+ * graph); nobody writes into a node's list in place (ir_attr_set makes a
+ * new one; passes already share lists between copied nodes). */
+static int attr_same(const Attr *a, const Attr *b, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (a[i].key != b[i].key || memcmp(&a[i].val, &b[i].val, sizeof a[i].val) != 0)
+			return 0;
+	return 1;
+}
+
+static AttrList pattrs_shared(BuildCtx *b, const Groups *g)
+{
+	const Attr *a = g->attrs[0].a;
+	uint32_t n = g->attrs[0].n;
+	if (!n)
+		return (AttrList){NULL, 0};
+	uint64_t h = n;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t w[2];
+		memcpy(w, &a[i].val, sizeof w);
+		h = (h ^ a[i].key) * 0x9E3779B97F4A7C15ull;
+		h = (h ^ w[0]) * 0xff51afd7ed558ccdull;
+		h = (h ^ w[1]) * 0x9E3779B97F4A7C15ull;
+		h ^= h >> 29;
+	}
+	uint32_t j = (uint32_t)(h % PATTRS_CACHE);
+	if (b->pattrs_cache[j].a && b->pattrs_cache[j].h == h && b->pattrs_cache[j].n == n &&
+	    attr_same(b->pattrs_cache[j].a, a, n))
+		return (AttrList){b->pattrs_cache[j].a, n};
+	AttrList l = group_attrs(b, g, 0);
+	b->pattrs_cache[j].h = h;
+	b->pattrs_cache[j].n = n;
+	b->pattrs_cache[j].a = l.a;
+	return l;
+}
+
 static void apply_groups(BuildCtx *b, Node *n, Groups *g)
 {
 	if (!g)
 		return;
 	n->instance = g->instance;
 	n->has_pattrs = g->has[0];
-	n->pattrs = group_attrs(b, g, 0);
+	n->pattrs = pattrs_shared(b, g);
 	n->has_strat = g->has[3];
 	ir_node_set_strat(b->m, n, group_attrs(b, g, 3));
 	/* cnode_attrs and cnode_primal_attrs are rare: a NodeExt only for them */
