@@ -170,8 +170,8 @@ static int given_dataset_layout(LowerCtx *c, Loc loc, const char *what, TLay *ou
 
 /* vd: an explicit _VirtualDataset and k the operand it reads p as, or
  * NULL and k p's place among the dataset inputs */
-static int param_fill(LowerCtx *c, const Users *u, Node *p, const Node *vd, uint32_t k, NodeLayout *l,
-                      const int64_t *d, int r)
+static int param_fill(LowerCtx *c, const Users *u, Node *p, const Node *vd, uint32_t k, NodeLayout *l, const int64_t *d,
+                      int r)
 {
 	int64_t s[LAYOUT_MAX_DIM];
 	if (ir_is_dataset_input(p) && ir_dataset_split(c->o, vd, k, r, s)) {

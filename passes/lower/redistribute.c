@@ -868,9 +868,9 @@ static void reduce_scatter(LowerCtx *c, NodeVec *out, Node *n)
 		lower_attr_put(m, &rs->pattrs, "fusion", value_int(0, NT_I64));
 		lower_attr_put(m, &rs->pattrs, "no_eliminate", value_bool(1));
 		lower_comm_group_attrs(c, rs, g, ng, 1);
-		static const char *const order[] = {"op",          "group",          "rank_size",  "fusion",
-		                                    "no_eliminate", "group_ranks",    "group_rank_ids",
-		                                    "comm_reuse",   "rank_list"};
+		static const char *const order[] = {"op",           "group",       "rank_size",      "fusion",
+		                                    "no_eliminate", "group_ranks", "group_rank_ids", "comm_reuse",
+		                                    "rank_list"};
 		lower_reorder_attrs(&rs->pattrs, order, 9);
 		*al = rs->pattrs;
 	}
