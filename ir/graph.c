@@ -164,11 +164,18 @@ Value *ir_attr_get(const AttrList *l, const char *key)
 	return NULL;
 }
 
+/* a new list, never a write into l's: lists are shared (the reader's
+ * nodes with equal attributes, copied nodes, a plan's clones) */
 void ir_attr_set(Module *m, AttrList *l, const char *key, Value v)
 {
 	Value *old = ir_attr_get(l, key);
 	if (old) {
-		*old = v;
+		uint32_t i = 0;
+		while (&l->a[i].val != old)
+			i++;
+		Attr *na = arena_dup(m->arena, l->a, l->n * sizeof(Attr));
+		na[i].val = v;
+		l->a = na;
 		return;
 	}
 	Attr *na = arena_alloc(m->arena, (l->n + 1) * sizeof(Attr));

@@ -298,8 +298,17 @@ static void mirror_attrs(LowerCtx *c, Node *user, Node *param, Sym fusion_key)
 	Value fk = {0};
 	fk.kind = V_STR;
 	fk.text = fusion_key;
-	ir_attr_set(m, &x->primal, "related_fusion_key", fk);
-	ir_attr_set(m, &x->primal, "related_node_id", value_str(nid));
+	if (!x->primal.n) { /* the usual case: both in one list (37 000 users of weights) */
+		Attr *a = arena_alloc(m->arena, 2 * sizeof *a);
+		a[0].key = lower_sym("related_fusion_key");
+		a[0].val = fk;
+		a[1].val = value_str(nid); /* interned in ir_attr_set's order */
+		a[1].key = lower_sym("related_node_id");
+		x->primal = (AttrList){a, 2};
+	} else {
+		ir_attr_set(m, &x->primal, "related_fusion_key", fk);
+		ir_attr_set(m, &x->primal, "related_node_id", value_str(nid));
+	}
 	x->has_cattrs = x->has_primal = 1;
 	lower_order_attrs(&x->cattrs);
 	lower_order_attrs(&x->primal);
@@ -469,7 +478,7 @@ int pass_comm(Module *m, const Options *o)
 		 * with a replica (gradient) group larger than one (§3.6) */
 		for (uint32_t i = 0; i < g->nodes.n; i++) {
 			Node *n = g->nodes.a[i];
-			if (n->lay)
+			if (n->lay && n->lay->subst)
 				n->lay->subst = NULL; /* lower_clear_subst, in this sweep: nothing below reads it */
 			if (!n->lay || !(n->lay->flags & LAY_OP) || (n->lay->flags & LAY_INSERTED))
 				continue;

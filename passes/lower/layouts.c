@@ -170,14 +170,9 @@ static int given_dataset_layout(LowerCtx *c, Loc loc, const char *what, TLay *ou
 
 /* vd: an explicit _VirtualDataset and k the operand it reads p as, or
  * NULL and k p's place among the dataset inputs */
-static int param_layout(LowerCtx *c, const Users *u, Node *p, const Node *vd, uint32_t k)
+static int param_fill(LowerCtx *c, const Users *u, Node *p, const Node *vd, uint32_t k, NodeLayout *l, const int64_t *d,
+                      int r)
 {
-	const int64_t *d = NULL;
-	int r = dims_of(&p->out, &d);
-	if (r < 0)
-		return 0;
-	NodeLayout *l = lay_new(c->m, 0, 1);
-	p->lay = l;
 	int64_t s[LAYOUT_MAX_DIM];
 	if (ir_is_dataset_input(p) && ir_dataset_split(c->o, vd, k, r, s)) {
 		char what[256];
@@ -203,6 +198,21 @@ static int param_layout(LowerCtx *c, const Users *u, Node *p, const Node *vd, ui
 	}
 	tlay_replicated(c, &l->out[0], c->per_stage, d, r);
 	return 0;
+}
+
+/* p's layout, shared with the parameters of equal layouts (a layer's
+ * weights repeat them; optshard gives a sharded weight its own copy) */
+static int param_layout(LowerCtx *c, const Users *u, Node *p, const Node *vd, uint32_t k)
+{
+	const int64_t *d = NULL;
+	int r = dims_of(&p->out, &d);
+	if (r < 0)
+		return 0;
+	NodeLayout *l = lay_scratch(0, 1);
+	p->lay = l;
+	int rc = param_fill(c, u, p, vd, k, l, d, r);
+	p->lay = lay_keep(c, l, 1);
+	return rc;
 }
 
 /* GetNext (dataset sink mode) hands out the batch the dataset inputs would
@@ -341,9 +351,10 @@ static void structural_layout(LowerCtx *c, Node *n)
 		for (int i = 0; i < r && same; i++)
 			same = t0->shape[i] == d[i];
 		if (same) {
-			n->lay = lay_new(c->m, n->nargs, 1);
-			n->lay->in[0] = *t0;
-			n->lay->out[0] = *t0;
+			NodeLayout *l = lay_scratch(n->nargs, 1);
+			l->in[0] = *t0;
+			l->out[0] = *t0;
+			n->lay = lay_keep(c, l, 1);
 			return;
 		}
 	}

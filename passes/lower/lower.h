@@ -12,6 +12,7 @@
 #define LOWER_MAX_GROUP 65536
 #define LOWER_FNCACHE 1024
 #define LOWER_DIRCACHE 4096
+#define LOWER_TUPLECACHE 64
 
 /* TLay, NodeLayout: the layout records left on the IR (ir/sappc.h) */
 
@@ -60,8 +61,18 @@ typedef struct LowerCtx {
 	KeyMap *redist_memo;   /* redistribute pass: plans by transfer (MemoEntry) */
 	KeyMap *mask_memo;     /* lower_group_mask results by (mask, dev) */
 	KeyMap lay_arrays;     /* the shared arrays of layouts (tlay_set, lower_dev) */
+	KeyMap plan_lays;      /* redistribute.c: the NodeLayout of a plan's last op, by its TLay */
+	KeyMap rs_attrs;       /* redistribute.c: a ReduceScatter's attributes, by (odev, fwd_mask) */
+	KeyMap shared_lays;    /* layouts nobody writes per node, by contents (lay_keep) */
 	Sym inst_prefix, rd_syms[RD_KINDS]; /* redistribute.c's instance names, interned once */
 	int break_redist;      /* test only: SAPPC_TEST_BREAK_REDIST=1 (redistribute.c)*/
+	/* redistribute.c's localize: the local element shapes of recent
+	 * MakeTuples, by their contents, shared by the next MakeTuple with
+	 * equal ones (tuple_sub) */
+	struct {
+		uint32_t n;
+		Shape *sub;
+	} tuple_subs[LOWER_TUPLECACHE];
 } LowerCtx;
 
 /* one communication group: derived attributes shared by its ops (never mutated) */
@@ -78,6 +89,14 @@ void lower_attr_put(Module *m, AttrList *l, const char *key, Value v); /* lists 
 int lower_ctx_init(LowerCtx *c, Module *m, const Options *o);          /* 0 ok, -1 reported */
 void lower_ctx_free(LowerCtx *c);
 NodeLayout *lay_new(Module *m, uint32_t nin, uint32_t nout);
+/* a layout filled outside the arena, then kept with lay_keep: shared (one
+ * arena copy per distinct contents in this pass) when share is set, which
+ * only a layout that no pass writes into per node may be: an operator's
+ * without forward communication, replacement or Reshape, a look-through
+ * op's (a Load's: optshard writes into a copy, lay_copy) */
+NodeLayout *lay_scratch(uint32_t nin, uint32_t nout);
+NodeLayout *lay_keep(LowerCtx *c, NodeLayout *s, int share);
+NodeLayout *lay_copy(Module *m, const NodeLayout *l); /* a node's own copy of l */
 void tlay_set(LowerCtx *c, TLay *t, const int32_t *dev, int ndev, const int8_t *map, const int64_t *shape, int rank);
 const int32_t *lower_dev(LowerCtx *c, const int32_t *dev, int ndev); /* the shared copy */
 void tlay_to_layout(const TLay *t, Layout *l);

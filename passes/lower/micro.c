@@ -181,9 +181,17 @@ static int reshape_node(Micro *mc, Node *c, int changed)
 			goto cannot;
 	}
 	if (ir_node_is_op(c, OP_BroadcastTo)) {
-		Value *v = c->nargs >= 2 && c->args[1].kind != V_NODE ? &c->args[1] : ir_attr_get(&c->pattrs, "shape");
-		if (v && !scale_literal(m, v, mc->K))
-			goto cannot;
+		if (c->nargs >= 2 && c->args[1].kind != V_NODE) {
+			if (!scale_literal(m, &c->args[1], mc->K))
+				goto cannot;
+		} else if (ir_attr_get(&c->pattrs, "shape")) {
+			/* nodes share attribute lists: scale the shape in a copy */
+			AttrList l = c->pattrs;
+			l.a = arena_dup(m->arena, l.a, l.n * sizeof *l.a);
+			if (!scale_literal(m, ir_attr_get(&l, "shape"), mc->K))
+				goto cannot;
+			c->pattrs = l;
+		}
 	}
 	if (ir_node_is_op(c, OP_TupleGetItem) && c->nargs == 2 && c->nin_types >= 1 &&
 	    c->in_types[0].shape.kind == SK_TUPLE) {

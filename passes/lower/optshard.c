@@ -97,6 +97,7 @@ int pass_optshard(Module *m, const Options *o)
 			continue;
 		Abs full = p->out;
 		p->out.shape = shard0(m, &p->out.shape, rep);
+		p->lay = lay_copy(m, p->lay); /* its own: weights share equal layouts (lay_keep) */
 		p->lay->opt_rep = rep;
 		/* the AllGather is built per Load below; remember the group on a
 		 * throw-away node carrying the full abstract */
@@ -117,8 +118,10 @@ int pass_optshard(Module *m, const Options *o)
 				/* Load reads the shard; the gather follows it */
 				Abs full = n->out;
 				n->out.shape = shard0(m, &n->out.shape, p->lay->opt_rep);
-				if (n->lay)
+				if (n->lay) { /* its own: the Loads of a layer share theirs (lay_keep) */
+					n->lay = lay_copy(m, n->lay);
 					n->lay->opt_rep = p->lay->opt_rep;
+				}
 				vec_push(&out, n);
 				Node *a = opt_allgather(&c, n, p, NULL, 0, &full);
 				a->pattrs = tmpl->pattrs;

@@ -532,6 +532,24 @@ static NodeLayout *pass_lay(Module *m, const TLay *t)
 	return l;
 }
 
+/* The layout of a plan's last op, {out[0] = t, LAY_INSERTED}: one per
+ * distinct t, shared by every such op (40 000 records of 96 bytes on a
+ * 4096-layer rank graph, for a few hundred distinct layouts).  Nothing
+ * writes into it per node: its origin stays NULL (origin_of gives the op
+ * itself), and the localize sweep's LAY_LOCAL and cleared subst are the same
+ * for every op that shares it.  The key is t's arrays, which equal TLays of
+ * one pass share (tlay_set). */
+static NodeLayout *plan_lay(LowerCtx *c, const TLay *t)
+{
+	int64_t key[4] = {(int64_t)t->ndev << 8 | (uint8_t)t->rank, (int64_t)(intptr_t)t->dev,
+	                  (int64_t)(intptr_t)t->map, (int64_t)(intptr_t)t->shape};
+	int fresh;
+	NodeLayout **v = keymap_get(&c->plan_lays, key, 4, &fresh);
+	if (fresh)
+		*v = pass_lay(c->m, t);
+	return *v;
+}
+
 static Node *origin_of(Node *p)
 {
 	return p->lay && p->lay->origin ? p->lay->origin : p;
@@ -838,14 +856,25 @@ static void reduce_scatter(LowerCtx *c, NodeVec *out, Node *n)
 	rs->in_types[0] = tensor_abs(m, n->out.dtype, d, l->out[0].rank);
 	tlay_slice(l->fwd_out, d);
 	rs->out = tensor_abs(m, n->out.dtype, d, l->fwd_out->rank);
-	lower_attr_put(m, &rs->pattrs, "op", value_str("sum"));
-	lower_attr_put(m, &rs->pattrs, "rank_size", value_int(ng, NT_I64));
-	lower_attr_put(m, &rs->pattrs, "fusion", value_int(0, NT_I64));
-	lower_attr_put(m, &rs->pattrs, "no_eliminate", value_bool(1));
-	lower_comm_group_attrs(c, rs, g, ng, 1);
-	static const char *const order[] = {"op",          "group",          "rank_size",  "fusion",   "no_eliminate",
-	                                    "group_ranks", "group_rank_ids", "comm_reuse", "rank_list"};
-	lower_reorder_attrs(&rs->pattrs, order, 9);
+	/* the attributes depend on the group alone, which (odev, fwd_mask)
+	 * decide: one list per group, shared (nobody writes into an inserted
+	 * op's list; a list per op was 5.5 MB on a 4096-layer rank graph) */
+	int64_t key[3] = {(int64_t)(intptr_t)l->odev, l->nodev, l->fwd_mask};
+	int fresh;
+	AttrList *al = keymap_get(&c->rs_attrs, key, 3, &fresh);
+	if (fresh) {
+		lower_attr_put(m, &rs->pattrs, "op", value_str("sum"));
+		lower_attr_put(m, &rs->pattrs, "rank_size", value_int(ng, NT_I64));
+		lower_attr_put(m, &rs->pattrs, "fusion", value_int(0, NT_I64));
+		lower_attr_put(m, &rs->pattrs, "no_eliminate", value_bool(1));
+		lower_comm_group_attrs(c, rs, g, ng, 1);
+		static const char *const order[] = {"op",           "group",       "rank_size",      "fusion",
+		                                    "no_eliminate", "group_ranks", "group_rank_ids", "comm_reuse",
+		                                    "rank_list"};
+		lower_reorder_attrs(&rs->pattrs, order, 9);
+		*al = rs->pattrs;
+	}
+	rs->pattrs = *al;
 	rs->has_pattrs = 1;
 	char inst[64];
 	snprintf(inst, sizeof inst, "forward_op_%llu", (unsigned long long)lower_hash_name(n, 0));
@@ -896,6 +925,42 @@ static void local_heads(Module *m, Node *n)
 		local_int(m, n, ai.kvheads_opnd, "num_key_value_heads", kvh);
 }
 
+/* A MakeTuple's local element shapes, its input types' shapes: the array of
+ * an earlier MakeTuple with the same ones when the cache holds it (a
+ * layer's tuples repeat, and the clones of one plan step share their input
+ * types; 61 000 arrays of a 4096-layer rank graph were 6 MB), else a new
+ * one.  Equal local dims share their array (set_dims), so an element is
+ * its kind, rank and array.  Nobody writes into a tuple's element array
+ * after this pass. */
+static int same_shape(const Shape *a, const Shape *b)
+{
+	return a->kind == b->kind && a->rank == b->rank && a->dims == b->dims;
+}
+
+static Shape *tuple_sub(LowerCtx *c, const Node *n)
+{
+	uint64_t h = n->nin_types;
+	for (uint32_t k = 0; k < n->nin_types; k++) {
+		const Shape *e = &n->in_types[k].shape;
+		h = (h ^ (uint64_t)(uintptr_t)e->dims ^ ((uint64_t)e->kind << 8 | e->rank)) * 0x9E3779B97F4A7C15ull;
+	}
+	uint32_t j = (uint32_t)(h >> 58) & (LOWER_TUPLECACHE - 1);
+	Shape *s = c->tuple_subs[j].sub;
+	if (s && c->tuple_subs[j].n == n->nin_types) {
+		uint32_t k = 0;
+		while (k < n->nin_types && same_shape(&s[k], &n->in_types[k].shape))
+			k++;
+		if (k == n->nin_types)
+			return s;
+	}
+	s = arena_alloc(c->m->arena, n->nin_types * sizeof *s);
+	for (uint32_t k = 0; k < n->nin_types; k++)
+		s[k] = n->in_types[k].shape;
+	c->tuple_subs[j].n = n->nin_types;
+	c->tuple_subs[j].sub = s;
+	return s;
+}
+
 static void localize_node(LowerCtx *c, Node *n)
 {
 	Module *m = c->m;
@@ -939,10 +1004,7 @@ static void localize_node(LowerCtx *c, Node *n)
 			set_dims(m, &n->out, d, r);
 		else if (ir_node_is_op(n, OP_MakeTuple) && n->out.shape.kind == SK_TUPLE &&
 		         n->out.shape.rank == n->nin_types) {
-			Shape *sub = arena_alloc(m->arena, n->nin_types * sizeof *sub);
-			for (uint32_t k = 0; k < n->nin_types; k++)
-				sub[k] = n->in_types[k].shape;
-			n->out.shape.sub = sub;
+			n->out.shape.sub = tuple_sub(c, n);
 		} else if (ir_node_is_op(n, OP_TupleGetItem) && n->nin_types >= 1 && n->nargs >= 2) {
 			int64_t k;
 			const Shape *ts = &n->in_types[0].shape;
@@ -1063,7 +1125,7 @@ int pass_redistribute(Module *m, const Options *o)
 				l->flags |= LAY_REPLACED;
 				l->subst = last;
 				if (last->lay == NULL)
-					last->lay = pass_lay(m, &l->out[0]);
+					last->lay = e->nops ? plan_lay(&c, &l->out[0]) : pass_lay(m, &l->out[0]);
 			}
 			continue;
 		}
@@ -1082,7 +1144,7 @@ int pass_redistribute(Module *m, const Options *o)
 				}
 				if (last == p)
 					continue; /* equivalent layouts: nothing moves */
-				last->lay = pass_lay(m, &l->in[k]);
+				last->lay = plan_lay(&c, &l->in[k]);
 				n->args[k] = value_node(last);
 			}
 			if ((l->flags & LAY_REPLACED) && op_table[n->op].family == FAM_GATHER) {
@@ -1136,7 +1198,7 @@ int pass_redistribute(Module *m, const Options *o)
 					tlay_slice(&p->lay->out[0], d);
 					set_dims(m, &p->out, d, p->lay->out[0].rank);
 				}
-				if (p->lay)
+				if (p->lay && !(p->lay->flags & LAY_LOCAL)) /* shared ones once (lay_keep) */
 					p->lay->flags |= LAY_LOCAL;
 			}
 			/* localize reads no substitution: they are cleared in its sweep
@@ -1144,10 +1206,11 @@ int pass_redistribute(Module *m, const Options *o)
 			for (uint32_t i = 0; i < g->nodes.n; i++) {
 				sweep_prefetch(g->nodes.a, i, g->nodes.n);
 				localize_node(&c, g->nodes.a[i]);
-				if (g->nodes.a[i]->lay) {
-					g->nodes.a[i]->lay->flags |= LAY_LOCAL;
-					g->nodes.a[i]->lay->subst = NULL;
-				}
+				NodeLayout *nl = g->nodes.a[i]->lay;
+				if (nl && !(nl->flags & LAY_LOCAL)) /* a shared one once (plan_lay) */
+					nl->flags |= LAY_LOCAL;
+				if (nl && nl->subst)
+					nl->subst = NULL;
 			}
 		}
 	}

@@ -1601,7 +1601,7 @@ int lower_infer_node(LowerCtx *c, Node *n)
 	int32_t dev[LAYOUT_MAX_DIM + 2];
 	for (int i = 0; i < ndev; i++)
 		dev[i] = (int32_t)r->dev[i];
-	NodeLayout *l = lay_new(c->m, n->nargs, (uint32_t)r->nout);
+	NodeLayout *l = lay_scratch(n->nargs, (uint32_t)r->nout);
 	if (want_rs) {
 		/* the MatMul's own output keeps the rows of its a-block; after the
 		 * ReduceScatter over k they are split a*k ways.  On the device
@@ -1655,10 +1655,14 @@ int lower_infer_node(LowerCtx *c, Node *n)
 		if (layout_check(&x) < 0) {
 			diag_error_at(n->loc, "%s (%%%d): the strategy does not divide the %s %d's shape", op, n->local,
 			              k < (int)l->nin ? "operand" : "output", k < (int)l->nin ? k + 1 : k - l->nin + 1);
+			free(l);
 			goto out;
 		}
 	}
-	n->lay = l;
+	/* shared unless a pass writes into it for this node: comm and
+	 * redistribute set the substitute of an operator with forward
+	 * communication, of a replaced Gather and of a Reshape */
+	n->lay = lay_keep(c, l, l->fwd == FC_NONE && !(l->flags & LAY_REPLACED) && n->op != OP_Reshape);
 	rc = 1;
 out:
 	return rc;
