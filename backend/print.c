@@ -109,7 +109,7 @@ static inline void w_putc(int c, FILE *f)
  * keeps the first array as its key, which stays valid while a module prints.
  * An abstract found or kept so is also entered under its own dims' address
  * (memo_alias, MEMO_BYADDR): looking that up costs no hash of the numbers. */
-enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS, MEMO_ATTRSIG };
+enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
 #define MEMO_BITS 14 /* 16384 slots of 32 bytes */
 #define MEMO_SLOTS (1u << MEMO_BITS)
 #define MEMO_POOL (1u << 20)
@@ -133,6 +133,18 @@ static struct {
 	unsigned long ctx;  /* node references printed: the text depends on cur_graph */
 } memo = {.gen = 1};
 static char memo_pool[MEMO_POOL];
+
+/* Attribute lists found by their contents (print_attrs) have a table of
+ * their own, small enough to stay in the cache: 16 bytes an entry, the
+ * whole hash of the list's signature (which turns another list away without
+ * reading the pool), and where the signature's words are in the pool,
+ * followed by the text. */
+#define SIG_BITS 11
+typedef struct {
+	uint32_t h, gen, off;
+	uint16_t nw, len;
+} SigEnt;
+static SigEnt sig_tab[1u << SIG_BITS];
 
 /* a miss: where its text starts, for memo_keep */
 typedef struct {
@@ -214,6 +226,7 @@ static void memo_drop(void)
 	memo.used = 0;
 	if (++memo.gen == 0) { /* wrapped: no entry may look current */
 		memset(memo_tab, 0, sizeof memo_tab);
+		memset(sig_tab, 0, sizeof sig_tab);
 		memo.gen = 1;
 	}
 }
@@ -608,7 +621,8 @@ static void print_types(FILE *f, const Abs *t, uint32_t n)
  * and copies the text. */
 #define ATTRSIG_MAX 96
 
-/* a value's two words, 0 when its text depends on more than its fields */
+/* a scalar's two words, 0 when v is not one whose text is a function of
+ * its fields */
 static inline int attrsig_scalar(const Value *v, uint64_t *w)
 {
 	switch (v->kind) {
@@ -630,7 +644,22 @@ static inline int attrsig_scalar(const Value *v, uint64_t *w)
 	return 1;
 }
 
-/* the signature of l at w (its number of words), or 0 */
+/* a tuple, list or call's two words: its kind, and its count and name */
+static inline int attrsig_head(const Value *v, uint64_t *w)
+{
+	if (v->kind != V_TUPLE && v->kind != V_LIST && v->kind != V_CALL)
+		return 0;
+	w[0] = v->kind | (uint64_t)v->numtype << 8 | (uint64_t)v->keyi << 32;
+	/* n and text share their bytes (ir/sappc.h): a CALL's name is value_call_name */
+	w[1] = v->n | (uint64_t)(v->kind == V_CALL ? value_call_name(v) : 0) << 32;
+	return 1;
+}
+
+/* The signature of l at w (its number of words), or 0: per attribute its
+ * key, then its value's words: a scalar's two, or a container's two and
+ * its elements', scalars or containers of scalars (a strategy's
+ * ((64, 8), (1, 8))).  The first word's kind tells a scalar's payload from
+ * a container's count, so two texts never have the same words. */
 static uint32_t attrsig(const AttrList *l, uint64_t *w)
 {
 	uint32_t k = 0;
@@ -643,39 +672,74 @@ static uint32_t attrsig(const AttrList *l, uint64_t *w)
 			k += 2;
 			continue;
 		}
-		if (v->kind != V_TUPLE && v->kind != V_LIST && v->kind != V_CALL)
+		if (!attrsig_head(v, w + k))
 			return 0;
-		w[k++] = v->kind | (uint64_t)v->numtype << 8 | (uint64_t)v->keyi << 32;
-		/* n and text share their bytes (ir/sappc.h): a CALL's name is value_call_name */
-		w[k++] = v->n | (uint64_t)(v->kind == V_CALL ? value_call_name(v) : 0) << 32;
+		k += 2;
 		if (k + 2 * (size_t)v->n > ATTRSIG_MAX)
 			return 0;
-		for (uint32_t j = 0; j < v->n; j++, k += 2)
-			if (!attrsig_scalar(&v->u.elems[j], w + k))
+		for (uint32_t j = 0; j < v->n; j++) {
+			const Value *e = &v->u.elems[j];
+			if (k + 2 > ATTRSIG_MAX)
 				return 0;
+			if (attrsig_scalar(e, w + k)) {
+				k += 2;
+				continue;
+			}
+			if (!attrsig_head(e, w + k))
+				return 0;
+			k += 2;
+			if (k + 2 * (size_t)e->n > ATTRSIG_MAX)
+				return 0;
+			for (uint32_t q = 0; q < e->n; q++, k += 2)
+				if (!attrsig_scalar(&e->u.elems[q], w + k))
+					return 0;
+		}
 	}
 	return k;
 }
 
+
+/* A list of at most SIG_SHORT scalar attributes is printed as it is: a
+ * cnode_attrs {related_comm_node_id: "119"} is one node's own, and keeping
+ * its text cost more than writing it (a few hundred times a rank). */
+#define SIG_SHORT 2
+
 static void print_attrs(FILE *f, const AttrList *l)
 {
-	Memo m;
-	if (!l->n || memo_get(f, &m, l->a, l->n, MEMO_ATTRS))
+	if (!l->n)
 		return;
+	/* a list with a signature is found by it alone (an attribute list of
+	 * a rank graph is mostly a node's own copy, which its address never
+	 * finds), the others by their address */
 	uint64_t sig[ATTRSIG_MAX];
 	uint32_t nw = attrsig(l, sig);
-	MemoEnt *se = NULL;
-	if (nw) {
-		uint64_t x = nw;
-		for (uint32_t i = 0; i < nw; i++)
+	SigEnt *se = NULL;
+	uint32_t h = 0;
+	Memo m;
+	if (nw == 3 * l->n && l->n <= SIG_SHORT) {
+		m.start = 0; /* nothing kept */
+	} else if (nw) {
+		/* two lanes: the multiplies of one word need not wait for the other's */
+		uint64_t x = nw, y = 0x9E3779B97F4A7C15u;
+		uint32_t i = 0;
+		for (; i + 1 < nw; i += 2) {
 			x = (x ^ sig[i]) * 0x100000001B3u;
-		uint32_t h = ((uint32_t)(x >> 32) ^ (uint32_t)x) * 0x9E3779B1u + nw * 0x85EBCA77u + MEMO_ATTRSIG;
-		se = &memo_tab[h >> (32 - MEMO_BITS)];
-		if (se->gen == memo.gen && se->tag == MEMO_ATTRSIG && se->n == nw &&
-		    memcmp(se->key, sig, nw * sizeof *sig) == 0) {
-			w_write(f, memo_pool + se->off, se->len);
+			y = (y ^ sig[i + 1]) * 0xff51afd7ed558ccdu;
+		}
+		if (i < nw)
+			x = (x ^ sig[i]) * 0x100000001B3u;
+		x ^= y ^ y >> 29;
+		h = (uint32_t)(x >> 32) ^ (uint32_t)x;
+		se = &sig_tab[(h * 0x9E3779B1u) >> (32 - SIG_BITS)];
+		if (se->h == h && se->gen == memo.gen && se->nw == nw &&
+		    memcmp(memo_pool + se->off, sig, nw * sizeof *sig) == 0) {
+			w_write(f, memo_pool + se->off + nw * sizeof *sig, se->len);
 			return;
 		}
+		m.start = sink.n;
+		m.flushes = sink.flushes;
+	} else if (memo_get(f, &m, l->a, l->n, MEMO_ATTRS)) {
+		return;
 	}
 	for (uint32_t i = 0; i < l->n; i++) {
 		if (i)
@@ -684,10 +748,13 @@ static void print_attrs(FILE *f, const AttrList *l)
 		fputs(": ", f);
 		ir_print_value_impl(f, &l->a[i].val);
 	}
-	memo_keep(&m);
+	if (!nw)
+		memo_keep(&m);
+	if (!se)
+		return;
 	/* the signature, then the text, in the pool (8-byte aligned) */
 	size_t len = sink.n - m.start, at = (memo.used + 7u) & ~(size_t)7, need = nw * sizeof *sig + len;
-	if (!se || m.flushes != sink.flushes || len > MEMO_MAXLEN)
+	if (m.flushes != sink.flushes || len > MEMO_MAXLEN)
 		return;
 	if (need > MEMO_POOL - at) {
 		memo_drop();
@@ -695,7 +762,7 @@ static void print_attrs(FILE *f, const AttrList *l)
 	}
 	memcpy(memo_pool + at, sig, nw * sizeof *sig);
 	memcpy(memo_pool + at + nw * sizeof *sig, sink.buf + m.start, len);
-	*se = (MemoEnt){memo_pool + at, nw, memo.gen, (uint32_t)(at + nw * sizeof *sig), (uint32_t)len, MEMO_ATTRSIG};
+	*se = (SigEnt){h, memo.gen, (uint32_t)at, (uint16_t)nw, (uint16_t)len};
 	memo.used = (uint32_t)(at + need);
 }
 
