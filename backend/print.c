@@ -35,10 +35,13 @@ static void w_flush(void)
 	sink.flushes++;
 }
 
+static uint32_t symc_epoch;
+
 static void w_begin(FILE *f)
 {
 	sink.f = f;
 	sink.n = 0;
+	symc_epoch = intern_epoch() + 1; /* 0 is no entry's */
 }
 
 static void w_write_slow(const void *p, size_t n)
@@ -278,8 +281,10 @@ static inline void put_i64(FILE *f, int64_t v)
 }
 
 /* The text of the symbols printed, by their number: one table look instead
- * of the two calls sym_str() and sym_len().  Forgotten with the memo (the
- * interner may be freed and refilled between two public calls). */
+ * of the two calls sym_str() and sym_len().  Kept from one call to the
+ * next while the interner keeps its texts (an --all-ranks worker prints
+ * rank after rank with the same names): an entry is current when its
+ * epoch is intern_epoch() + 1, which symc_epoch holds for the call. */
 #define SYMC_SLOTS 4096
 static struct {
 	Sym s;
@@ -304,7 +309,7 @@ static void put_sym_slow(FILE *f, Sym s)
 	}
 	uint32_t i = s % SYMC_SLOTS;
 	symc[i].s = s;
-	symc[i].gen = memo.gen;
+	symc[i].gen = symc_epoch;
 	symc[i].p = sym_str(s);
 	symc[i].len = (uint32_t)sym_len(s);
 	w_write(f, symc[i].p, symc[i].len);
@@ -313,7 +318,7 @@ static void put_sym_slow(FILE *f, Sym s)
 static inline void put_sym(FILE *f, Sym s)
 {
 	uint32_t i = s % SYMC_SLOTS;
-	if (symc[i].s == s && symc[i].gen == memo.gen)
+	if (symc[i].s == s && symc[i].gen == symc_epoch)
 		w_write(f, symc[i].p, symc[i].len);
 	else
 		put_sym_slow(f, s);
