@@ -149,6 +149,17 @@ typedef struct {
 } SigEnt;
 static SigEnt sig_tab[1u << SIG_BITS];
 
+/* and by the list's address, the text a signature found for it: a training
+ * graph's backward nodes share their lists, and forming the signature of
+ * the same list again cost more than printing it had.  The text stays in
+ * the pool, unmoved, for the generation. */
+#define SIGA_BITS 10
+typedef struct {
+	const void *key;
+	uint32_t n, gen, off, len;
+} SigAddr;
+static SigAddr sig_addr[1u << SIGA_BITS];
+
 /* a miss: where its text starts, for memo_keep */
 typedef struct {
 	MemoEnt *e;
@@ -230,6 +241,7 @@ static void memo_drop(void)
 	if (++memo.gen == 0) { /* wrapped: no entry may look current */
 		memset(memo_tab, 0, sizeof memo_tab);
 		memset(sig_tab, 0, sizeof sig_tab);
+		memset(sig_addr, 0, sizeof sig_addr);
 		memo.gen = 1;
 	}
 }
@@ -716,6 +728,11 @@ static void print_attrs(FILE *f, const AttrList *l)
 	/* a list with a signature is found by it alone (an attribute list of
 	 * a rank graph is mostly a node's own copy, which its address never
 	 * finds), the others by their address */
+	SigAddr *sa = &sig_addr[((uint32_t)((uintptr_t)l->a >> 3) * 0x9E3779B1u) >> (32 - SIGA_BITS)];
+	if (sa->key == l->a && sa->n == l->n && sa->gen == memo.gen) {
+		w_write(f, memo_pool + sa->off, sa->len);
+		return;
+	}
 	uint64_t sig[ATTRSIG_MAX];
 	uint32_t nw = attrsig(l, sig);
 	SigEnt *se = NULL;
@@ -739,6 +756,7 @@ static void print_attrs(FILE *f, const AttrList *l)
 		if (se->h == h && se->gen == memo.gen && se->nw == nw &&
 		    memcmp(memo_pool + se->off, sig, nw * sizeof *sig) == 0) {
 			w_write(f, memo_pool + se->off + nw * sizeof *sig, se->len);
+			*sa = (SigAddr){l->a, l->n, memo.gen, se->off + nw * (uint32_t)sizeof *sig, se->len};
 			return;
 		}
 		m.start = sink.n;
@@ -768,6 +786,7 @@ static void print_attrs(FILE *f, const AttrList *l)
 	memcpy(memo_pool + at, sig, nw * sizeof *sig);
 	memcpy(memo_pool + at + nw * sizeof *sig, sink.buf + m.start, len);
 	*se = (SigEnt){h, memo.gen, (uint32_t)at, (uint16_t)nw, (uint16_t)len};
+	*sa = (SigAddr){l->a, l->n, memo.gen, (uint32_t)(at + nw * sizeof *sig), (uint32_t)len};
 	memo.used = (uint32_t)(at + need);
 }
 
