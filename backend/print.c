@@ -790,6 +790,21 @@ static void print_attrs(FILE *f, const AttrList *l)
 	memo.used = (uint32_t)(at + need);
 }
 
+/* ir_node_ext() and ir_node_strat() without the calls (ir/graph.c): a
+ * node line asks for both, and most nodes have neither */
+static const NodeExt node_ext_none;
+static const AttrList node_strat_none;
+
+static inline const NodeExt *node_ext(const Node *n)
+{
+	return n->side && n->side->x ? n->side->x : &node_ext_none;
+}
+
+static inline const AttrList *node_strat(const Node *n)
+{
+	return n->side ? &n->side->l : &node_strat_none;
+}
+
 static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 {
 	if (n->instance) {
@@ -823,9 +838,9 @@ static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 		}
 		fputc('}', f);
 	}
-	if (ir_node_strat(n)->n) {
+	if (node_strat(n)->n) {
 		fputs(" {", f);
-		print_attrs(f, ir_node_strat(n));
+		print_attrs(f, node_strat(n));
 		fputc('}', f);
 	}
 }
@@ -868,7 +883,7 @@ static void print_args(FILE *f, const Node *n)
 
 static void ir_print_node_impl(FILE *f, const Node *n)
 {
-	const NodeExt *x = ir_node_ext(n);
+	const NodeExt *x = node_ext(n);
 	if (x->cycle_mark) {
 		fputc('\n', f);
 		put_sym(f, x->cycle_mark);
