@@ -289,7 +289,7 @@ size_t fmt_u64(char *p, uint64_t u)
 		return 1;
 	}
 	size_t n = u < 100 ? 2 : u < 1000 ? 3 : u < 10000 ? 4 : 5;
-	if (u >= 100000) { /* counted by comparisons, not a chain of divisions */
+	if (u >= 100000) { /* from the bit length, not by a chain of divisions */
 		static const uint64_t p10[20] = {1,
 						 10,
 						 100,
@@ -310,8 +310,8 @@ size_t fmt_u64(char *p, uint64_t u)
 						 100000000000000000u,
 						 1000000000000000000u,
 						 10000000000000000000u};
-		while (n < 20 && u >= p10[n])
-			n++;
+		unsigned t = (unsigned)(64 - __builtin_clzll(u)) * 1233 >> 12; /* ~ log10(2) */
+		n = t + 1 - (u < p10[t]);
 	}
 	char *q = p + n;
 	/* a redistribution op's name carries a 64-bit hash (twenty digits, a
