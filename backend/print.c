@@ -35,10 +35,13 @@ static void w_flush(void)
 	sink.flushes++;
 }
 
+static uint32_t symc_epoch;
+
 static void w_begin(FILE *f)
 {
 	sink.f = f;
 	sink.n = 0;
+	symc_epoch = intern_epoch() + 1; /* 0 is no entry's */
 }
 
 static void w_write_slow(const void *p, size_t n)
@@ -109,7 +112,7 @@ static inline void w_putc(int c, FILE *f)
  * keeps the first array as its key, which stays valid while a module prints.
  * An abstract found or kept so is also entered under its own dims' address
  * (memo_alias, MEMO_BYADDR): looking that up costs no hash of the numbers. */
-enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS, MEMO_ATTRSIG };
+enum { MEMO_DIMS = 1, MEMO_OLD, MEMO_ELEMS, MEMO_ATTRS, MEMO_TYPES, MEMO_ABS };
 #define MEMO_BITS 14 /* 16384 slots of 32 bytes */
 #define MEMO_SLOTS (1u << MEMO_BITS)
 #define MEMO_POOL (1u << 20)
@@ -134,6 +137,29 @@ static struct {
 } memo = {.gen = 1};
 static char memo_pool[MEMO_POOL];
 
+/* Attribute lists found by their contents (print_attrs) have a table of
+ * their own, small enough to stay in the cache: 16 bytes an entry, the
+ * whole hash of the list's signature (which turns another list away without
+ * reading the pool), and where the signature's words are in the pool,
+ * followed by the text. */
+#define SIG_BITS 11
+typedef struct {
+	uint32_t h, gen, off;
+	uint16_t nw, len;
+} SigEnt;
+static SigEnt sig_tab[1u << SIG_BITS];
+
+/* and by the list's address, the text a signature found for it: a training
+ * graph's backward nodes share their lists, and forming the signature of
+ * the same list again cost more than printing it had.  The text stays in
+ * the pool, unmoved, for the generation. */
+#define SIGA_BITS 10
+typedef struct {
+	const void *key;
+	uint32_t n, gen, off, len;
+} SigAddr;
+static SigAddr sig_addr[1u << SIGA_BITS];
+
 /* a miss: where its text starts, for memo_keep */
 typedef struct {
 	MemoEnt *e;
@@ -149,12 +175,19 @@ static inline int memo_miss(Memo *m, MemoEnt *e, const void *key, uint32_t n, ui
 	return 0;
 }
 
+/* A node's input types, looked up by their array's address once a node
+ * line, have a table of their own, an eighth of the big one's size: there
+ * the look was most often a cache miss that the line waited on (half of
+ * ir_print_node_impl's time in an --all-ranks profile). */
+#define TYPES_BITS 12
+static MemoEnt types_tab[1u << TYPES_BITS];
+
 /* 1: the kept text of (key, n, tag) is written; 0: *m is set for the
  * memo_keep() after the caller has printed it */
 static inline int memo_get(FILE *f, Memo *m, const void *key, uint32_t n, uint32_t tag)
 {
 	uint32_t h = (uint32_t)((uintptr_t)key >> 3) * 0x9E3779B1u + n * 0x85EBCA77u + tag;
-	MemoEnt *e = &memo_tab[h >> (32 - MEMO_BITS)];
+	MemoEnt *e = tag == MEMO_TYPES ? &types_tab[h >> (32 - TYPES_BITS)] : &memo_tab[h >> (32 - MEMO_BITS)];
 	if (e->key != key || e->gen != memo.gen || e->n != n || e->tag != tag)
 		return memo_miss(m, e, key, n, tag);
 	w_write(f, memo_pool + e->off, e->len);
@@ -214,6 +247,9 @@ static void memo_drop(void)
 	memo.used = 0;
 	if (++memo.gen == 0) { /* wrapped: no entry may look current */
 		memset(memo_tab, 0, sizeof memo_tab);
+		memset(sig_tab, 0, sizeof sig_tab);
+		memset(types_tab, 0, sizeof types_tab);
+		memset(sig_addr, 0, sizeof sig_addr);
 		memo.gen = 1;
 	}
 }
@@ -265,8 +301,10 @@ static inline void put_i64(FILE *f, int64_t v)
 }
 
 /* The text of the symbols printed, by their number: one table look instead
- * of the two calls sym_str() and sym_len().  Forgotten with the memo (the
- * interner may be freed and refilled between two public calls). */
+ * of the two calls sym_str() and sym_len().  Kept from one call to the
+ * next while the interner keeps its texts (an --all-ranks worker prints
+ * rank after rank with the same names): an entry is current when its
+ * epoch is intern_epoch() + 1, which symc_epoch holds for the call. */
 #define SYMC_SLOTS 4096
 static struct {
 	Sym s;
@@ -291,7 +329,7 @@ static void put_sym_slow(FILE *f, Sym s)
 	}
 	uint32_t i = s % SYMC_SLOTS;
 	symc[i].s = s;
-	symc[i].gen = memo.gen;
+	symc[i].gen = symc_epoch;
 	symc[i].p = sym_str(s);
 	symc[i].len = (uint32_t)sym_len(s);
 	w_write(f, symc[i].p, symc[i].len);
@@ -300,7 +338,7 @@ static void put_sym_slow(FILE *f, Sym s)
 static inline void put_sym(FILE *f, Sym s)
 {
 	uint32_t i = s % SYMC_SLOTS;
-	if (symc[i].s == s && symc[i].gen == memo.gen)
+	if (symc[i].s == s && symc[i].gen == symc_epoch)
 		w_write(f, symc[i].p, symc[i].len);
 	else
 		put_sym_slow(f, s);
@@ -608,7 +646,8 @@ static void print_types(FILE *f, const Abs *t, uint32_t n)
  * and copies the text. */
 #define ATTRSIG_MAX 96
 
-/* a value's two words, 0 when its text depends on more than its fields */
+/* a scalar's two words, 0 when v is not one whose text is a function of
+ * its fields */
 static inline int attrsig_scalar(const Value *v, uint64_t *w)
 {
 	switch (v->kind) {
@@ -630,7 +669,22 @@ static inline int attrsig_scalar(const Value *v, uint64_t *w)
 	return 1;
 }
 
-/* the signature of l at w (its number of words), or 0 */
+/* a tuple, list or call's two words: its kind, and its count and name */
+static inline int attrsig_head(const Value *v, uint64_t *w)
+{
+	if (v->kind != V_TUPLE && v->kind != V_LIST && v->kind != V_CALL)
+		return 0;
+	w[0] = v->kind | (uint64_t)v->numtype << 8 | (uint64_t)v->keyi << 32;
+	/* n and text share their bytes (ir/sappc.h): a CALL's name is value_call_name */
+	w[1] = v->n | (uint64_t)(v->kind == V_CALL ? value_call_name(v) : 0) << 32;
+	return 1;
+}
+
+/* The signature of l at w (its number of words), or 0: per attribute its
+ * key, then its value's words: a scalar's two, or a container's two and
+ * its elements', scalars or containers of scalars (a strategy's
+ * ((64, 8), (1, 8))).  The first word's kind tells a scalar's payload from
+ * a container's count, so two texts never have the same words. */
 static uint32_t attrsig(const AttrList *l, uint64_t *w)
 {
 	uint32_t k = 0;
@@ -643,39 +697,80 @@ static uint32_t attrsig(const AttrList *l, uint64_t *w)
 			k += 2;
 			continue;
 		}
-		if (v->kind != V_TUPLE && v->kind != V_LIST && v->kind != V_CALL)
+		if (!attrsig_head(v, w + k))
 			return 0;
-		w[k++] = v->kind | (uint64_t)v->numtype << 8 | (uint64_t)v->keyi << 32;
-		/* n and text share their bytes (ir/sappc.h): a CALL's name is value_call_name */
-		w[k++] = v->n | (uint64_t)(v->kind == V_CALL ? value_call_name(v) : 0) << 32;
+		k += 2;
 		if (k + 2 * (size_t)v->n > ATTRSIG_MAX)
 			return 0;
-		for (uint32_t j = 0; j < v->n; j++, k += 2)
-			if (!attrsig_scalar(&v->u.elems[j], w + k))
+		for (uint32_t j = 0; j < v->n; j++) {
+			const Value *e = &v->u.elems[j];
+			if (k + 2 > ATTRSIG_MAX)
 				return 0;
+			if (attrsig_scalar(e, w + k)) {
+				k += 2;
+				continue;
+			}
+			if (!attrsig_head(e, w + k))
+				return 0;
+			k += 2;
+			if (k + 2 * (size_t)e->n > ATTRSIG_MAX)
+				return 0;
+			for (uint32_t q = 0; q < e->n; q++, k += 2)
+				if (!attrsig_scalar(&e->u.elems[q], w + k))
+					return 0;
+		}
 	}
 	return k;
 }
 
+
+/* A list of at most SIG_SHORT scalar attributes is printed as it is: a
+ * cnode_attrs {related_comm_node_id: "119"} is one node's own, and keeping
+ * its text cost more than writing it (a few hundred times a rank). */
+#define SIG_SHORT 2
+
 static void print_attrs(FILE *f, const AttrList *l)
 {
-	Memo m;
-	if (!l->n || memo_get(f, &m, l->a, l->n, MEMO_ATTRS))
+	if (!l->n)
 		return;
+	/* a list with a signature is found by it alone (an attribute list of
+	 * a rank graph is mostly a node's own copy, which its address never
+	 * finds), the others by their address */
+	SigAddr *sa = &sig_addr[((uint32_t)((uintptr_t)l->a >> 3) * 0x9E3779B1u) >> (32 - SIGA_BITS)];
+	if (sa->key == l->a && sa->n == l->n && sa->gen == memo.gen) {
+		w_write(f, memo_pool + sa->off, sa->len);
+		return;
+	}
 	uint64_t sig[ATTRSIG_MAX];
 	uint32_t nw = attrsig(l, sig);
-	MemoEnt *se = NULL;
-	if (nw) {
-		uint64_t x = nw;
-		for (uint32_t i = 0; i < nw; i++)
+	SigEnt *se = NULL;
+	uint32_t h = 0;
+	Memo m;
+	if (nw == 3 * l->n && l->n <= SIG_SHORT) {
+		m.start = 0; /* nothing kept */
+	} else if (nw) {
+		/* two lanes: the multiplies of one word need not wait for the other's */
+		uint64_t x = nw, y = 0x9E3779B97F4A7C15u;
+		uint32_t i = 0;
+		for (; i + 1 < nw; i += 2) {
 			x = (x ^ sig[i]) * 0x100000001B3u;
-		uint32_t h = ((uint32_t)(x >> 32) ^ (uint32_t)x) * 0x9E3779B1u + nw * 0x85EBCA77u + MEMO_ATTRSIG;
-		se = &memo_tab[h >> (32 - MEMO_BITS)];
-		if (se->gen == memo.gen && se->tag == MEMO_ATTRSIG && se->n == nw &&
-		    memcmp(se->key, sig, nw * sizeof *sig) == 0) {
-			w_write(f, memo_pool + se->off, se->len);
+			y = (y ^ sig[i + 1]) * 0xff51afd7ed558ccdu;
+		}
+		if (i < nw)
+			x = (x ^ sig[i]) * 0x100000001B3u;
+		x ^= y ^ y >> 29;
+		h = (uint32_t)(x >> 32) ^ (uint32_t)x;
+		se = &sig_tab[(h * 0x9E3779B1u) >> (32 - SIG_BITS)];
+		if (se->h == h && se->gen == memo.gen && se->nw == nw &&
+		    memcmp(memo_pool + se->off, sig, nw * sizeof *sig) == 0) {
+			w_write(f, memo_pool + se->off + nw * sizeof *sig, se->len);
+			*sa = (SigAddr){l->a, l->n, memo.gen, se->off + nw * (uint32_t)sizeof *sig, se->len};
 			return;
 		}
+		m.start = sink.n;
+		m.flushes = sink.flushes;
+	} else if (memo_get(f, &m, l->a, l->n, MEMO_ATTRS)) {
+		return;
 	}
 	for (uint32_t i = 0; i < l->n; i++) {
 		if (i)
@@ -684,10 +779,13 @@ static void print_attrs(FILE *f, const AttrList *l)
 		fputs(": ", f);
 		ir_print_value_impl(f, &l->a[i].val);
 	}
-	memo_keep(&m);
+	if (!nw)
+		memo_keep(&m);
+	if (!se)
+		return;
 	/* the signature, then the text, in the pool (8-byte aligned) */
 	size_t len = sink.n - m.start, at = (memo.used + 7u) & ~(size_t)7, need = nw * sizeof *sig + len;
-	if (!se || m.flushes != sink.flushes || len > MEMO_MAXLEN)
+	if (m.flushes != sink.flushes || len > MEMO_MAXLEN)
 		return;
 	if (need > MEMO_POOL - at) {
 		memo_drop();
@@ -695,8 +793,24 @@ static void print_attrs(FILE *f, const AttrList *l)
 	}
 	memcpy(memo_pool + at, sig, nw * sizeof *sig);
 	memcpy(memo_pool + at + nw * sizeof *sig, sink.buf + m.start, len);
-	*se = (MemoEnt){memo_pool + at, nw, memo.gen, (uint32_t)(at + nw * sizeof *sig), (uint32_t)len, MEMO_ATTRSIG};
+	*se = (SigEnt){h, memo.gen, (uint32_t)at, (uint16_t)nw, (uint16_t)len};
+	*sa = (SigAddr){l->a, l->n, memo.gen, (uint32_t)(at + nw * sizeof *sig), (uint32_t)len};
 	memo.used = (uint32_t)(at + need);
+}
+
+/* ir_node_ext() and ir_node_strat() without the calls (ir/graph.c): a
+ * node line asks for both, and most nodes have neither */
+static const NodeExt node_ext_none;
+static const AttrList node_strat_none;
+
+static inline const NodeExt *node_ext(const Node *n)
+{
+	return n->side && n->side->x ? n->side->x : &node_ext_none;
+}
+
+static inline const AttrList *node_strat(const Node *n)
+{
+	return n->side ? &n->side->l : &node_strat_none;
 }
 
 static void print_groups(FILE *f, const Node *n, const NodeExt *x)
@@ -732,9 +846,9 @@ static void print_groups(FILE *f, const Node *n, const NodeExt *x)
 		}
 		fputc('}', f);
 	}
-	if (ir_node_strat(n)->n) {
+	if (node_strat(n)->n) {
 		fputs(" {", f);
-		print_attrs(f, ir_node_strat(n));
+		print_attrs(f, node_strat(n));
 		fputc('}', f);
 	}
 }
@@ -777,7 +891,7 @@ static void print_args(FILE *f, const Node *n)
 
 static void ir_print_node_impl(FILE *f, const Node *n)
 {
-	const NodeExt *x = ir_node_ext(n);
+	const NodeExt *x = node_ext(n);
 	if (x->cycle_mark) {
 		fputc('\n', f);
 		put_sym(f, x->cycle_mark);

@@ -289,20 +289,55 @@ size_t fmt_u64(char *p, uint64_t u)
 		return 1;
 	}
 	size_t n = u < 100 ? 2 : u < 1000 ? 3 : u < 10000 ? 4 : 5;
-	for (uint64_t t = u / 100000; t; t /= 10)
-		n++;
+	if (u >= 100000) { /* from the bit length, not by a chain of divisions */
+		static const uint64_t p10[20] = {1,
+						 10,
+						 100,
+						 1000,
+						 10000,
+						 100000,
+						 1000000,
+						 10000000,
+						 100000000,
+						 1000000000,
+						 10000000000u,
+						 100000000000u,
+						 1000000000000u,
+						 10000000000000u,
+						 100000000000000u,
+						 1000000000000000u,
+						 10000000000000000u,
+						 100000000000000000u,
+						 1000000000000000000u,
+						 10000000000000000000u};
+		unsigned t = (unsigned)(64 - __builtin_clzll(u)) * 1233 >> 12; /* ~ log10(2) */
+		n = t + 1 - (u < p10[t]);
+	}
 	char *q = p + n;
-	while (u >= 100) {
-		unsigned d = (unsigned)(u % 100) * 2;
-		u /= 100;
+	/* a redistribution op's name carries a 64-bit hash (twenty digits, a
+	 * few thousand a rank): eight digits at a time in 32-bit arithmetic */
+	while (u >= 100000000) {
+		uint32_t lo = (uint32_t)(u % 100000000);
+		u /= 100000000;
+		for (int k = 0; k < 4; k++) {
+			unsigned d = lo % 100 * 2;
+			lo /= 100;
+			*--q = digit_pairs[d + 1];
+			*--q = digit_pairs[d];
+		}
+	}
+	uint32_t v = (uint32_t)u;
+	while (v >= 100) {
+		unsigned d = v % 100 * 2;
+		v /= 100;
 		*--q = digit_pairs[d + 1];
 		*--q = digit_pairs[d];
 	}
-	if (u >= 10) {
-		q[-1] = digit_pairs[u * 2 + 1];
-		q[-2] = digit_pairs[u * 2];
+	if (v >= 10) {
+		q[-1] = digit_pairs[v * 2 + 1];
+		q[-2] = digit_pairs[v * 2];
 	} else {
-		q[-1] = (char)('0' + u);
+		q[-1] = (char)('0' + v);
 	}
 	return n;
 }
