@@ -38,7 +38,10 @@ Sym lower_sym(const char *s)
 }
 
 /* Append an attribute to a list built only by this function (capacity is
- * the next power of two of n, so appends are amortised O(1)). */
+ * the next power of two of n, so appends are amortised O(1)).  It writes
+ * into that room in place: never call it on a list another node may hold
+ * (a parsed list, a plan's clone, the ReduceScatters' shared list), whose
+ * room is not there or is not its own; copy the list first. */
 void lower_attr_put(Module *m, AttrList *l, const char *key, Value v)
 {
 	if (l->n == 0 || (l->n >= 4 && (l->n & (l->n - 1)) == 0)) {
