@@ -6,13 +6,15 @@
 #   floor        the bare tokenizer over the whole file (its scan alone)
 #   parse+print  sappc --passes= (read, print)
 #   search       the sapp pass (--time-passes, wall)
-#   full         sappc -n DEVICES, the default pipeline: user + system CPU
-#                (the kernel's zeroing of fresh pages is part of its cost)
-#   full/floor, parse/floor (parse+print user time over the floor's)
-#   RSS/in       peak RSS over the input size, full and parse+print
+#   fwd          sappc -n DEVICES --forward-only, the forward plan: user +
+#                system CPU (the kernel's zeroing of fresh pages is part of it)
+#   full         sappc -n DEVICES, the default pipeline (the training step),
+#                user + system CPU
+#   fwd/floor, full/floor, parse/floor (parse+print user time over the floor's)
+#   RSS/in       peak RSS over the input size: fwd, full and parse+print
 # then how time and memory grow from one size to the next (the layers
 # double: at most 2.1 wanted).  Goals: parse/floor <= 2, full/floor <= 5 and
-# RSS/in (full) <= 3 at 4096 layers, 4096 devices.
+# RSS/in <= 3 at 4096 layers, 4096 devices.
 # Configurations: BENCH_READER="layers:devices ..." (default below).
 set -u
 build=${1:-.}
@@ -38,9 +40,10 @@ user_time() {
 rss_mb() { sed -n 's/.*peak RSS: \([0-9.]*\) MB.*/\1/p' "$tmp/err"; }
 
 echo "reader against the floor tokenizer (CPU s, medians of $runs runs; full = user + system)"
-printf '%-6s %7s %6s | %6s %7s %6s %6s | %7s %7s | %7s %7s\n' layers devices MB floor parse+pp search full \
-	full/fl pars/fl RSS/in RSS/in
-printf '%-6s %7s %6s | %6s %7s %6s %6s | %7s %7s | %7s %7s\n' '' '' '' user user wall cpu '' user full pp
+printf '%-6s %7s %6s | %6s %7s %6s %6s %6s | %6s %7s %7s | %6s %6s %6s\n' layers devices MB floor parse+pp search \
+	fwd full fwd/fl full/fl pars/fl RSS/in RSS/in RSS/in
+printf '%-6s %7s %6s | %6s %7s %6s %6s %6s | %6s %7s %7s | %6s %6s %6s\n' '' '' '' user user wall cpu cpu '' '' user \
+	fwd full pp
 prev=
 for c in $configs; do
 	IFS=: read -r L N <<<"$c"
@@ -51,6 +54,11 @@ for c in $configs; do
 	fl=$(for i in $(seq "$runs"); do "$floor" "$f" | awk '{ print $2 }'; done | median)
 	: >"$tmp/rpp"
 	pp=$(for i in $(seq "$runs"); do user_time --passes= -q "$f" && rss_mb >>"$tmp/rpp"; done | median)
+	: >"$tmp/rfwd"
+	fwd=$(for i in $(seq "$runs"); do
+		cpu=all user_time -q -n "$N" --forward-only "$f" || continue
+		rss_mb >>"$tmp/rfwd"
+	done | median)
 	: >"$tmp/rfull"
 	: >"$tmp/sapp"
 	full=$(for i in $(seq "$runs"); do
@@ -60,14 +68,16 @@ for c in $configs; do
 	done | median)
 	rpp=$(median <"$tmp/rpp")
 	rfull=$(median <"$tmp/rfull")
+	rfwd=$(median <"$tmp/rfwd")
 	inmb=$(awk -v s="$bytes" 'BEGIN { print s / 1048576 }')
-	printf '%-6s %7s %6s | %6.3f %7.3f %6.3f %6.3f | %7s %7s | %7s %7s\n' "$L" "$N" "$mb" "$fl" "$pp" \
-		"$(median <"$tmp/sapp")" "$full" "$(ratio "$full" "$fl")" "$(ratio "$pp" "$fl")" \
-		"$(ratio "$rfull" "$inmb")" "$(ratio "$rpp" "$inmb")"
+	printf '%-6s %7s %6s | %6.3f %7.3f %6.3f %6.3f %6.3f | %6s %7s %7s | %6s %6s %6s\n' "$L" "$N" "$mb" "$fl" "$pp" \
+		"$(median <"$tmp/sapp")" "$fwd" "$full" "$(ratio "$fwd" "$fl")" "$(ratio "$full" "$fl")" "$(ratio "$pp" "$fl")" \
+		"$(ratio "$rfwd" "$inmb")" "$(ratio "$rfull" "$inmb")" "$(ratio "$rpp" "$inmb")"
 	if [ -n "$prev" ]; then
-		read -r pL pfull prss ppp <<<"$prev"
-		printf '       growth %s -> %s layers: full time %sx, full peak RSS %sx, parse+print time %sx\n' \
-			"$pL" "$L" "$(ratio "$full" "$pfull")" "$(ratio "$rfull" "$prss")" "$(ratio "$pp" "$ppp")"
+		read -r pL pfull prss ppp pfwd prfwd <<<"$prev"
+		printf '       growth %s -> %s layers: fwd time %sx, fwd peak RSS %sx, full time %sx, full peak RSS %sx, parse+print time %sx\n' \
+			"$pL" "$L" "$(ratio "$fwd" "$pfwd")" "$(ratio "$rfwd" "$prfwd")" "$(ratio "$full" "$pfull")" \
+			"$(ratio "$rfull" "$prss")" "$(ratio "$pp" "$ppp")"
 	fi
-	prev="$L $full $rfull $pp"
+	prev="$L $full $rfull $pp $fwd $rfwd"
 done
