@@ -680,6 +680,28 @@ static inline int attrsig_head(const Value *v, uint64_t *w)
 	return 1;
 }
 
+/* v's words at w + *k: a scalar's two, or, depth > 0, a container's two
+ * and its elements' (each one level less deep); 0 when it has none or they
+ * pass ATTRSIG_MAX */
+static int attrsig_value(const Value *v, uint64_t *w, uint32_t *k, int depth)
+{
+	if (*k + 2 > ATTRSIG_MAX)
+		return 0;
+	if (attrsig_scalar(v, w + *k)) {
+		*k += 2;
+		return 1;
+	}
+	if (!depth || !attrsig_head(v, w + *k))
+		return 0;
+	*k += 2;
+	if (*k + 2 * (size_t)v->n > ATTRSIG_MAX)
+		return 0;
+	for (uint32_t j = 0; j < v->n; j++)
+		if (!attrsig_value(&v->u.elems[j], w, k, depth - 1))
+			return 0;
+	return 1;
+}
+
 /* The signature of l at w (its number of words), or 0: per attribute its
  * key, then its value's words: a scalar's two, or a container's two and
  * its elements', scalars or containers of scalars (a strategy's
@@ -689,40 +711,14 @@ static uint32_t attrsig(const AttrList *l, uint64_t *w)
 {
 	uint32_t k = 0;
 	for (uint32_t i = 0; i < l->n; i++) {
-		const Value *v = &l->a[i].val;
 		if (k + 3 > ATTRSIG_MAX)
 			return 0;
 		w[k++] = l->a[i].key;
-		if (attrsig_scalar(v, w + k)) {
-			k += 2;
-			continue;
-		}
-		if (!attrsig_head(v, w + k))
+		if (!attrsig_value(&l->a[i].val, w, &k, 2))
 			return 0;
-		k += 2;
-		if (k + 2 * (size_t)v->n > ATTRSIG_MAX)
-			return 0;
-		for (uint32_t j = 0; j < v->n; j++) {
-			const Value *e = &v->u.elems[j];
-			if (k + 2 > ATTRSIG_MAX)
-				return 0;
-			if (attrsig_scalar(e, w + k)) {
-				k += 2;
-				continue;
-			}
-			if (!attrsig_head(e, w + k))
-				return 0;
-			k += 2;
-			if (k + 2 * (size_t)e->n > ATTRSIG_MAX)
-				return 0;
-			for (uint32_t q = 0; q < e->n; q++, k += 2)
-				if (!attrsig_scalar(&e->u.elems[q], w + k))
-					return 0;
-		}
 	}
 	return k;
 }
-
 
 /* A list of at most SIG_SHORT scalar attributes is printed as it is: a
  * cnode_attrs {related_comm_node_id: "119"} is one node's own, and keeping
