@@ -161,7 +161,7 @@ NodeLayout *lay_scratch(uint32_t nin, uint32_t nout)
 }
 
 /* l's copy in the arena, its in and out arrays after it */
-static NodeLayout *lay_dup(Module *m, const NodeLayout *l)
+NodeLayout *lay_copy(Module *m, const NodeLayout *l)
 {
 	NodeLayout *d = lay_new(m, l->nin, l->nout);
 	TLay *in = d->in, *out = d->out;
@@ -175,11 +175,6 @@ static NodeLayout *lay_dup(Module *m, const NodeLayout *l)
 	return d;
 }
 
-NodeLayout *lay_copy(Module *m, const NodeLayout *l)
-{
-	return lay_dup(m, l);
-}
-
 /* Scratch layout s (freed) as a node's: with share, the one arena copy that
  * every equal layout of this pass shares.  A layer repeats its operators'
  * layouts: 86 000 operator and 37 000 Load layouts of a 4096-layer graph
@@ -188,7 +183,7 @@ NodeLayout *lay_copy(Module *m, const NodeLayout *l)
 NodeLayout *lay_keep(LowerCtx *c, NodeLayout *s, int share)
 {
 	if (!share) {
-		NodeLayout *d = lay_dup(c->m, s);
+		NodeLayout *d = lay_copy(c->m, s);
 		free(s);
 		return d;
 	}
@@ -215,7 +210,7 @@ NodeLayout *lay_keep(LowerCtx *c, NodeLayout *s, int share)
 	int fresh;
 	NodeLayout **v = keymap_get(&c->shared_lays, key, nk, &fresh);
 	if (fresh)
-		*v = lay_dup(c->m, s);
+		*v = lay_copy(c->m, s);
 	if (key != kbuf)
 		free(key);
 	free(s);
