@@ -108,6 +108,7 @@ int lower_ctx_init(LowerCtx *c, Module *m, const Options *o)
 	keymap_init(&c->plan_lays, sizeof(NodeLayout *));
 	keymap_init(&c->rs_attrs, sizeof(AttrList));
 	keymap_init(&c->shared_lays, sizeof(NodeLayout *));
+	keymap_init(&c->tuple_users, sizeof(Node *));
 	return 0;
 }
 
@@ -125,6 +126,7 @@ void lower_ctx_free(LowerCtx *c)
 	keymap_free(&c->plan_lays);
 	keymap_free(&c->rs_attrs);
 	keymap_free(&c->shared_lays);
+	keymap_free(&c->tuple_users);
 	free(c->dev_list);
 	free(c->ckeys);
 	free(c->cvals);

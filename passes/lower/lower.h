@@ -64,6 +64,7 @@ typedef struct LowerCtx {
 	KeyMap plan_lays;      /* redistribute.c: the NodeLayout of a plan's last op, by its TLay */
 	KeyMap rs_attrs;       /* redistribute.c: a ReduceScatter's attributes, by (odev, fwd_mask) */
 	KeyMap shared_lays;    /* layouts nobody writes per node, by contents (lay_keep) */
+	KeyMap tuple_users;    /* rules.c: the operator that laid a MakeTuple out first, by its id */
 	Sym inst_prefix, rd_syms[RD_KINDS]; /* redistribute.c's instance names, interned once */
 	int break_redist;      /* test only: SAPPC_TEST_BREAK_REDIST=1 (redistribute.c)*/
 	/* redistribute.c's localize: the local element shapes of recent

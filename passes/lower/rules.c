@@ -1626,22 +1626,45 @@ int lower_infer_node(LowerCtx *c, Node *n)
 	l->fwd_mask = r->fwd_mask;
 	l->fwd_op = r->fwd_op ? intern_cstr(r->fwd_op) : 0;
 	/* each MakeTuple operand gets a layout of its own (made fresh by the
-	 * first of its elements): its inputs are the elements' layouts */
+	 * first of its elements): its inputs are the elements' layouts.  A
+	 * MakeTuple an earlier operator has laid out already (LAY_OP) keeps
+	 * that layout, and this operator must want the same one: MindSpore
+	 * stops with "has multiple users, but the TensorInfo are different"
+	 * when two users of one forward MakeTuple disagree (CheckMakeTupleSplit,
+	 * mindspore-ai/mindspore, frontend/parallel/step_parallel_utils.cc);
+	 * laying it out for the last user silently fed the first the wrong
+	 * slices. */
 	for (int k = 0; k < r->nt; k++) {
 		Node *t = (Node *)r->tup[k];
-		if (t && (k == 0 || r->tup[k - 1] != t)) {
+		if (t && (k == 0 || r->tup[k - 1] != t) && !(t->lay && (t->lay->flags & LAY_OP))) {
 			t->lay = lay_new(c->m, t->nargs, t->nargs);
 			t->lay->flags = LAY_OP;
+			int fresh;
+			*(Node **)keymap_get(&c->tuple_users, (const int64_t[]){t->id}, 1, &fresh) = n;
 		}
 	}
 	for (int k = 0; k < r->nt; k++) {
 		if (r->rk[k] == 0 && !r->shp[k])
 			continue; /* literal scalar */
 		Node *t = (Node *)r->tup[k];
-		TLay *dst = t ? &t->lay->in[r->opnd[k]] : &l->in[r->opnd[k]];
+		TLay want, *dst = t ? &want : &l->in[r->opnd[k]];
 		tlay_set(c, dst, dev, ndev, r->imap[k], r->shp[k], r->rk[k]);
-		if (t)
-			t->lay->out[r->opnd[k]] = *dst;
+		if (!t)
+			continue;
+		int fresh;
+		const Node *first = *(Node **)keymap_get(&c->tuple_users, (const int64_t[]){t->id}, 1, &fresh);
+		if (first != n && !tlay_equal(&t->lay->in[r->opnd[k]], &want)) {
+			diag_error_at(n->loc,
+			              "%s (%%%d): its operand MakeTuple (%%%d) is also an operand of %s (%%%d), which "
+			              "lays its element %d out differently; MindSpore rejects a tuple whose users disagree: "
+			              "give them the same strategy for it, or give each its own MakeTuple",
+			              op, n->local, t->local, first ? sym_str(first->prim) : "another operator",
+			              first ? first->local : 0, r->opnd[k] + 1);
+			diag_note_at(t->loc, "the MakeTuple (%%%d) is here", t->local);
+			free(l);
+			goto out;
+		}
+		t->lay->in[r->opnd[k]] = t->lay->out[r->opnd[k]] = want;
 	}
 	for (int o = 0; o < r->nout; o++)
 		tlay_set(c, &l->out[o], dev, ndev, r->omap[o], r->oshp[o], r->ork[o]);
