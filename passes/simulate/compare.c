@@ -545,7 +545,7 @@ int sim_compare(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, d
 {
 	memset(rep, 0, sizeof *rep);
 	if (rtol <= 0)
-		rtol = 1e-4;
+		rtol = SIM_RTOL;
 	int nr = R->nranks, err = 0, threads = R->threads > 1 ? R->threads : 1;
 	Graph *gg = ir_entry(G->rs[0].m);
 	uint32_t ng, *nk = xcalloc((size_t)nr, sizeof *nk), nit = 0;
@@ -711,7 +711,7 @@ int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *c
 {
 	memset(rep, 0, sizeof *rep);
 	if (rtol <= 0)
-		rtol = 1e-4;
+		rtol = SIM_RTOL;
 	const RankState *gs = &G->rs[0];
 	Graph *gg = gs->g;
 	int nr = R->nranks, err = 0;

@@ -459,7 +459,7 @@ static double mean_scale(void *ctx, const Node *w)
 static int check_step(const SimRun *G, const SimRun *R, Plan *plan, FILE *out, int quiet_first)
 {
 	SimStepReport st;
-	int rc = sim_compare_step(G, R, lower_slice, plan, 1e-4, &st);
+	int rc = sim_compare_step(G, R, lower_slice, plan, SIM_RTOL, &st);
 	sim_print_step_report(out, &st);
 	if (rc <= 0 || quiet_first)
 		return rc;
@@ -659,11 +659,6 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 		go2.grad_scale = mean_scale;
 		go2.grad_scale_ctx = &plan;
 	}
-	G = sim_run(ref, &go2);
-	if (sim_error(G)) {
-		report_error(G, "single device: ");
-		goto out;
-	}
 	SimOptions ro = *so;
 	if (limit > 0) /* the ranks' tensors get what the graphs and run states leave */
 		ro.max_mb = limit - mb(b.ref + b.modules + sim_estimate_state_bytes(ranks, n));
@@ -673,49 +668,78 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	ro.faults = test_faults();
 	ro.init = hyper_value;
 	ro.init_ctx = (void *)o;
-	R = sim_run_ranks(ranks, n, &ro);
-	if (sim_error(R)) {
-		report_error(R, "");
-		goto out;
-	}
+	/* A MaxPool gives its window's gradient to the first maximum: where
+	 * two values of a window are equal to rounding, the ranks may route
+	 * it to the other one and a weight's gradient differs by a whole
+	 * term although the plan is right (cnn.ir, randstrat 4 11003).  A
+	 * step whose gradients alone differ, after a single-device run with
+	 * such windows, is checked once more on the next seed's inputs: a
+	 * wrong plan is wrong there too. */
+	for (int attempt = 0;; attempt++) {
+		go2.seed = ro.seed = so->seed + (uint64_t)attempt;
+		G = sim_run(ref, &go2);
+		if (sim_error(G)) {
+			report_error(G, "single device: ");
+			goto out;
+		}
+		R = sim_run_ranks(ranks, n, &ro);
+		if (sim_error(R)) {
+			report_error(R, "");
+			goto out;
+		}
 
-	SimReport rep;
-	int cmp = sim_compare(G, R, lower_slice, &plan, 1e-4, &rep);
-	uint32_t comm = 0;
-	for (int r = 0; r < n; r++) {
-		Graph *g = ir_entry(ranks[r]);
-		for (uint32_t i = 0; g && i < g->nodes.n; i++)
-			comm += sim_is_comm(g->nodes.a[i]);
+		SimReport rep;
+		int cmp = sim_compare(G, R, lower_slice, &plan, SIM_RTOL, &rep);
+		uint32_t comm = 0;
+		for (int r = 0; r < n; r++) {
+			Graph *g = ir_entry(ranks[r]);
+			for (uint32_t i = 0; g && i < g->nodes.n; i++)
+				comm += sim_is_comm(g->nodes.a[i]);
+		}
+		sim_print_summary(out, G, go2.seed);
+		fprintf(out, "# simulate: %d %s, %u operators (%u communication), ", n, n == 1 ? "rank" : "ranks",
+		        R->executed, comm);
+		print_size(out, sim_bytes(R));
+		fprintf(out, " of tensors\n");
+		sim_print_report(out, &rep);
+		if (cmp < 0) {
+			diag_error("simulate: the layout of a rank's operator does not describe its tensor");
+			goto out;
+		}
+		if (cmp > 0 && !rep.mismatched && !rep.outputs_bad) {
+			const SimMismatch *mm = &rep.first_recomputed;
+			diag_error_at(mm->global->loc,
+			              "simulate: the recomputed duplicate of %s (%%%d) does not compute its origin's value on "
+			              "rank %d; see the report on standard output",
+			              sym_str(mm->global->prim), mm->global->local, mm->rank);
+		} else if (cmp > 0) {
+			const SimMismatch *mm = rep.mismatched ? &rep.first : &rep.first_output;
+			diag_error_at(mm->global->loc,
+			              "simulate: rank %d does not compute the single-device value of %s (%%%d)%s; see the "
+			              "report on standard output",
+			              mm->rank, sym_str(mm->global->prim), mm->global->local,
+			              rep.mismatched ? "" : ", the returned value");
+		}
+		int again = attempt == 0 && step && cmp == 0 && G->near_ties > 0;
+		int scmp = step ? check_step(G, R, &plan, out, cmp > 0 || again) : 0;
+		if (scmp > 0 && again) {
+			fprintf(out,
+			        "simulate: seed %llu: only the gradients differ, and %u MaxPool window%s of the single-device "
+			        "run hold two largest values within the tolerance (rounding can move the gradient to the "
+			        "other one): checking again with seed %llu\n",
+			        (unsigned long long)go2.seed, G->near_ties, G->near_ties == 1 ? "" : "s",
+			        (unsigned long long)go2.seed + 1);
+			sim_free(G);
+			sim_free(R);
+			G = R = NULL;
+			continue;
+		}
+		if (scmp < 0)
+			diag_error("simulate: the layout of a rank's parameter does not describe its tensor");
+		if (cmp > 0 || scmp != 0)
+			goto out;
+		break;
 	}
-	sim_print_summary(out, G, so->seed);
-	fprintf(out, "# simulate: %d %s, %u operators (%u communication), ", n, n == 1 ? "rank" : "ranks", R->executed,
-	        comm);
-	print_size(out, sim_bytes(R));
-	fprintf(out, " of tensors\n");
-	sim_print_report(out, &rep);
-	if (cmp < 0) {
-		diag_error("simulate: the layout of a rank's operator does not describe its tensor");
-		goto out;
-	}
-	if (cmp > 0 && !rep.mismatched && !rep.outputs_bad) {
-		const SimMismatch *mm = &rep.first_recomputed;
-		diag_error_at(mm->global->loc,
-		              "simulate: the recomputed duplicate of %s (%%%d) does not compute its origin's value on "
-		              "rank %d; see the report on standard output",
-		              sym_str(mm->global->prim), mm->global->local, mm->rank);
-	} else if (cmp > 0) {
-		const SimMismatch *mm = rep.mismatched ? &rep.first : &rep.first_output;
-		diag_error_at(mm->global->loc,
-		              "simulate: rank %d does not compute the single-device value of %s (%%%d)%s; see the "
-		              "report on standard output",
-		              mm->rank, sym_str(mm->global->prim), mm->global->local,
-		              rep.mismatched ? "" : ", the returned value");
-	}
-	int scmp = step ? check_step(G, R, &plan, out, cmp > 0) : 0;
-	if (scmp < 0)
-		diag_error("simulate: the layout of a rank's parameter does not describe its tensor");
-	if (cmp > 0 || scmp != 0)
-		goto out;
 	/* the ranks are done with: the central differences rerun the reference */
 	sim_free(R);
 	R = NULL;

@@ -268,7 +268,7 @@ SimValue *k_pool(Ctx *c)
 	for (int64_t p = 0; p < N * C; p++)
 		for (int64_t oy = 0; oy < OH; oy++)
 			for (int64_t ox = 0; ox < OW; ox++) {
-				double acc = isMax ? -INFINITY : 0;
+				double acc = isMax ? -INFINITY : 0, second = -INFINITY;
 				int64_t cnt = 0;
 				for (int64_t ky = 0; ky < kh; ky++) {
 					int64_t iy = oy * sh - pt + ky;
@@ -277,10 +277,20 @@ SimValue *k_pool(Ctx *c)
 						if (iy < 0 || iy >= H || ix < 0 || ix >= W)
 							continue;
 						double v = x->data[(p * H + iy) * W + ix];
-						acc = isMax ? (v > acc ? v : acc) : acc + v;
+						if (isMax && v > acc) {
+							second = acc;
+							acc = v;
+						} else if (isMax && v > second) {
+							second = v;
+						}
+						acc = isMax ? acc : acc + v;
 						cnt++;
 					}
 				}
+				/* a near tie (not two exact zeros, which ReLU makes alike on
+				 * every rank) */
+				if (isMax && acc != 0 && acc - second <= SIM_RTOL * (fabs(acc) > 1 ? fabs(acc) : 1))
+					c->r->near_ties++;
 				o->data[(p * OH + oy) * OW + ox] = (float)(isMax ? acc : cnt ? acc / (double)cnt : 0);
 			}
 	return sim_val_tensor(c->r, o);

@@ -272,8 +272,11 @@ int sim_compare_step(const SimRun *global, const SimRun *ranks, SimSliceFn slice
                      SimStepReport *rep);
 void sim_print_step_report(FILE *f, const SimStepReport *rep);
 
+/* the tolerance the plan check compares with (relative to max(1, |expected|)) */
+#define SIM_RTOL 1e-4
+
 /* Compare every rank's operators with the single-device run: |got - expected|
- * <= rtol * max(1, |expected|) element-wise (rtol <= 0: 1e-4).  Then compare
+ * <= rtol * max(1, |expected|) element-wise (rtol <= 0: SIM_RTOL).  Then compare
  * each rank's result (the value of its Return) with the single device's,
  * output by output, through the hook applied to the nodes both return.
  * Returns 0 when everything compared agrees, 1 on a mismatch (rep->first,

@@ -67,6 +67,10 @@ struct SimRun {
 	int group_cap;
 	int64_t bytes, limit;
 	uint32_t executed;
+	/* MaxPool windows whose two largest values lie within the comparison's
+	 * tolerance of each other (k_pool): the gradient goes to the first
+	 * maximum, and rounding can make another one the first (driver.c) */
+	uint32_t near_ties;
 	int failed;
 	char err[640]; /* "file:line:col: " + err + msgoff */
 	size_t msgoff;
