@@ -16,7 +16,9 @@
 # and around user strategies with --interfered).  Every run verifies the
 # IR after every pass of every rank (--verify-each): a lowering that breaks
 # an invariant fails here even when the numbers agree.  SIM_PROP_SEED=S
-# shifts every seed (explore more plans than make check runs).
+# shifts every seed (explore more plans than make check runs).  Random
+# strategies whose device matrices cannot be unified (MindSpore refuses
+# them too) are a skip.
 set -u
 export LC_ALL=C
 top=${TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -50,6 +52,10 @@ run_case() {
 			# a forward (predict) graph, e.g. one that returns no scalar loss, has no gradients to compare
 			! "$sappc" -q -n "$N" --parallel-mode=semi_auto "$@" "$tmp/in.ir" 2>/dev/null | grep -q 'Gradients/'; }; then
 		ok "$label: N=$N seed=$seed $*"
+	elif grep -q 'the device matrices have no common refinement' "$tmp/err"; then
+		# two strategies each valid alone whose device matrices cannot be
+		# unified (N=6: [3, 2] against [2, 3]); MindSpore refuses them too
+		ok "$label: N=$N seed=$seed $* # SKIP the random strategies cannot be redistributed into each other"
 	else
 		grep -E '^simulate: (first|output)' "$tmp/out" >>"$tmp/err" 2>/dev/null
 		cp "$tmp/in.ir" "$tmp/failed-$n.ir"
