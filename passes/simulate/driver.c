@@ -668,13 +668,14 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	ro.faults = test_faults();
 	ro.init = hyper_value;
 	ro.init_ctx = (void *)o;
-	/* A MaxPool gives its window's gradient to the first maximum: where
-	 * two values of a window are equal to rounding, the ranks may route
-	 * it to the other one and a weight's gradient differs by a whole
-	 * term although the plan is right (cnn.ir, randstrat 4 11003).  A
-	 * step whose gradients alone differ, after a single-device run with
-	 * such windows, is checked once more on the next seed's inputs: a
-	 * wrong plan is wrong there too. */
+	/* Where the single-device run has a value at a switch point of a
+	 * piecewise operator to rounding (a MaxPool window's two largest
+	 * values, a ReLU input at 0), the ranks may take the other branch: the
+	 * gradient goes to the other maximum, or is cut, and a weight's
+	 * gradient differs by a whole term although the plan is right
+	 * (cnn.ir with randstrat 4 11003; sapp_mlp.ir with randstrat 6 19058).
+	 * A step whose gradients alone differ after such a run is checked once
+	 * more on the next seed's inputs: a wrong plan is wrong there too. */
 	for (int attempt = 0;; attempt++) {
 		go2.seed = ro.seed = so->seed + (uint64_t)attempt;
 		G = sim_run(ref, &go2);
@@ -720,14 +721,15 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 			              mm->rank, sym_str(mm->global->prim), mm->global->local,
 			              rep.mismatched ? "" : ", the returned value");
 		}
-		int again = attempt == 0 && step && cmp == 0 && G->near_ties > 0;
+		int again = attempt == 0 && step && cmp == 0 && G->near_switch > 0;
 		int scmp = step ? check_step(G, R, &plan, out, cmp > 0 || again) : 0;
 		if (scmp > 0 && again) {
 			fprintf(out,
-			        "simulate: seed %llu: only the gradients differ, and %u MaxPool window%s of the single-device "
-			        "run hold two largest values within the tolerance (rounding can move the gradient to the "
-			        "other one): checking again with seed %llu\n",
-			        (unsigned long long)go2.seed, G->near_ties, G->near_ties == 1 ? "" : "s",
+			        "simulate: seed %llu: only the gradients differ, and %u value%s of the single-device run "
+			        "lie within the tolerance of a switch point (MaxPool's maximum, the kink of ReLU, ReLU6 or "
+			        "Abs, Maximum or Minimum), where rounding can send the gradient the other way: checking "
+			        "again with seed %llu\n",
+			        (unsigned long long)go2.seed, G->near_switch, G->near_switch == 1 ? "" : "s",
 			        (unsigned long long)go2.seed + 1);
 			sim_free(G);
 			sim_free(R);

@@ -730,7 +730,7 @@ static void subs_new(SimRun *r)
 		t->group_cap = 0;
 		t->bytes = 0;
 		t->executed = 0;
-		t->near_ties = 0;
+		t->near_switch = 0;
 		t->parent = r;
 		t->sub = NULL;
 	}
@@ -809,10 +809,10 @@ static int round_end(SimRun *r, const Crew *c, int inputs)
 		SimRun *t = &r->sub[c->todo[j]];
 		r->bytes += t->bytes;
 		r->executed += t->executed;
-		r->near_ties += t->near_ties;
+		r->near_switch += t->near_switch;
 		t->bytes = 0;
 		t->executed = 0;
-		t->near_ties = 0;
+		t->near_switch = 0;
 	}
 	r->round_bytes = 0;
 	int64_t held = before;

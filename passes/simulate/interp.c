@@ -510,6 +510,8 @@ static SimValue *elementwise(Ctx *c, int nin)
 			o->data[i] = x != 0 ? (float)y : in[2]->data[off[2]];
 		else
 			o->data[i] = (float)binary(op, x, y);
+		if ((op == OP_Maximum || op == OP_Minimum) && sim_near(x, y))
+			c->r->near_switch++;
 		sim_bcast_next(nd, shape, idx, st, off, 0, nin);
 	}
 	round_to(o);
@@ -528,6 +530,9 @@ static SimValue *unary_op(Ctx *c)
 		return NULL;
 	for (int64_t i = 0; i < x->numel; i++)
 		o->data[i] = (float)unary(op, x->data[i]);
+	if (op == OP_ReLU || op == OP_ReLU6 || op == OP_Abs)
+		for (int64_t i = 0; i < x->numel; i++)
+			c->r->near_switch += sim_near(x->data[i], 0) || (op == OP_ReLU6 && sim_near(x->data[i], 6));
 	round_to(o);
 	SimValue *v = sim_val_tensor(c->r, o);
 	if (op == OP_Dropout && c->n->out.shape.kind == SK_TUPLE) { /* (output, mask): dropout is the identity */

@@ -289,8 +289,8 @@ SimValue *k_pool(Ctx *c)
 				}
 				/* a near tie (not two exact zeros, which ReLU makes alike on
 				 * every rank) */
-				if (isMax && acc != 0 && acc - second <= SIM_RTOL * (fabs(acc) > 1 ? fabs(acc) : 1))
-					c->r->near_ties++;
+				if (isMax && acc != 0 && sim_near(acc, second))
+					c->r->near_switch++;
 				o->data[(p * OH + oy) * OW + ox] = (float)(isMax ? acc : cnt ? acc / (double)cnt : 0);
 			}
 	return sim_val_tensor(c->r, o);

@@ -2,6 +2,7 @@
 #ifndef SAPPC_SIMINT_H
 #define SAPPC_SIMINT_H
 
+#include <math.h>
 #include <pthread.h>
 
 #include "sim.h"
@@ -54,6 +55,14 @@ typedef struct SimOverride {
 	int64_t n;
 } SimOverride;
 
+/* a and b are equal within the comparison's tolerance (a != b, or both
+ * nonzero: two exact zeros, as ReLU makes them, are alike on every rank) */
+static inline int sim_near(double a, double b)
+{
+	double m = fabs(a) > fabs(b) ? fabs(a) : fabs(b);
+	return (a != 0 || b != 0) && fabs(a - b) <= SIM_RTOL * (m > 1 ? m : 1);
+}
+
 struct SimRun {
 	SimOptions o;
 	int nranks;
@@ -67,10 +76,11 @@ struct SimRun {
 	int group_cap;
 	int64_t bytes, limit;
 	uint32_t executed;
-	/* MaxPool windows whose two largest values lie within the comparison's
-	 * tolerance of each other (k_pool): the gradient goes to the first
-	 * maximum, and rounding can make another one the first (driver.c) */
-	uint32_t near_ties;
+	/* values within the comparison's tolerance of a switch point of a
+	 * piecewise operator, where rounding can move the gradient (driver.c):
+	 * a MaxPool window's two largest (k_pool), a ReLU, ReLU6 or Abs input
+	 * at its kink, Maximum's or Minimum's two operands (interp.c) */
+	uint32_t near_switch;
 	int failed;
 	char err[640]; /* "file:line:col: " + err + msgoff */
 	size_t msgoff;
