@@ -532,8 +532,9 @@ static int check_local(const Node *n)
 			if (!l->out[k].ndev || s->sub[k].kind != SK_DIMS)
 				continue;
 			tlay_slice(&l->out[k], want);
+			/* a scalar element has no dims array: nothing to compare */
 			if (s->sub[k].rank != l->out[k].rank ||
-			    memcmp(s->sub[k].dims, want, (size_t)l->out[k].rank * sizeof *want) != 0) {
+			    (s->sub[k].rank && memcmp(s->sub[k].dims, want, (size_t)l->out[k].rank * sizeof *want) != 0)) {
 				diag_error_at(n->loc,
 				              "%s (%%%d): output %d's local shape does not follow from its layout",
 				              sym_str(n->prim), n->local, k);
