@@ -527,6 +527,15 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 		if (a >= 0 && a < t.n)
 			t.v[a] = 1;
 		check_divisible(X, &t);
+	} else if (f == FAM_SPLIT) {
+		/* SplitInfo::CheckStrategy (ops_info/split_info.cc): the split
+		 * axis (operand 1, negative from the end) stays whole */
+		int64_t ax = 0;
+		sapp_attr_int(S, X->n, 1, SA_axis, &ax);
+		int a = norm_axis(ax, X->nin ? X->rank[0] : 0);
+		if (a >= 0 && a < t.n)
+			t.v[a] = 1;
+		check_divisible(X, &t);
 	} else if (f == FAM_ELEMWISE && X->nin >= 2) {
 		check_broadcast(X, s);
 	} else if (f == FAM_BIASADD) {
@@ -1570,6 +1579,13 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		int mask = 0;
 		if (fam == FAM_CUM && i == 0)
 			axes_of(S, X, 1, SA_axis, X->rank[0], 0, -1, &mask);
+		/* Split along dimension 0 (or a 1-D input): all ones, since the
+		 * split axis may not be cut (SplitInfo::GenerateBatchStrategies,
+		 * mindspore/ccsrc/frontend/parallel/ops_info/split_info.cc) */
+		if (fam == FAM_SPLIT && i == 0) {
+			axes_of(S, X, 1, SA_axis, X->rank[0], 0, 0, &mask);
+			mask |= X->rank[0] == 1;
+		}
 		whole |= mask & 1;
 		if (weight || bcast || whole)
 			continue;
