@@ -398,7 +398,8 @@ static void detail_attrs(LowerCtx *c, Node *n)
 	NodeLayout *l = n->lay;
 	Module *m = c->m;
 	const NodeLayout *il = l;
-	if (op_table[n->op].family == FAM_CONCAT && n->nargs && n->args[0].kind == V_NODE && n->args[0].u.node->lay)
+	if ((op_table[n->op].family == FAM_CONCAT || n->op == OP_AddN) && n->nargs && n->args[0].kind == V_NODE &&
+	    ir_node_is_op(n->args[0].u.node, OP_MakeTuple) && n->args[0].u.node->lay)
 		il = n->args[0].u.node->lay;
 	Value ins[64], outs[16];
 	uint32_t ni = 0, no = 0;
