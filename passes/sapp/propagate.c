@@ -1587,6 +1587,14 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 			mask |= X->rank[0] == 1;
 		}
 		whole |= mask & 1;
+		/* Concat: every element is cut alike, weights too, unless the
+		 * concatenation axis is dimension 0; then none is
+		 * (ConcatInfo::ReComputeBatchSplitFlagList, ops_info/concat_info.cc) */
+		if (fam == FAM_CONCAT) {
+			axes_of(S, X, 1, SA_axis, X->rank[i], 0, 0, &mask);
+			whole |= mask & 1;
+			weight = 0;
+		}
 		if (weight || bcast || whole)
 			continue;
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
