@@ -16,8 +16,8 @@
  * (a MakeTuple when there are several).
  *
  * Shapes are computed here as the operators' shape rules define them: every
- * dimension is a power of two from 2 to 32 (so strategies divide them) and
- * no tensor has more than MAXEL elements (--simulate holds every rank's
+ * dimension drawn is a power of two from 2 to 32 (so strategies divide them;
+ * a Concat may add two, up to MAXDIM) and no tensor has more than MAXEL elements (--simulate holds every rank's
  * tensors).  Each value carries a rough magnitude so that the graph stays
  * numerically tame (--simulate compares with a relative tolerance): Exp and
  * Square only take small values, a RealDiv divides by exp(tanh(.)), large
@@ -433,7 +433,7 @@ static int op_binary(void)
 	             : strcmp(prim, "RealDiv") == 0 ? V[a].mag * 2.72
 	             : strcmp(prim, "Maximum") == 0 ? fmax(V[a].mag, V[b].mag)
 	                                            : V[a].mag + V[b].mag;
-	char args[128], ty[256], t1[96], t2[96], o[96], in[64], attrs[256];
+	char args[256], ty[256], t1[96], t2[96], o[96], in[64], attrs[256];
 	sprintf(args, "%s, %s", V[a].ref, V[b].ref);
 	sprintf(ty, "%s, %s", vtype(t1, &V[a]), vtype(t2, &V[b]));
 	sprintf(attrs, "%s primitive_attrs: {output_names: [output], input_names: [x, y]}", inst(in, prim));
@@ -529,13 +529,13 @@ static int op_reshape(void)
 	} else if (how <= 1 && r < MAXR) { /* split one dimension in two */
 		int c[MAXR], nc = 0;
 		for (int j = 0; j < r; j++)
-			if (V[a].d[j] >= 4)
+			if (V[a].d[j] >= 4 && V[a].d[j] % 2 == 0)
 				c[nc++] = j;
 		if (!nc)
 			return -1;
 		int i = c[rnd((uint32_t)nc)];
-		int64_t f = 2;
-		while (f * 2 < V[a].d[i] && rnd(2))
+		int64_t f = 2; /* a divisor: a Concat may have made the dimension 6 or 12 */
+		while (f * 2 < V[a].d[i] && V[a].d[i] % (f * 2) == 0 && rnd(2))
 			f *= 2;
 		for (int j = 0; j < r; j++)
 			if (j == i)
@@ -552,7 +552,7 @@ static int op_reshape(void)
 			return -1;
 	}
 	use(a);
-	char args[128], ty[256], t[96], o[96], sh[96], sty[128], in[64], attrs[192];
+	char args[256], ty[256], t[96], o[96], sh[96], sty[128], in[64], attrs[192];
 	ints_text(sh, sty, od, orank);
 	sprintf(args, "%s, %s", V[a].ref, sh);
 	sprintf(ty, "%s, %s", vtype(t, &V[a]), sty);
@@ -569,7 +569,7 @@ static int op_transpose(void)
 	if (a < 0)
 		return -1;
 	int r = V[a].rank, id_perm = 1;
-	int64_t p[MAXR], od[MAXR];
+	int64_t p[MAXR] = {0}, od[MAXR];
 	for (int i = 0; i < r; i++)
 		p[i] = i;
 	for (int i = r - 1; i > 0; i--) {
@@ -586,7 +586,7 @@ static int op_transpose(void)
 	for (int i = 0; i < r; i++)
 		od[i] = V[a].d[p[i]];
 	use(a);
-	char args[128], ty[256], t[96], o[96], sh[96], sty[128], in[64], attrs[192];
+	char args[256], ty[256], t[96], o[96], sh[96], sty[128], in[64], attrs[192];
 	ints_text(sh, sty, p, r);
 	sprintf(args, "%s, %s", V[a].ref, sh);
 	sprintf(ty, "%s, %s", vtype(t, &V[a]), sty);
@@ -620,7 +620,7 @@ static int op_reduce(void)
 	}
 	use(a);
 	const char *prim = sum ? "ReduceSum" : "ReduceMean";
-	char args[128], ty[384], t[96], o[96], sh[96], sty[128], in[64], attrs[192];
+	char args[256], ty[384], t[96], o[96], sh[96], sty[128], in[64], attrs[192];
 	ints_text(sh, sty, ax, na);
 	if (sum && rnd(2)) { /* with skip_mode */
 		sprintf(args, "%s, %s, Bool(%d), Bool(0)", V[a].ref, sh, keep);
@@ -644,7 +644,7 @@ static int op_softmax(void)
 	int r = V[a].rank;
 	int64_t ax = rnd(2) ? -1 : (int64_t)rnd((uint32_t)r) - (rnd(2) ? r : 0);
 	use(a);
-	char args[128], ty[256], t[96], sh[32], sty[64], in[64], attrs[192];
+	char args[256], ty[256], t[96], sh[32], sty[64], in[64], attrs[192];
 	ints_text(sh, sty, &ax, 1);
 	sprintf(args, "%s, %s", V[a].ref, sh);
 	sprintf(ty, "%s, %s", vtype(t, &V[a]), sty);
@@ -662,12 +662,12 @@ static int op_split(void)
 		return -1;
 	int r = V[a].rank, c[MAXR], nc = 0;
 	for (int i = 0; i < r; i++)
-		if (V[a].d[i] >= 4)
+		if (V[a].d[i] >= 4 && V[a].d[i] % 2 == 0)
 			c[nc++] = i;
 	if (!nc)
 		return -1;
 	int ax = c[rnd((uint32_t)nc)];
-	int64_t n = V[a].d[ax] >= 8 && rnd(3) == 0 ? 4 : 2;
+	int64_t n = V[a].d[ax] >= 8 && V[a].d[ax] % 4 == 0 && rnd(3) == 0 ? 4 : 2;
 	int64_t od[MAXR];
 	memcpy(od, V[a].d, sizeof od);
 	od[ax] /= n;
@@ -676,7 +676,7 @@ static int op_split(void)
 	int el[4];
 	for (int i = 0; i < n; i++)
 		el[i] = new_val(r, od, V[a].mag, V[a].exact);
-	char args[128], ty[256], t[96], tt[512], in[64];
+	char args[256], ty[640], t[96], tt[512], in[64];
 	tuple_type(tt, el, (int)n);
 	sprintf(args, "%s, I64(%d), I64(%" PRId64 ")", V[a].ref, rnd(3) == 0 ? ax - r : ax, n);
 	sprintf(ty, "%s, <Int64, NoShape>, <Int64, NoShape>", vtype(t, &V[a]));
@@ -757,7 +757,7 @@ static int op_concat(void)
 		int t = el[0];
 		el[0] = el[n - 1], el[n - 1] = t;
 	}
-	char args[128], ty[384], t[96], tt[512];
+	char args[256], ty[384], t[96], tt[512];
 	args[0] = ty[0] = 0;
 	for (int i = 0; i < n; i++) {
 		use(el[i]);

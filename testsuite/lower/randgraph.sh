@@ -8,14 +8,14 @@
 # Concat/AddN, shared values and residuals; see randgraph.c), which must
 # verify.  Then sappc lowers and simulates it (--forward-only --simulate
 # --verify-each) with the search's own plan and with random valid
-# strategies (randstrat) for 2, 4 and 8 devices, and with the search
-# around them (--interfered).  Every run must either pass (exit 0,
+# strategies (randstrat) for 2, 4 and 8 devices, with the search around
+# them (--interfered), and on two pipeline stages.  Every run must either pass (exit 0,
 # "simulate: ok") or refuse the input cleanly (exit 1, a
 # "file:line:col: error:" diagnostic, no internal error, no sanitizer
 # report); anything else fails with the seed and the command.
 #
 # More seeds (not in CI): RANDGRAPH_SEEDS="$(seq 100 600)" bash randgraph.sh
-# (RANDGRAPH_OPS sets the operators per graph, default 14).  Failing inputs
+# (RANDGRAPH_OPS sets the operators per graph, default 16).  Failing inputs
 # are kept in RANDGRAPH_KEEP (a directory) when it is set.
 set -u
 export LC_ALL=C
@@ -24,8 +24,8 @@ sappc=${SAPPC:-$top/sappc}
 bld=$(dirname "$sappc")
 rg=${RANDGRAPH:-$bld/testsuite/gen/randgraph}
 rs=${RANDSTRAT:-$bld/testsuite/lower/randstrat}
-seeds=${RANDGRAPH_SEEDS:-$(seq 1 30)}
-nops=${RANDGRAPH_OPS:-14}
+seeds=${RANDGRAPH_SEEDS:-$(seq 1 40)}
+nops=${RANDGRAPH_OPS:-16}
 keep=${RANDGRAPH_KEEP:-}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sappc-randgraph.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -79,6 +79,9 @@ for seed in $seeds; do
 		check "seed $seed randstrat $N $((seed * 8 + N))" "$s" "$N" --parallel-mode=semi_auto
 	done
 	check "seed $seed randstrat 8 $((seed * 8 + 8))" "$tmp/s$seed-8.ir" 8 --interfered
+	# two pipeline stages of 2 devices: the search's plan, cut where the
+	# pipeline pass puts the stage boundary
+	check "seed $seed pipeline" "$g" 4 --pipeline-stages=2
 done
 echo "# $refused runs refused their input cleanly"
 echo "1..$n"
