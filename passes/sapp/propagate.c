@@ -1251,9 +1251,23 @@ static void apply_param(Prop *P, SappOp *U, const Stra *w, const SappOp *from)
 		 * (the spec does not say; a MatMul keeping its row cuts next to
 		 * a model-parallel weight would need more devices than exist) */
 		int64_t cols = U->tb ? w->v[w->n - 2] : w->v[w->n - 1];
-		int64_t left = S->stage_devices / (wk * cols > 0 ? wk * cols : 1);
+		/* a BatchMatMul's batch dimensions (aligned from the right) are
+		 * cut like the weight's: MindSpore wants the two inputs' batch
+		 * cuts equal (CheckRelevantDimension, ops_info/matmul_info.cc);
+		 * they were left as input 0 had them */
+		uint32_t fixed = 0;
+		int64_t used = wk * cols;
+		for (int d = 0; U->type == REC_BatchMatMul && d < r0 - 2; d++) {
+			int wd = d - (r0 - w->n);
+			if (wd < 0 || wd >= w->n - 2 || U->dims[0][d] == 1 || U->dims[1][wd] == 1)
+				continue;
+			a[d] = w->v[wd];
+			used *= a[d];
+			fixed |= 1u << d;
+		}
+		int64_t left = S->stage_devices / (used > 0 ? used : 1);
 		for (int d = 0; d < r0; d++)
-			if (d != kd) {
+			if (d != kd && !(fixed >> d & 1)) {
 				a[d] = gcd64(a[d], left > 0 ? left : 1);
 				left /= a[d];
 			}
