@@ -1387,6 +1387,64 @@ static void fit_devices(int64_t *v, int n, int64_t devices)
 	}
 }
 
+/* The operators reading one MakeTuple (Concat and AddN take its elements as
+ * their inputs) must lay its elements out alike: the lowering refuses
+ * readers that disagree, as MindSpore does ("has multiple users, but the
+ * TensorInfo are different", CheckMakeTupleSplit, frontend/parallel/
+ * step_parallel_utils.cc).  The search decides each reader alone, so here
+ * the readers all take, dimension by dimension, the greatest common divisor
+ * of their element strategies (one reader's elements already share one):
+ * cuts only shrink, so a Concat's axis and an operator kept whole stay so.
+ * A group with a pinned (user) strategy is left as it is. */
+typedef struct TupleReader {
+	uint32_t tuple, op;
+} TupleReader;
+
+static int reader_cmp(const void *a, const void *b)
+{
+	const TupleReader *x = a, *y = b;
+	return x->tuple != y->tuple ? (x->tuple < y->tuple ? -1 : 1) : (x->op > y->op) - (x->op < y->op);
+}
+
+static void tuple_readers_agree(Sapp *S)
+{
+	Vec(TupleReader) rd = {0};
+	for (uint32_t x = 0; x < S->nops; x++) {
+		const SappOp *X = &S->ops[x];
+		if (X->n && X->src && X->src != X->n && X->has_s && X->nin && ir_node_is_op(X->src, OP_MakeTuple)) {
+			TupleReader t = {X->src->id, x};
+			vec_push(&rd, t);
+		}
+	}
+	if (rd.n > 1)
+		qsort(rd.a, rd.n, sizeof *rd.a, reader_cmp);
+	for (uint32_t i = 0, j; i < rd.n; i = j) {
+		for (j = i + 1; j < rd.n && rd.a[j].tuple == rd.a[i].tuple;)
+			j++;
+		if (j - i < 2)
+			continue;
+		int r = S->ops[rd.a[i].op].rank[0], keep = 0;
+		int64_t c[MAX_RANK];
+		for (int d = 0; d < r; d++)
+			c[d] = 0;
+		for (uint32_t k = i; k < j; k++) {
+			SappOp *Y = &S->ops[rd.a[k].op];
+			keep |= Y->pinned;
+			for (uint32_t e = 0; e < Y->nin; e++) {
+				keep |= Y->rank[e] != r;
+				for (int d = 0; d < r && Y->rank[e] == r; d++)
+					c[d] = gcd64(c[d], sin_of(Y, e)[d]);
+			}
+		}
+		for (uint32_t k = i; k < j && !keep; k++) {
+			SappOp *Y = &S->ops[rd.a[k].op];
+			for (uint32_t e = 0; e < Y->nin; e++)
+				sapp_set_input(Y, e, c, r, 1);
+		}
+	}
+	vec_free(&rd);
+}
+
 static void fix_invalid(Sapp *S)
 {
 	for (uint32_t x = 0; x < S->nops; x++) {
@@ -1514,6 +1572,7 @@ void sapp_generate(Sapp *S)
 	fix_invalid(S);
 	if (S->predict)
 		inference_cleanup(S);
+	tuple_readers_agree(S);
 }
 
 /* semi_auto: the default batch-parallel strategy: dim 0 of every
