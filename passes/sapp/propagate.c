@@ -1668,6 +1668,12 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 			whole |= mask & 1;
 			weight = 0;
 		}
+		/* BatchMatMul: both inputs cut along dimension 0, a weight too
+		 * (BatchMatMulInfo::GenerateBatchStrategies, ops_info/
+		 * matmul_info.cc), when they have the same rank; a weight of
+		 * lower rank is broadcast over the batch and stays whole */
+		if (fam == FAM_BATCHMATMUL && X->nin == 2 && X->rank[0] == X->rank[1] && X->rank[i] > 2)
+			weight = 0;
 		if (weight || bcast || whole)
 			continue;
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
