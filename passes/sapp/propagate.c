@@ -1674,6 +1674,12 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		 * lower rank is broadcast over the batch and stays whole */
 		if (fam == FAM_BATCHMATMUL && X->nin == 2 && X->rank[0] == X->rank[1] && X->rank[i] > 2)
 			weight = 0;
+		/* element-wise arithmetic and AddN: an input's flag is whether its
+		 * dimension 0, broadcast to the output's rank, is not 1, weights
+		 * included (ArithmeticBase::ReComputeBatchSplitFlagList,
+		 * ops_info/arithmetic_info.cc; AddNInfo, addn_info.cc) */
+		if (fam == FAM_ELEMWISE && X->n->op != OP_Select && X->rank[i] == maxr)
+			weight = 0;
 		if (weight || bcast || whole)
 			continue;
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)
