@@ -398,7 +398,8 @@ static void detail_attrs(LowerCtx *c, Node *n)
 	NodeLayout *l = n->lay;
 	Module *m = c->m;
 	const NodeLayout *il = l;
-	if (op_table[n->op].family == FAM_CONCAT && n->nargs && n->args[0].kind == V_NODE && n->args[0].u.node->lay)
+	if ((op_table[n->op].family == FAM_CONCAT || n->op == OP_AddN) && n->nargs && n->args[0].kind == V_NODE &&
+	    ir_node_is_op(n->args[0].u.node, OP_MakeTuple) && n->args[0].u.node->lay)
 		il = n->args[0].u.node->lay;
 	Value ins[64], outs[16];
 	uint32_t ni = 0, no = 0;
@@ -532,8 +533,9 @@ static int check_local(const Node *n)
 			if (!l->out[k].ndev || s->sub[k].kind != SK_DIMS)
 				continue;
 			tlay_slice(&l->out[k], want);
+			/* a scalar element has no dims array: nothing to compare */
 			if (s->sub[k].rank != l->out[k].rank ||
-			    memcmp(s->sub[k].dims, want, (size_t)l->out[k].rank * sizeof *want) != 0) {
+			    (s->sub[k].rank && memcmp(s->sub[k].dims, want, (size_t)l->out[k].rank * sizeof *want) != 0)) {
 				diag_error_at(n->loc,
 				              "%s (%%%d): output %d's local shape does not follow from its layout",
 				              sym_str(n->prim), n->local, k);

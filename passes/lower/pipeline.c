@@ -325,7 +325,6 @@ static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 				st[j] = st[i];
 		}
 	}
-	free(fixed);
 	for (uint32_t i = 0; i < nn; i++) {
 		Node *n = g->nodes.a[i];
 		if (st[i] >= 0)
@@ -338,6 +337,25 @@ static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 		}
 		st[i] = s;
 	}
+	/* A MakeTuple computes nothing: unless given a stage, it goes with
+	 * its earliest user, so that its elements (tensors) cross a boundary
+	 * one by one rather than the tuple (a Send carries one tensor).  Users
+	 * come later, so a reverse sweep sees a nested tuple's user first. */
+	int32_t *ust = xmalloc((nn + 1) * sizeof *ust);
+	for (uint32_t i = 0; i < nn; i++)
+		ust[i] = INT32_MAX;
+	for (uint32_t i = nn; i-- > 0;) {
+		Node *n = g->nodes.a[i];
+		if (ir_node_is_op(n, OP_MakeTuple) && !fixed[i] && ust[i] != INT32_MAX && ust[i] > st[i])
+			st[i] = ust[i];
+		for (uint32_t k = 0; k < n->nargs; k++) {
+			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
+			if (p && p->kind == NK_CNODE && p->g == g && !order_edge(n, k) && st[i] < ust[p->mark - 1])
+				ust[p->mark - 1] = st[i];
+		}
+	}
+	free(ust);
+	free(fixed);
 	return 0;
 }
 

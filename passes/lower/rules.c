@@ -1333,15 +1333,15 @@ static const Node *tuple_operand(const Node *n, uint32_t i)
 	           : NULL;
 }
 
-/* The tensor inputs of n: operands typed as tensors.  Concat reads the
- * elements of its MakeTuple operand instead, GroupedMatmul those of its x
- * and weight lists and then its group_list (the layouts of list elements
- * live on the MakeTuple nodes). */
+/* The tensor inputs of n: operands typed as tensors.  Concat and AddN read
+ * the elements of their MakeTuple operand instead, GroupedMatmul those of
+ * its x and weight lists and then its group_list (the layouts of list
+ * elements live on the MakeTuple nodes). */
 static int collect_inputs(Rule *r, const Node *n)
 {
 	r->nt = 0;
 	int fam = op_table[n->op].family;
-	if (fam == FAM_CONCAT && tuple_operand(n, 0))
+	if ((fam == FAM_CONCAT || n->op == OP_AddN) && tuple_operand(n, 0))
 		return tuple_inputs(r, tuple_operand(n, 0));
 	if (fam == FAM_GMM) {
 		if (!tuple_operand(n, 0) || !tuple_operand(n, 1) || tuple_inputs(r, tuple_operand(n, 0)) < 0 ||

@@ -184,12 +184,13 @@ static int is_tensor_abs(const Abs *a)
 	return a && a->shape.kind == SK_DIMS;
 }
 
-/* The node whose operands are n's tensor inputs: a Concat reads the
- * elements of its MakeTuple, one strategy each (MindSpore's ConcatInfo,
- * ops_info/concat_info.cc, takes the tuple's elements as its inputs). */
+/* The node whose operands are n's tensor inputs: a Concat or an AddN reads
+ * the elements of its MakeTuple, one strategy each (MindSpore's ConcatInfo
+ * and AddNInfo, ops_info/concat_info.cc and addn_info.cc, take the tuple's
+ * elements as their inputs). */
 static const Node *input_node(const Node *n)
 {
-	if (op_table[n->op].family == FAM_CONCAT && n->nargs >= 1 && n->args[0].kind == V_NODE &&
+	if ((op_table[n->op].family == FAM_CONCAT || n->op == OP_AddN) && n->nargs >= 1 && n->args[0].kind == V_NODE &&
 	    ir_node_is_op(n->args[0].u.node, OP_MakeTuple))
 		return n->args[0].u.node;
 	return n;

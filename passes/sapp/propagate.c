@@ -527,6 +527,15 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 		if (a >= 0 && a < t.n)
 			t.v[a] = 1;
 		check_divisible(X, &t);
+	} else if (f == FAM_SPLIT) {
+		/* SplitInfo::CheckStrategy (ops_info/split_info.cc): the split
+		 * axis (operand 1, negative from the end) stays whole */
+		int64_t ax = 0;
+		sapp_attr_int(S, X->n, 1, SA_axis, &ax);
+		int a = norm_axis(ax, X->nin ? X->rank[0] : 0);
+		if (a >= 0 && a < t.n)
+			t.v[a] = 1;
+		check_divisible(X, &t);
 	} else if (f == FAM_ELEMWISE && X->nin >= 2) {
 		check_broadcast(X, s);
 	} else if (f == FAM_BIASADD) {
@@ -1242,9 +1251,23 @@ static void apply_param(Prop *P, SappOp *U, const Stra *w, const SappOp *from)
 		 * (the spec does not say; a MatMul keeping its row cuts next to
 		 * a model-parallel weight would need more devices than exist) */
 		int64_t cols = U->tb ? w->v[w->n - 2] : w->v[w->n - 1];
-		int64_t left = S->stage_devices / (wk * cols > 0 ? wk * cols : 1);
+		/* a BatchMatMul's batch dimensions (aligned from the right) are
+		 * cut like the weight's: MindSpore wants the two inputs' batch
+		 * cuts equal (CheckRelevantDimension, ops_info/matmul_info.cc);
+		 * they were left as input 0 had them */
+		uint32_t fixed = 0;
+		int64_t used = wk * cols;
+		for (int d = 0; U->type == REC_BatchMatMul && d < r0 - 2; d++) {
+			int wd = d - (r0 - w->n);
+			if (wd < 0 || wd >= w->n - 2 || U->dims[0][d] == 1 || U->dims[1][wd] == 1)
+				continue;
+			a[d] = w->v[wd];
+			used *= a[d];
+			fixed |= 1u << d;
+		}
+		int64_t left = S->stage_devices / (used > 0 ? used : 1);
 		for (int d = 0; d < r0; d++)
-			if (d != kd) {
+			if (d != kd && !(fixed >> d & 1)) {
 				a[d] = gcd64(a[d], left > 0 ? left : 1);
 				left /= a[d];
 			}
@@ -1362,6 +1385,64 @@ static void fit_devices(int64_t *v, int n, int64_t devices)
 		v[d] = gcd64(v[d], left);
 		left /= v[d];
 	}
+}
+
+/* The operators reading one MakeTuple (Concat and AddN take its elements as
+ * their inputs) must lay its elements out alike: the lowering refuses
+ * readers that disagree, as MindSpore does ("has multiple users, but the
+ * TensorInfo are different", CheckMakeTupleSplit, frontend/parallel/
+ * step_parallel_utils.cc).  The search decides each reader alone, so here
+ * the readers all take, dimension by dimension, the greatest common divisor
+ * of their element strategies (one reader's elements already share one):
+ * cuts only shrink, so a Concat's axis and an operator kept whole stay so.
+ * A group with a pinned (user) strategy is left as it is. */
+typedef struct TupleReader {
+	uint32_t tuple, op;
+} TupleReader;
+
+static int reader_cmp(const void *a, const void *b)
+{
+	const TupleReader *x = a, *y = b;
+	return x->tuple != y->tuple ? (x->tuple < y->tuple ? -1 : 1) : (x->op > y->op) - (x->op < y->op);
+}
+
+static void tuple_readers_agree(Sapp *S)
+{
+	Vec(TupleReader) rd = {0};
+	for (uint32_t x = 0; x < S->nops; x++) {
+		const SappOp *X = &S->ops[x];
+		if (X->n && X->src && X->src != X->n && X->has_s && X->nin && ir_node_is_op(X->src, OP_MakeTuple)) {
+			TupleReader t = {X->src->id, x};
+			vec_push(&rd, t);
+		}
+	}
+	if (rd.n > 1)
+		qsort(rd.a, rd.n, sizeof *rd.a, reader_cmp);
+	for (uint32_t i = 0, j; i < rd.n; i = j) {
+		for (j = i + 1; j < rd.n && rd.a[j].tuple == rd.a[i].tuple;)
+			j++;
+		if (j - i < 2)
+			continue;
+		int r = S->ops[rd.a[i].op].rank[0], keep = 0;
+		int64_t c[MAX_RANK];
+		for (int d = 0; d < r; d++)
+			c[d] = 0;
+		for (uint32_t k = i; k < j; k++) {
+			SappOp *Y = &S->ops[rd.a[k].op];
+			keep |= Y->pinned;
+			for (uint32_t e = 0; e < Y->nin; e++) {
+				keep |= Y->rank[e] != r;
+				for (int d = 0; d < r && Y->rank[e] == r; d++)
+					c[d] = gcd64(c[d], sin_of(Y, e)[d]);
+			}
+		}
+		for (uint32_t k = i; k < j && !keep; k++) {
+			SappOp *Y = &S->ops[rd.a[k].op];
+			for (uint32_t e = 0; e < Y->nin; e++)
+				sapp_set_input(Y, e, c, r, 1);
+		}
+	}
+	vec_free(&rd);
 }
 
 static void fix_invalid(Sapp *S)
@@ -1491,6 +1572,7 @@ void sapp_generate(Sapp *S)
 	fix_invalid(S);
 	if (S->predict)
 		inference_cleanup(S);
+	tuple_readers_agree(S);
 }
 
 /* semi_auto: the default batch-parallel strategy: dim 0 of every
@@ -1570,7 +1652,34 @@ int sapp_default_batch(const Sapp *S, SappOp *X)
 		int mask = 0;
 		if (fam == FAM_CUM && i == 0)
 			axes_of(S, X, 1, SA_axis, X->rank[0], 0, -1, &mask);
+		/* Split along dimension 0 (or a 1-D input): all ones, since the
+		 * split axis may not be cut (SplitInfo::GenerateBatchStrategies,
+		 * mindspore/ccsrc/frontend/parallel/ops_info/split_info.cc) */
+		if (fam == FAM_SPLIT && i == 0) {
+			axes_of(S, X, 1, SA_axis, X->rank[0], 0, 0, &mask);
+			mask |= X->rank[0] == 1;
+		}
 		whole |= mask & 1;
+		/* Concat: every element is cut alike, weights too, unless the
+		 * concatenation axis is dimension 0; then none is
+		 * (ConcatInfo::ReComputeBatchSplitFlagList, ops_info/concat_info.cc) */
+		if (fam == FAM_CONCAT) {
+			axes_of(S, X, 1, SA_axis, X->rank[i], 0, 0, &mask);
+			whole |= mask & 1;
+			weight = 0;
+		}
+		/* BatchMatMul: both inputs cut along dimension 0, a weight too
+		 * (BatchMatMulInfo::GenerateBatchStrategies, ops_info/
+		 * matmul_info.cc), when they have the same rank; a weight of
+		 * lower rank is broadcast over the batch and stays whole */
+		if (fam == FAM_BATCHMATMUL && X->nin == 2 && X->rank[0] == X->rank[1] && X->rank[i] > 2)
+			weight = 0;
+		/* element-wise arithmetic and AddN: an input's flag is whether its
+		 * dimension 0, broadcast to the output's rank, is not 1, weights
+		 * included (ArithmeticBase::ReComputeBatchSplitFlagList,
+		 * ops_info/arithmetic_info.cc; AddNInfo, addn_info.cc) */
+		if (fam == FAM_ELEMWISE && X->n->op != OP_Select && X->rank[i] == maxr)
+			weight = 0;
 		if (weight || bcast || whole)
 			continue;
 		if (X->rank[i] && X->dims[i][0] % S->stage_devices == 0)

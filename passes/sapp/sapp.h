@@ -217,7 +217,7 @@ typedef struct SappOp {
 	uint8_t user;     /* n has a user strategy attribute (in_strategy / out_strategy) */
 	uint16_t op;      /* n's OP_* (UINT16_MAX for the implicit VirtualDataset) */
 	uint32_t nin;     /* tensor inputs */
-	const Node *src;  /* the node whose operands are the inputs: n, or a Concat's MakeTuple */
+	const Node *src;  /* the node whose operands are the inputs: n, or a Concat's or AddN's MakeTuple */
 	uint32_t *arg;    /* operand index of each tensor input (in src) */
 	uint8_t *rank;
 	const int64_t **dims;

@@ -49,8 +49,9 @@ static int axis_of(const Node *n, uint32_t i, const char *key, int rank, int dfl
 {
 	int64_t a = dflt;
 	const Value *v = i < n->nargs && n->args[i].kind != V_NODE ? &n->args[i] : ir_attr_get(&n->pattrs, key);
-	if (v)
-		value_get_int(v, &a);
+	int64_t l[MAX_RANK];
+	if (v && !value_get_int(v, &a) && value_int_list(v, l, MAX_RANK) >= 1)
+		a = l[0]; /* a one-element tuple: Softmax's (I64(-1)) */
 	return (int)(a < 0 ? a + rank : a);
 }
 
@@ -438,7 +439,7 @@ int main(int argc, char **argv)
 		St t = {0};
 		int fam = op_table[n->op].family;
 		const Node *src = n;
-		if (fam == FAM_CONCAT && n->nargs && n->args[0].kind == V_NODE &&
+		if ((fam == FAM_CONCAT || n->op == OP_AddN) && n->nargs && n->args[0].kind == V_NODE &&
 		    ir_node_is_op(n->args[0].u.node, OP_MakeTuple))
 			src = n->args[0].u.node;
 		/* GroupedMatmul: the elements of its x and weight lists, then
