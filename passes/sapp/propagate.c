@@ -518,18 +518,12 @@ static void adapt(Prop *P, SappOp *X, const Stra *s)
 	Stra t = *s;
 	if (X->type == REC_GatherV2) {
 		prepare_gather(P, X);
-	} else if (f == FAM_CONCAT) {
+	} else if (f == FAM_CONCAT || f == FAM_SPLIT) {
 		/* ConcatInfo::CheckStrategy (ops_info/concat_info.cc): every
-		 * element takes the same strategy, whole along the axis */
-		int64_t ax = 0;
-		sapp_attr_int(S, X->n, 1, SA_axis, &ax);
-		int a = norm_axis(ax, X->nin ? X->rank[0] : 0);
-		if (a >= 0 && a < t.n)
-			t.v[a] = 1;
-		check_divisible(X, &t);
-	} else if (f == FAM_SPLIT) {
-		/* SplitInfo::CheckStrategy (ops_info/split_info.cc): the split
-		 * axis (operand 1, negative from the end) stays whole */
+		 * element takes the same strategy, whole along the axis;
+		 * SplitInfo::CheckStrategy (ops_info/split_info.cc): the split
+		 * axis stays whole.  Both axes are operand 1, negative from the
+		 * end. */
 		int64_t ax = 0;
 		sapp_attr_int(S, X->n, 1, SA_axis, &ax);
 		int a = norm_axis(ax, X->nin ? X->rank[0] : 0);
