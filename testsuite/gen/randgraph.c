@@ -102,18 +102,19 @@ static char *vtype(char *b, const Val *v)
 	return ttype(b, v->d, v->rank, "Float32");
 }
 
-/* "(I64(1), I64(0))" and its type */
-static void ints_text(char *b, char *ty, const int64_t *x, int n)
+/* appends the operand ", (I64(1), I64(0))" to args and its type to ty */
+static void add_ints(char *args, char *ty, const int64_t *x, int n)
 {
-	int o = sprintf(b, "(");
+	args += strlen(args), ty += strlen(ty);
+	int o = sprintf(args, ", (");
 	for (int i = 0; i < n; i++)
-		o += sprintf(b + o, "%sI64(%" PRId64 ")", i ? ", " : "", x[i]);
-	sprintf(b + o, ")");
+		o += sprintf(args + o, "%sI64(%" PRId64 ")", i ? ", " : "", x[i]);
+	sprintf(args + o, ")");
 	if (n == 1) {
-		sprintf(ty, "<Tuple[Int64], TupleShape(NoShape)>");
+		sprintf(ty, ", <Tuple[Int64], TupleShape(NoShape)>");
 		return;
 	}
-	o = sprintf(ty, "<Tuple[Int64*%d], TupleShape(", n);
+	o = sprintf(ty, ", <Tuple[Int64*%d], TupleShape(", n);
 	for (int i = 0; i < n; i++)
 		o += sprintf(ty + o, "%sNoShape", i ? ", " : "");
 	sprintf(ty + o, ")>");
@@ -127,6 +128,17 @@ static void tuple_type(char *b, const int *vs, int n)
 	for (int i = 0; i < n; i++)
 		o += sprintf(b + o, "%s%s", i ? ", " : "", shape_text(s, V[vs[i]].d, V[vs[i]].rank));
 	sprintf(b + o, ")>");
+}
+
+/* the operands vs[0..n), "%3, %para1_x1", and their types */
+static void operands(char *args, char *ty, const int *vs, int n)
+{
+	char t[96];
+	args[0] = ty[0] = 0;
+	for (int i = 0; i < n; i++) {
+		sprintf(args + strlen(args), "%s%s", i ? ", " : "", V[vs[i]].ref);
+		sprintf(ty + strlen(ty), "%s%s", i ? ", " : "", vtype(t, &V[vs[i]]));
+	}
 }
 
 /* per-primitive counters for the full names (Default/Add-op3) */
@@ -188,6 +200,21 @@ static int node_val(int id, int rank, const int64_t *d, double mag, int exact)
 	int v = new_val(rank, d, mag, exact);
 	sprintf(V[v].ref, "%%%d", id);
 	return v;
+}
+
+/* an operator with an instance name (and primitive_attrs {pattrs} unless
+ * NULL) whose result is a Float32 tensor of shape od: returns that value */
+static int tensor_node(const char *prim, const char *args, const char *in_types, const char *pattrs, int orank,
+                       const int64_t *od, double mag, int exact)
+{
+	char in[64], attrs[512], o[96];
+	inst(in, prim);
+	if (pattrs)
+		sprintf(attrs, "%s primitive_attrs: {%s}", in, pattrs);
+	else
+		sprintf(attrs, "%s", in);
+	int id = emit(prim, args, attrs, in_types, ttype(o, od, orank, "Float32"));
+	return node_val(id, orank, od, mag, exact);
 }
 
 static void use(int v)
@@ -269,12 +296,39 @@ static int f_rank(const Val *v, const void *ctx)
 	return v->mag <= TAME && v->rank >= r[0] && v->rank <= r[1];
 }
 
+/* a tame value of rank lo to hi */
+static int pick_rank(int lo, int hi)
+{
+	const int r[2] = {lo, hi};
+	return pick(f_rank, r);
+}
+
 /* ----------------------------------------------------------- operators */
+
+/* a MatMul or BatchMatMul of a by b, its transpose flags as operands or as
+ * attributes */
+static void matmul_node(const char *prim, int a, int b, int ta, int tb, int r, const int64_t *od, int64_t k)
+{
+	char args[256], ty[512], pattrs[256];
+	const int ab[2] = {a, b};
+	use(a), use(b);
+	operands(args, ty, ab, 2);
+	int as_operands = rnd(2);
+	if (as_operands) {
+		sprintf(args + strlen(args), ", Bool(%d), Bool(%d)", ta, tb);
+		strcat(ty, ", <Bool, NoShape>, <Bool, NoShape>");
+	} else {
+		sprintf(pattrs,
+		        "output_names: [output], transpose_a: Bool(%d), input_names: [x1, x2], "
+		        "transpose_x2: Bool(%d), transpose_x1: Bool(%d), transpose_b: Bool(%d)",
+		        ta, tb, ta, tb);
+	}
+	tensor_node(prim, args, ty, as_operands ? NULL : pattrs, r, od, sqrt((double)k) * V[a].mag * V[b].mag, 0);
+}
 
 static int op_matmul(void)
 {
-	static const int r2[2] = {2, 2};
-	int a = pick(f_rank, r2);
+	int a = pick_rank(2, 2);
 	if (a < 0)
 		return -1;
 	int ta = rnd(4) == 0, tb = rnd(2);
@@ -298,30 +352,14 @@ static int op_matmul(void)
 	}
 	if (m * n > MAXEL)
 		return -1;
-	use(a), use(b);
-	char args[256], attrs[512], ty[512], t1[96], t2[96], o[96], in[64];
-	if (rnd(2)) {
-		sprintf(args, "%s, %s, Bool(%d), Bool(%d)", V[a].ref, V[b].ref, ta, tb);
-		sprintf(ty, "%s, %s, <Bool, NoShape>, <Bool, NoShape>", vtype(t1, &V[a]), vtype(t2, &V[b]));
-		sprintf(attrs, "%s", inst(in, "MatMul"));
-	} else {
-		sprintf(args, "%s, %s", V[a].ref, V[b].ref);
-		sprintf(ty, "%s, %s", vtype(t1, &V[a]), vtype(t2, &V[b]));
-		sprintf(attrs,
-		        "%s primitive_attrs: {output_names: [output], transpose_a: Bool(%d), input_names: [x1, x2], "
-		        "transpose_x2: Bool(%d), transpose_x1: Bool(%d), transpose_b: Bool(%d)}",
-		        inst(in, "MatMul"), ta, tb, ta, tb);
-	}
 	int64_t od[2] = {m, n};
-	int id = emit("MatMul", args, attrs, ty, ttype(o, od, 2, "Float32"));
-	node_val(id, 2, od, sqrt((double)k) * V[a].mag * V[b].mag, 0);
+	matmul_node("MatMul", a, b, ta, tb, 2, od, k);
 	return 0;
 }
 
 static int op_batchmatmul(void)
 {
-	static const int r34[2] = {3, 4};
-	int a = pick(f_rank, r34);
+	int a = pick_rank(3, 4);
 	if (a < 0)
 		return -1;
 	int r = V[a].rank, ta = rnd(4) == 0, tb = rnd(2);
@@ -353,22 +391,7 @@ static int op_batchmatmul(void)
 	od[r - 2] = m, od[r - 1] = n;
 	if (numel(od, r) > MAXEL)
 		return -1;
-	use(a), use(b);
-	char args[256], attrs[512], ty[512], t1[96], t2[96], o[96], in[64];
-	if (rnd(2)) {
-		sprintf(args, "%s, %s, Bool(%d), Bool(%d)", V[a].ref, V[b].ref, ta, tb);
-		sprintf(ty, "%s, %s, <Bool, NoShape>, <Bool, NoShape>", vtype(t1, &V[a]), vtype(t2, &V[b]));
-		sprintf(attrs, "%s", inst(in, "BatchMatMul"));
-	} else {
-		sprintf(args, "%s, %s", V[a].ref, V[b].ref);
-		sprintf(ty, "%s, %s", vtype(t1, &V[a]), vtype(t2, &V[b]));
-		sprintf(attrs,
-		        "%s primitive_attrs: {output_names: [output], transpose_a: Bool(%d), input_names: [x1, x2], "
-		        "transpose_x2: Bool(%d), transpose_x1: Bool(%d), transpose_b: Bool(%d)}",
-		        inst(in, "BatchMatMul"), ta, tb, ta, tb);
-	}
-	int id = emit("BatchMatMul", args, attrs, ty, ttype(o, od, r, "Float32"));
-	node_val(id, r, od, sqrt((double)k) * V[a].mag * V[b].mag, 0);
+	matmul_node("BatchMatMul", a, b, ta, tb, r, od, k);
 	return 0;
 }
 
@@ -433,22 +456,20 @@ static int op_binary(void)
 	             : strcmp(prim, "RealDiv") == 0 ? V[a].mag * 2.72
 	             : strcmp(prim, "Maximum") == 0 ? fmax(V[a].mag, V[b].mag)
 	                                            : V[a].mag + V[b].mag;
-	char args[256], ty[256], t1[96], t2[96], o[96], in[64], attrs[256];
-	sprintf(args, "%s, %s", V[a].ref, V[b].ref);
-	sprintf(ty, "%s, %s", vtype(t1, &V[a]), vtype(t2, &V[b]));
-	sprintf(attrs, "%s primitive_attrs: {output_names: [output], input_names: [x, y]}", inst(in, prim));
-	int id = emit(prim, args, attrs, ty, ttype(o, od, orank, "Float32"));
-	node_val(id, orank, od, mag, V[a].exact && V[b].exact);
+	char args[256], ty[256];
+	const int ab[2] = {a, b};
+	operands(args, ty, ab, 2);
+	tensor_node(prim, args, ty, "output_names: [output], input_names: [x, y]", orank, od, mag,
+	            V[a].exact && V[b].exact);
 	return 0;
 }
 
 static int unary_node(const char *prim, int a, double mag, int exact)
 {
-	char ty[96], in[64];
+	char ty[96];
 	use(a);
 	made++;
-	int id = emit(prim, V[a].ref, inst(in, prim), vtype(ty, &V[a]), ty);
-	return node_val(id, V[a].rank, V[a].d, mag, exact);
+	return tensor_node(prim, V[a].ref, vtype(ty, &V[a]), NULL, V[a].rank, V[a].d, mag, exact);
 }
 
 static int f_big(const Val *v, const void *ctx)
@@ -508,10 +529,21 @@ static int op_unary(void)
 	return 0;
 }
 
+/* a Reshape or a Transpose of a, its operand x[0..n) (the new shape, the
+ * permutation): a's elements in shape od */
+static void layout_node(const char *prim, const char *pattrs, int a, const int64_t *x, int n, int orank,
+                        const int64_t *od)
+{
+	char args[256], ty[256];
+	use(a);
+	operands(args, ty, &a, 1);
+	add_ints(args, ty, x, n);
+	tensor_node(prim, args, ty, pattrs, orank, od, V[a].mag, V[a].exact);
+}
+
 static int op_reshape(void)
 {
-	static const int r14[2] = {1, 4};
-	int a = pick(f_rank, r14);
+	int a = pick_rank(1, 4);
 	if (a < 0)
 		return -1;
 	int r = V[a].rank, orank = 0;
@@ -551,21 +583,13 @@ static int op_reshape(void)
 		if (r == 2)
 			return -1;
 	}
-	use(a);
-	char args[256], ty[256], t[96], o[96], sh[96], sty[128], in[64], attrs[192];
-	ints_text(sh, sty, od, orank);
-	sprintf(args, "%s, %s", V[a].ref, sh);
-	sprintf(ty, "%s, %s", vtype(t, &V[a]), sty);
-	sprintf(attrs, "%s primitive_attrs: {output_names: [output], input_names: [tensor, shape]}", inst(in, "Reshape"));
-	int id = emit("Reshape", args, attrs, ty, ttype(o, od, orank, "Float32"));
-	node_val(id, orank, od, V[a].mag, V[a].exact);
+	layout_node("Reshape", "output_names: [output], input_names: [tensor, shape]", a, od, orank, orank, od);
 	return 0;
 }
 
 static int op_transpose(void)
 {
-	static const int r24[2] = {2, 4};
-	int a = pick(f_rank, r24);
+	int a = pick_rank(2, 4);
 	if (a < 0)
 		return -1;
 	int r = V[a].rank, id_perm = 1;
@@ -585,21 +609,13 @@ static int op_transpose(void)
 	}
 	for (int i = 0; i < r; i++)
 		od[i] = V[a].d[p[i]];
-	use(a);
-	char args[256], ty[256], t[96], o[96], sh[96], sty[128], in[64], attrs[192];
-	ints_text(sh, sty, p, r);
-	sprintf(args, "%s, %s", V[a].ref, sh);
-	sprintf(ty, "%s, %s", vtype(t, &V[a]), sty);
-	sprintf(attrs, "%s primitive_attrs: {output_names: [output], input_names: [x, perm]}", inst(in, "Transpose"));
-	int id = emit("Transpose", args, attrs, ty, ttype(o, od, r, "Float32"));
-	node_val(id, r, od, V[a].mag, V[a].exact);
+	layout_node("Transpose", "output_names: [output], input_names: [x, perm]", a, p, r, r, od);
 	return 0;
 }
 
 static int op_reduce(void)
 {
-	static const int r14[2] = {1, 4};
-	int a = pick(f_rank, r14);
+	int a = pick_rank(1, 4);
 	if (a < 0)
 		return -1;
 	int sum = rnd(2), keep = rnd(2), r = V[a].rank, na = 0, orank = 0;
@@ -620,44 +636,35 @@ static int op_reduce(void)
 	}
 	use(a);
 	const char *prim = sum ? "ReduceSum" : "ReduceMean";
-	char args[256], ty[384], t[96], o[96], sh[96], sty[128], in[64], attrs[192];
-	ints_text(sh, sty, ax, na);
-	if (sum && rnd(2)) { /* with skip_mode */
-		sprintf(args, "%s, %s, Bool(%d), Bool(0)", V[a].ref, sh, keep);
-		sprintf(ty, "%s, %s, <Bool, NoShape>, <Bool, NoShape>", vtype(t, &V[a]), sty);
-	} else {
-		sprintf(args, "%s, %s, Bool(%d)", V[a].ref, sh, keep);
-		sprintf(ty, "%s, %s, <Bool, NoShape>", vtype(t, &V[a]), sty);
-	}
-	sprintf(attrs, "%s primitive_attrs: {output_names: [y], input_names: [input_x, axis, keep_dims]}", inst(in, prim));
-	int id = emit(prim, args, attrs, ty, ttype(o, od, orank, "Float32"));
-	node_val(id, orank, od, sum ? V[a].mag * (double)cnt : V[a].mag, 0);
+	char args[256], ty[384];
+	operands(args, ty, &a, 1);
+	add_ints(args, ty, ax, na);
+	int skip = sum && rnd(2); /* with skip_mode */
+	sprintf(args + strlen(args), ", Bool(%d)%s", keep, skip ? ", Bool(0)" : "");
+	strcat(ty, skip ? ", <Bool, NoShape>, <Bool, NoShape>" : ", <Bool, NoShape>");
+	tensor_node(prim, args, ty, "output_names: [y], input_names: [input_x, axis, keep_dims]", orank, od,
+	            sum ? V[a].mag * (double)cnt : V[a].mag, 0);
 	return 0;
 }
 
 static int op_softmax(void)
 {
-	static const int r14[2] = {1, 4};
-	int a = pick(f_rank, r14);
+	int a = pick_rank(1, 4);
 	if (a < 0)
 		return -1;
 	int r = V[a].rank;
 	int64_t ax = rnd(2) ? -1 : (int64_t)rnd((uint32_t)r) - (rnd(2) ? r : 0);
 	use(a);
-	char args[256], ty[256], t[96], sh[32], sty[64], in[64], attrs[192];
-	ints_text(sh, sty, &ax, 1);
-	sprintf(args, "%s, %s", V[a].ref, sh);
-	sprintf(ty, "%s, %s", vtype(t, &V[a]), sty);
-	sprintf(attrs, "%s primitive_attrs: {output_names: [output], input_names: [x, axis]}", inst(in, "Softmax"));
-	int id = emit("Softmax", args, attrs, ty, t);
-	node_val(id, r, V[a].d, 1, 0);
+	char args[256], ty[256];
+	operands(args, ty, &a, 1);
+	add_ints(args, ty, &ax, 1);
+	tensor_node("Softmax", args, ty, "output_names: [output], input_names: [x, axis]", r, V[a].d, 1, 0);
 	return 0;
 }
 
 static int op_split(void)
 {
-	static const int r14[2] = {1, 4};
-	int a = pick(f_rank, r14);
+	int a = pick_rank(1, 4);
 	if (a < 0)
 		return -1;
 	int r = V[a].rank, c[MAXR], nc = 0;
@@ -725,18 +732,16 @@ static int concat_node(int mt, const int *el, int n, int ax, const char *tt)
 		exact &= V[el[i]].exact;
 	}
 	int r = V[el[0]].rank;
-	char args[64], ty[640], o[96], in[64];
+	char args[64], ty[640];
 	sprintf(args, "%%%d, I64(%d)", mt, rnd(3) == 0 ? ax - r : ax);
 	sprintf(ty, "%s, <Int64, NoShape>", tt);
-	int id = emit("Concat", args, inst(in, "Concat"), ty, ttype(o, od, r, "Float32"));
-	return node_val(id, r, od, mag, exact);
+	return tensor_node("Concat", args, ty, NULL, r, od, mag, exact);
 }
 
 static int op_concat(void)
 {
-	static const int r14[2] = {1, 4};
 	CatCtx c;
-	c.a = pick(f_rank, r14);
+	c.a = pick_rank(1, 4);
 	if (c.a < 0)
 		return -1;
 	int r = V[c.a].rank;
@@ -757,13 +762,10 @@ static int op_concat(void)
 		int t = el[0];
 		el[0] = el[n - 1], el[n - 1] = t;
 	}
-	char args[256], ty[384], t[96], tt[512];
-	args[0] = ty[0] = 0;
-	for (int i = 0; i < n; i++) {
+	char args[256], ty[384], tt[512];
+	for (int i = 0; i < n; i++)
 		use(el[i]);
-		sprintf(args + strlen(args), "%s%s", i ? ", " : "", V[el[i]].ref);
-		sprintf(ty + strlen(ty), "%s%s", i ? ", " : "", vtype(t, &V[el[i]]));
-	}
+	operands(args, ty, el, n);
 	tuple_type(tt, el, n);
 	int mt = emit("MakeTuple", args, "", ty, tt);
 	concat_node(mt, el, n, c.ax, tt);
@@ -773,13 +775,11 @@ static int op_concat(void)
 		for (int i = 1; i < n; i++)
 			same &= memcmp(V[el[i]].d, V[el[0]].d, sizeof(int64_t) * (size_t)r) == 0;
 		if (same && rnd(2)) {
-			char in[64], o[96];
-			sprintf(args, "%%%d", mt);
-			int id = emit("AddN", args, inst(in, "AddN"), tt, vtype(o, &V[el[0]]));
 			double mag = 0;
 			for (int i = 0; i < n; i++)
 				mag += V[el[i]].mag;
-			node_val(id, r, V[el[0]].d, mag, 0);
+			sprintf(args, "%%%d", mt);
+			tensor_node("AddN", args, tt, NULL, r, V[el[0]].d, mag, 0);
 		} else {
 			int ax2 = c.ax;
 			if (same && rnd(2))
@@ -842,11 +842,8 @@ int main(int argc, char **argv)
 		sprintf(ret, "%s", V[outs[0]].ref);
 		vtype(rt, &V[outs[0]]);
 	} else {
-		char args[2048] = "", ty[4096] = "", t[96];
-		for (int i = 0; i < no; i++) {
-			sprintf(args + strlen(args), "%s%s", i ? ", " : "", V[outs[i]].ref);
-			sprintf(ty + strlen(ty), "%s%s", i ? ", " : "", vtype(t, &V[outs[i]]));
-		}
+		char args[2048], ty[4096];
+		operands(args, ty, outs, no);
 		tuple_type(rt, outs, no);
 		sprintf(ret, "%%%d", emit("MakeTuple", args, "", ty, rt));
 	}
