@@ -690,11 +690,16 @@ static int check_block(SimSliceFn slice, void *ctx, Node *lparam, const Node *gp
 	ck->compared++;
 	double err = INFINITY;
 	int bad = 1;
+	int64_t nbad = lt->numel; /* no block to compare: every element is wrong */
 	if (p.sl.replicated_sum > 0)
 		snprintf(mm.why, sizeof mm.why, "the layout of parameter %s says its ranks hold partial values",
 		         sym_str(gparam->name));
-	else if (!check_slice(&p.sl, gt, lt, &mm))
+	else if (!check_slice(&p.sl, gt, lt, &mm)) {
 		bad = compare_block(gt, &p.sl, lt->data, rtol, &mm, &err);
+		nbad = mm.nbad;
+	}
+	ck->elems += lt->numel;
+	ck->bad_elems += bad ? nbad : 0;
 	if (bad && !ck->bad++) {
 		ck->first = mm;
 		ck->first_param = named;

@@ -289,7 +289,7 @@ SimValue *k_pool(Ctx *c)
 				}
 				/* a near tie (not two exact zeros, which ReLU makes alike on
 				 * every rank) */
-				if (isMax && acc != 0 && sim_near(acc, second))
+				if (isMax && acc != 0 && isfinite(second) && sim_near(acc, second))
 					c->r->near_switch++;
 				o->data[(p * OH + oy) * OW + ox] = (float)(isMax ? acc : cnt ? acc / (double)cnt : 0);
 			}
