@@ -737,10 +737,9 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 		if (again) {
 			fprintf(out,
 			        "simulate: seed %llu: only the gradients differ, in few elements, and %u value%s of the "
-			        "single-device run "
-			        "lie within the tolerance of a switch point (MaxPool's maximum, the kink of ReLU, ReLU6 or "
-			        "Abs, Maximum or Minimum), where rounding can send the gradient the other way: checking "
-			        "again with seed %llu\n",
+			        "single-device run lie within the tolerance of a switch point (two maxima or minima, a "
+			        "sort order, the kink of ReLU, ReLU6 or Abs), where rounding can send the gradient the "
+			        "other way: checking again with seed %llu\n",
 			        (unsigned long long)go2.seed, G->near_switch, G->near_switch == 1 ? "" : "s",
 			        (unsigned long long)go2.seed + 1);
 			sim_free(G);

@@ -297,6 +297,19 @@ SimValue *k_pool(Ctx *c)
 }
 
 /* ---------------------------------------------------------- reductions */
+/* the next element of a row-major walk over shape[0..nd): idx its index,
+ * *off its offset by strides st (0 along a reduced axis) */
+static inline void walk_next(int nd, const int64_t *shape, const int64_t *st, int64_t *idx, int64_t *off)
+{
+	for (int d = nd - 1; d >= 0; d--) {
+		*off += st[d];
+		if (++idx[d] < shape[d])
+			return;
+		*off -= st[d] * shape[d];
+		idx[d] = 0;
+	}
+}
+
 /* axis: operand 1 or attribute; absent or () = every axis.  keep_dims:
  * operand 2 or attribute. */
 SimValue *k_reduce(Ctx *c)
@@ -349,13 +362,19 @@ SimValue *k_reduce(Ctx *c)
 		default:
 			acc[off] += v;
 		}
-		for (int d = x->ndim - 1; d >= 0; d--) {
-			off += ost[d];
-			if (++idx[d] < x->shape[d])
-				break;
-			off -= ost[d] * x->shape[d];
-			idx[d] = 0;
+		walk_next(x->ndim, x->shape, ost, idx, &off);
+	}
+	if (op == OP_ReduceMax || op == OP_ReduceMin) {
+		/* outputs two of whose elements are the extreme to rounding: the
+		 * bprop gives the gradient to the elements equal to it (a switch
+		 * point, driver.c) */
+		uint8_t *seen = xcalloc((size_t)(o->numel ? o->numel : 1), 1);
+		for (int64_t i = 0; i < x->numel; i++) {
+			if (seen[off] < 2 && sim_near(x->data[i], acc[off]) && ++seen[off] == 2)
+				c->r->near_switch++;
+			walk_next(x->ndim, x->shape, ost, idx, &off);
 		}
+		free(seen);
 	}
 	double cnt = o->numel ? (double)x->numel / (double)o->numel : 1;
 	for (int64_t i = 0; i < o->numel; i++)
@@ -395,6 +414,13 @@ SimValue *k_argwithvalue(Ctx *c)
 				if (isMax ? v > bv : v < bv)
 					best = j;
 			}
+			/* another element equal to the extreme to rounding: a switch
+			 * point (driver.c) */
+			for (int64_t j = 0; j < n; j++)
+				if (j != best && sim_near(x->data[(a * n + j) * inner + b], x->data[(a * n + best) * inner + b])) {
+					c->r->near_switch++;
+					break;
+				}
 			iv->data[a * inner + b] = (float)best;
 			vv->data[a * inner + b] = n ? x->data[(a * n + best) * inner + b] : 0;
 		}
@@ -1149,6 +1175,10 @@ SimValue *k_sort(Ctx *c)
 				}
 				ord[p] = t;
 			}
+			/* neighbours equal to rounding, up to the k-th and the next:
+			 * rounding can swap them, and their gradients (driver.c) */
+			for (int64_t j = 0; j + 1 < len && j < k; j++)
+				c->r->near_switch += sim_near(row[ord[j] * inner], row[ord[j + 1] * inner]);
 			for (int64_t j = 0; j < k; j++) {
 				v->data[(i * k + j) * inner + l] = row[ord[j] * inner];
 				ix->data[(i * k + j) * inner + l] = (float)ord[j];

@@ -78,8 +78,10 @@ struct SimRun {
 	uint32_t executed;
 	/* values within the comparison's tolerance of a switch point of a
 	 * piecewise operator, where rounding can move the gradient (driver.c):
-	 * a MaxPool window's two largest (k_pool), a ReLU, ReLU6 or Abs input
-	 * at its kink, Maximum's or Minimum's two operands (interp.c) */
+	 * a MaxPool window's two largest (k_pool), two extremes of ReduceMax,
+	 * ReduceMin, ArgMax/MinWithValue, neighbours of Sort and TopK
+	 * (kernels.c), a ReLU, ReLU6 or Abs input at its kink, Maximum's or
+	 * Minimum's two operands (interp.c) */
 	uint32_t near_switch;
 	int failed;
 	char err[640]; /* "file:line:col: " + err + msgoff */

@@ -1950,6 +1950,50 @@ static void test_reduce_ops(void **state)
 	}
 }
 
+/* The reference run counts values at a switch point of a piecewise
+ * operator (driver.c retries a step on the next seed only after such a
+ * run): each operator alone, on inputs with exactly one near tie (1e-6
+ * apart), then on the same inputs without it (0.5 apart); exact zeros,
+ * which ReLU makes alike on every rank, are no tie. */
+static void test_switch_points(void **state)
+{
+	(void)state;
+	static const char *ops[] = {
+	    "ReduceMax(%para1_x, (I64(1)), Bool(0))",
+	    "ReduceMin(%para1_x, (I64(1)), Bool(1))",
+	    "ArgMaxWithValue(%para1_x) primitive_attrs: {axis: I64(1), keep_dims: Bool(0)}",
+	    "Sort(%para1_x) primitive_attrs: {axis: I64(1), descending: Bool(1)}",
+	    "TopK(%para1_x, I64(1), Bool(1))",
+	    "ReLU(%para1_x)",
+	    "Maximum(%para1_x, %para1_x)",
+	};
+	/* rows (3, 3 + d, 1) and (0, 0, -2): one tie, row 0's maxima (ReduceMin
+	 * reads the negation: row 1's two minima are exact zeros) */
+	for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+		for (int near = 1; near >= 0; near--) {
+			char t[512];
+			snprintf(t, sizeof t,
+			         "%%para1_x: <Tensor[Float32], (2, 3)>\n  %%0(a) = %s\n  Return(%%0)\n", ops[k]);
+			Module *m = parse(t);
+			float x[] = {3, near ? 3.000001f : 3.5f, 1, 0, 0, -2};
+			int relu = strncmp(ops[k], "ReLU", 4) == 0, same = strncmp(ops[k], "Maximum", 7) == 0;
+			if (relu)
+				x[2] = near ? 1e-6f : 0.5f; /* an input at the kink */
+			if (relu || same)
+				x[1] = 3.5f;
+			for (int i = 0; i < 6 && strncmp(ops[k], "ReduceMin", 9) == 0; i++)
+				x[i] = -x[i];
+			In in[] = {IN("x", x)};
+			SimRun *r = run(m, in, 1);
+			/* Maximum(x, x): every nonzero element is its own tie */
+			uint32_t want = same ? 4 : near;
+			if (r->near_switch != want)
+				fail_msg("%s (near %d): %u switch points, expected %u", ops[k], near, r->near_switch, want);
+			sim_free(r);
+			ir_module_free(m);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1983,6 +2027,7 @@ int main(void)
 	    cmocka_unit_test(test_threads_same_errors),
 	    cmocka_unit_test(test_compare_threads_same_report),
 	    cmocka_unit_test(test_reduce_ops),
+	    cmocka_unit_test(test_switch_points),
 	};
 	diag_set_quiet(1);
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
