@@ -685,6 +685,12 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 	 * A step whose gradients alone differ after such a run, in few
 	 * elements (check_step), is checked once more on the next seed's
 	 * inputs: a wrong plan is wrong there too. */
+	uint32_t comm = 0; /* the ranks' communication operators, for the summary */
+	for (int r = 0; r < n; r++) {
+		Graph *g = ir_entry(ranks[r]);
+		for (uint32_t i = 0; g && i < g->nodes.n; i++)
+			comm += sim_is_comm(g->nodes.a[i]);
+	}
 	for (int attempt = 0;; attempt++) {
 		go2.seed = ro.seed = so->seed + (uint64_t)attempt;
 		G = sim_run(ref, &go2);
@@ -700,12 +706,6 @@ int sim_check_plan(Module *m, const char *buf, size_t len, const Options *o, con
 
 		SimReport rep;
 		int cmp = sim_compare(G, R, lower_slice, &plan, SIM_RTOL, &rep);
-		uint32_t comm = 0;
-		for (int r = 0; r < n; r++) {
-			Graph *g = ir_entry(ranks[r]);
-			for (uint32_t i = 0; g && i < g->nodes.n; i++)
-				comm += sim_is_comm(g->nodes.a[i]);
-		}
 		sim_print_summary(out, G, go2.seed);
 		fprintf(out, "# simulate: %d %s, %u operators (%u communication), ", n, n == 1 ? "rank" : "ranks",
 		        R->executed, comm);
