@@ -340,9 +340,11 @@ const char *ir_node_fullname_r(const Node *n, char *buf, size_t cap)
 	return buf;
 }
 
+/* the buffer is the calling thread's: --simulate runs ranks on threads,
+ * and ir_node_phase() (is_grad_mean(), a fault's test) asks from there */
 const char *ir_node_fullname(const Node *n)
 {
-	static char buf[1024];
+	static _Thread_local char buf[1024];
 	return ir_node_fullname_r(n, buf, sizeof buf);
 }
 
@@ -356,7 +358,7 @@ const char *ir_node_name_r(const Node *n, char *buf, size_t cap)
 
 const char *ir_node_name(const Node *n)
 {
-	static char buf[32];
+	static _Thread_local char buf[32];
 	return ir_node_name_r(n, buf, sizeof buf);
 }
 

@@ -631,7 +631,7 @@ void ir_node_set_strat(Module *m, Node *n, AttrList l);
  * each would cost more than the node).  Both return the interned text when
  * there is one, else text formed in a static buffer that the next call of
  * the same function overwrites. */
-const char *ir_node_fullname(const Node *n); /* scope text or "" */
+const char *ir_node_fullname(const Node *n); /* scope text or "", in a buffer of the calling thread */
 const char *ir_node_name(const Node *n);     /* debug name or "" */
 /* the same, formed in buf when it must be (the two above share a static
  * buffer: the simulator's threads use these) */

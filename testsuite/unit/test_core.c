@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #include <cmocka.h>
 
@@ -373,6 +374,35 @@ static void test_parse_minimal(void **state)
 	free(p1);
 	free(p2);
 	ir_module_free(m2);
+	ir_module_free(m);
+}
+
+static void *fullname_job(void *arg)
+{
+	return (void *)ir_node_fullname(arg);
+}
+
+/* --simulate asks ir_node_phase() (so ir_node_fullname()) from the ranks'
+ * threads: a name formed on one thread must not overwrite another's */
+static void test_fullname_threads(void **state)
+{
+	(void)state;
+	Module *m = parse(mlp, 0);
+	assert_non_null(m);
+	Node *mm = ir_entry(m)->nodes.a[1];
+	/* the split form the reader keeps for "<scope>-op<k>" names: formed on demand */
+	mm->scope = intern_cstr("Gradients/Default/MatMul");
+	mm->scope_kind = SCOPE_FULLNAME;
+	mm->scope_op = 8;
+	const char *mine = ir_node_fullname(mm);
+	assert_string_equal(mine, "Gradients/Default/MatMul-op7");
+	pthread_t th;
+	void *theirs = NULL;
+	assert_int_equal(pthread_create(&th, NULL, fullname_job, mm), 0);
+	assert_int_equal(pthread_join(th, &theirs), 0);
+	assert_non_null(theirs);
+	assert_ptr_not_equal(theirs, mine); /* one static buffer would be the same */
+	assert_int_equal(ir_node_phase(mm), IR_PHASE_BWD);
 	ir_module_free(m);
 }
 
@@ -1051,7 +1081,7 @@ int main(void)
 	    cmocka_unit_test(test_moe_v2),           cmocka_unit_test(test_gmm),
 	    cmocka_unit_test(test_fragment),         cmocka_unit_test(test_keymap),
 	    cmocka_unit_test(test_fmt_int),          cmocka_unit_test(test_defer),
-	    cmocka_unit_test(test_output_set),       cmocka_unit_test(test_clone),
+	    cmocka_unit_test(test_output_set),       cmocka_unit_test(test_fullname_threads),       cmocka_unit_test(test_clone),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();
