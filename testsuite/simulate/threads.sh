@@ -5,7 +5,8 @@
 # passes/simulate/exec.c).  Each case runs with 1, 2, 3 and 8 threads and
 # every run is compared with the one-thread run; the cases are a training
 # step, a pipeline with micro-batches (Send/Receive), a wrong plan (a
-# mismatch) and a deadlock (a Receive whose Send carries another tag).
+# mismatch), a fault in the backward (the ranks once raced on a name
+# buffer there) and a deadlock (a Receive whose Send carries another tag).
 set -u
 export LC_ALL=C
 top=${TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -44,6 +45,8 @@ same "hybrid_mlp 2 stages x 4 micro-batches" "" -q -n 8 --pipeline-stages=2 --mi
 	--enable-parallel-optimizer --optimizer=sgd --dataset-strategy=full_batch --pipeline-scheduler=gpipe --simulate "$s/hybrid_mlp.ir"
 same "broken redistribution (a mismatch)" SAPPC_TEST_BREAK_REDIST=1 -q -n 4 --parallel-mode=semi_auto --simulate \
 	--forward-only "$top/testsuite/simulate/broken_redist.ir"
+same "dropped gradient mean (a fault in the backward)" SAPPC_TEST_DROP_GRAD_MEAN=1 -q -n 8 --gradients-mean --simulate \
+	"$top/testsuite/simulate/train_drop_mean.ir"
 same "wrong sr_tag (a deadlock)" SAPPC_TEST_BAD_SR_TAG=1 -q -n 8 --pipeline-stages=2 --micro-batch-num=4 \
 	--enable-parallel-optimizer --optimizer=sgd --dataset-strategy=full_batch --simulate "$s/hybrid_mlp.ir"
 echo "1..$n"
