@@ -1097,9 +1097,19 @@ static void bp_add(Ad *a, Node *n, const GV *g, int gop)
 			give(a, n, k, in_grad(a, n, k, g[0]));
 }
 
+/* AddN(MakeTuple(x...)), MindSpore's form, gives every element dout (its
+ * bprop returns a tuple of len(x) douts: mindspore-ai/mindspore
+ * mindspore/python/mindspore/ops/_grad/grad_math_ops.py,
+ * get_bprop_scalar_addn); the tuple's own slot would be read by nobody */
 static void bp_addn(Ad *a, Node *n, const GV *g, int gop)
 {
 	(void)gop;
+	Node *mt = n->nargs == 1 ? arg_node(n, 0) : NULL;
+	if (mt && mt->op == OP_MakeTuple) {
+		for (uint32_t k = 0; k < mt->nargs; k++)
+			give_elem(a, mt, k, g[0]);
+		return;
+	}
 	for (uint32_t k = 0; k < n->nargs; k++)
 		if (wants(a, n, k))
 			give(a, n, k, g[0]);
