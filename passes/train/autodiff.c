@@ -562,24 +562,29 @@ static void acc(Ad *a, Slot *slot, GV g, Node *target)
 static void give_node(Ad *a, Node *t, GV g);
 
 /* the gradient of operand k of the node being differentiated */
+/* _VirtualDiv's bprop, named after n: RealDiv(dout, divisor)
+ * (grad_comm_ops.py) */
+static GV virtual_div(Ad *a, Node *n, GV g, int64_t divisor)
+{
+	Node tm = a->e.tmpl;
+	const NodeExt *x = a->e.ext;
+	train_emit_bprop_of(&a->e, n, lower_sym("_VirtualDiv"), 1, OP_RealDiv);
+	a->e.ext = NULL;
+	Node *d = train_op(&a->e, OP_RealDiv, 2, &g.a);
+	set(d, 0, g);
+	set(d, 1, c_scalar(a, g.a.dtype, (double)divisor));
+	a->e.tmpl = tm;
+	a->e.ext = x;
+	return gv_node(d);
+}
+
 static void give(Ad *a, Node *n, uint32_t k, GV g)
 {
 	Node *t = arg_node(n, k);
 	if (!t || !needs(a, t) || !g.set)
 		return;
-	if (a->in_loss && n == a->loss_op && a->vdiv > 1 && t->out.is_tensor) {
-		/* _VirtualDiv's bprop: RealDiv(dout, divisor) (grad_comm_ops.py) */
-		Node tm = a->e.tmpl;
-		const NodeExt *x = a->e.ext;
-		train_emit_bprop_of(&a->e, n, lower_sym("_VirtualDiv"), 1, OP_RealDiv);
-		a->e.ext = NULL;
-		Node *d = train_op(&a->e, OP_RealDiv, 2, &g.a);
-		set(d, 0, g);
-		set(d, 1, c_scalar(a, g.a.dtype, (double)a->vdiv));
-		a->e.tmpl = tm;
-		a->e.ext = x;
-		g = gv_node(d);
-	}
+	if (a->in_loss && n == a->loss_op && a->vdiv > 1 && t->out.is_tensor)
+		g = virtual_div(a, n, g, a->vdiv);
 	give_node(a, t, g);
 }
 
@@ -2689,6 +2694,17 @@ int pass_autodiff(Module *m, const Options *o)
 					a.vdiv = 1;
 			}
 		}
+		/* A loss computed in an earlier pipeline stage arrives through a
+		 * Receive (its producer's layout): every rank of that stage that
+		 * holds a copy is seeded by its peer here, and the mirror
+		 * AllReduce there sums the copies' gradients, so the seed is
+		 * divided by the copies, as _VirtualDiv divides a loss computed
+		 * here.  (MindSpore has no such case: its loss is the last
+		 * stage's.) */
+		int64_t seed_div = 0;
+		if (o->device_num > 1 && !a.loss_op && root && root->kind == NK_CNODE && root->op == OP_Receive &&
+		    root->lay && root->lay->nout)
+			seed_div = lower_loss_repeat(&a.e.lc, root->lay);
 		TrainInfo *ti = arena_alloc(m->arena, sizeof *ti);
 		m->train = ti;
 		ti->ret = ret->args[0];
@@ -2698,7 +2714,8 @@ int pass_autodiff(Module *m, const Options *o)
 			Abs la = train_abs_value(&root->out);
 			Abs ca = la;
 			ca.has_value = 1;
-			slot_put(&a, &a.dout[r], gv_val(train_float_tensor(m, root->out.dtype, 1), ca));
+			GV seed = gv_val(train_float_tensor(m, root->out.dtype, 1), ca);
+			slot_put(&a, &a.dout[r], seed_div > 1 ? virtual_div(&a, root, seed, seed_div) : seed);
 			(void)la;
 		}
 		uint32_t np = g->params.n;
