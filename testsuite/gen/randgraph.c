@@ -1,7 +1,7 @@
 /* randgraph.c - write a random, valid forward graph in sappc's IR text (the
  * random-graph test's input generator, testsuite/lower/randgraph.sh).
  *
- *   randgraph SEED [N_OPS] > out.ir     (N_OPS: operators to draw, default 14)
+ *   randgraph SEED [N_OPS] [loss] > out.ir     (N_OPS: operators to draw, default 14)
  *
  * The graph is a random DAG over operators sappc plans, lowers and
  * simulates: MatMul and BatchMatMul (transpose flags as operands or as
@@ -13,7 +13,9 @@
  * sometimes read by a second operator: another Concat or an AddN).  Operands
  * are drawn mostly from recent values but also from far upstream (residuals),
  * and any value may have several users; values nobody reads are returned
- * (a MakeTuple when there are several).
+ * (a MakeTuple when there are several).  With "loss", the graph returns
+ * a scalar instead, the sum of those values' ReduceSums (a loss: sappc
+ * builds the training step of it, every weight trainable).
  *
  * Shapes are computed here as the operators' shape rules define them: every
  * dimension drawn is a power of two from 2 to 32 (so strategies divide them;
@@ -797,12 +799,13 @@ static int op_concat(void)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2 && argc != 3) {
-		fprintf(stderr, "usage: randgraph SEED [N_OPS] > out.ir\n");
+	int loss = argc == 4 && strcmp(argv[3], "loss") == 0;
+	if (argc < 2 || argc > 4 || (argc == 4 && !loss)) {
+		fprintf(stderr, "usage: randgraph SEED [N_OPS] [loss] > out.ir\n");
 		return 2;
 	}
 	uint64_t seed = strtoull(argv[1], NULL, 10);
-	int nops = argc == 3 ? atoi(argv[2]) : 14;
+	int nops = argc >= 3 ? atoi(argv[2]) : 14;
 	if (nops < 1 || nops > 200) {
 		fprintf(stderr, "randgraph: N_OPS must be 1 to 200\n");
 		return 2;
@@ -838,6 +841,35 @@ int main(int argc, char **argv)
 	char ret[64], rt[4096];
 	if (no == 0)
 		outs[no++] = nv - 1;
+	if (loss) { /* the scalar sum of every output's ReduceSum */
+		int64_t ax[MAXR];
+		int acc = -1;
+		for (int i = 0; i < no; i++) {
+			char args[256], ty[384];
+			int a = outs[i], r = a; /* a scalar is its own sum */
+			for (int k = 0; k < V[a].rank; k++)
+				ax[k] = k;
+			if (V[a].rank > 0) {
+				use(a);
+				operands(args, ty, &a, 1);
+				add_ints(args, ty, ax, V[a].rank);
+				strcat(args, ", Bool(0)");
+				strcat(ty, ", <Bool, NoShape>");
+				r = tensor_node("ReduceSum", args, ty, "output_names: [y], input_names: [input_x, axis, keep_dims]",
+				                0, ax, V[a].mag * (double)numel(V[a].d, V[a].rank), 0);
+			}
+			if (acc >= 0) {
+				int ab[2] = {acc, r};
+				use(acc), use(r);
+				operands(args, ty, ab, 2);
+				r = tensor_node("Add", args, ty, "output_names: [output], input_names: [x, y]", 0, ax,
+				                V[acc].mag + V[r].mag, 0);
+			}
+			acc = r;
+		}
+		outs[0] = acc;
+		no = 1;
+	}
 	if (no == 1) {
 		sprintf(ret, "%s", V[outs[0]].ref);
 		vtype(rt, &V[outs[0]]);
@@ -851,7 +883,8 @@ int main(int argc, char **argv)
 	fclose(body);
 	fclose(params);
 
-	printf("# randgraph %" PRIu64 " %d: a random forward graph (testsuite/gen/randgraph.c)\n", seed, nops);
+	printf("# randgraph %" PRIu64 " %d%s: a random %s (testsuite/gen/randgraph.c)\n", seed, nops, loss ? " loss" : "",
+	       loss ? "graph with a loss" : "forward graph");
 	printf("# IR entry: @main\n# Total subgraphs: 1\n\n# Total params: %d\n# Params:\n%s\n", npar, params_text);
 	printf("Node counting information:\nTotal number of nodes: 0\nTotal number of cnodes: 0\n\n");
 	printf("subgraph attr:\nsubgraph instance: main : 0x1\nsubgraph @main() {\n%s", body_text);

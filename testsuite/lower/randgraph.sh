@@ -1,6 +1,6 @@
 #!/bin/bash
-# randgraph.sh - random graphs through the whole forward pipeline, checked by
-# numbers; prints TAP.
+# randgraph.sh - random graphs through the whole pipeline, forward and
+# training step, checked by numbers; prints TAP.
 #
 # For each seed, testsuite/gen/randgraph writes a random forward graph
 # (MatMul, BatchMatMul, broadcasting element-wise operators, unary
@@ -9,7 +9,12 @@
 # verify.  Then sappc lowers and simulates it (--forward-only --simulate
 # --verify-each) with the search's own plan and with random valid
 # strategies (randstrat) for 2, 4 and 8 devices, with the search around
-# them (--interfered), and on two pipeline stages.  Every run must either pass (exit 0,
+# them (--interfered), and on two pipeline stages.  The seed's graph with a
+# loss (randgraph SEED N loss: the sum of its outputs) goes through the same
+# plans as a training step (no --forward-only: backward, gradient
+# communication, the optimizer; gradients and update checked against the
+# single device, the single device by central differences) and with the
+# Adam optimizer parallel.  Every run must either pass (exit 0,
 # "simulate: ok") or refuse the input cleanly (exit 1, a
 # "file:line:col: error:" diagnostic, no internal error, no sanitizer
 # report); anything else fails with the seed and the command.
@@ -42,12 +47,16 @@ notok() {
 	fi
 }
 
-# check LABEL INPUT N [FLAGS...]: one simulated run, judged
+# check LABEL INPUT N [FLAGS...]: one simulated run (of the forward graph
+# unless $step is set), judged
+step=
 check() {
 	local label=$1 input=$2 N=$3 code
 	shift 3
-	local cmd="sappc -n $N --forward-only --simulate --verify-each $* $input"
-	"$sappc" -n "$N" --forward-only --simulate --verify-each "$@" "$input" -o /dev/null >"$tmp/out" 2>&1
+	local fwd=--forward-only
+	[ -n "$step" ] && fwd=
+	local cmd="sappc -n $N $fwd --simulate --verify-each $* $input"
+	"$sappc" -n "$N" $fwd --simulate --verify-each "$@" "$input" -o /dev/null >"$tmp/out" 2>&1
 	code=$?
 	if grep -qiE 'internal error|sanitizer|runtime error|leak|assert' "$tmp/out"; then
 		notok "$label: $cmd: exit $code, internal error or sanitizer report" "$input"
@@ -61,27 +70,45 @@ check() {
 	fi
 }
 
-for seed in $seeds; do
-	g="$tmp/g$seed.ir"
-	rm -f "$tmp/out"
-	if ! "$rg" "$seed" "$nops" >"$g" 2>"$tmp/out" ||
-		! "$sappc" --passes=verify "$g" >/dev/null 2>"$tmp/out"; then
-		notok "seed $seed: randgraph $seed $nops does not write a valid graph" "$g"
-		continue
-	fi
-	check "seed $seed search" "$g" 8
+# one seed's graph (randgraph SEED NOPS [loss]) through every kind of plan
+plans() { # SEED LABEL GRAPH
+	local seed=$1 l=$2 g=$3 N s
+	check "$l search" "$g" 8
 	for N in 2 4 8; do
 		s="$tmp/s$seed-$N.ir"
 		if ! "$rs" "$N" "$((seed * 8 + N))" "$g" >"$s" 2>"$tmp/out"; then
-			notok "seed $seed: randstrat $N $((seed * 8 + N)) failed" "$g"
+			notok "$l: randstrat $N $((seed * 8 + N)) failed" "$g"
 			continue
 		fi
-		check "seed $seed randstrat $N $((seed * 8 + N))" "$s" "$N" --parallel-mode=semi_auto
+		check "$l randstrat $N $((seed * 8 + N))" "$s" "$N" --parallel-mode=semi_auto
 	done
-	check "seed $seed randstrat 8 $((seed * 8 + 8))" "$tmp/s$seed-8.ir" 8 --interfered
+	check "$l randstrat 8 $((seed * 8 + 8))" "$tmp/s$seed-8.ir" 8 --interfered
 	# two pipeline stages of 2 devices: the search's plan, cut where the
 	# pipeline pass puts the stage boundary
-	check "seed $seed pipeline" "$g" 4 --pipeline-stages=2
+	check "$l pipeline" "$g" 4 --pipeline-stages=2
+}
+
+for seed in $seeds; do
+	for kind in forward loss; do
+		g="$tmp/g$seed.ir"
+		rm -f "$tmp/out"
+		step=
+		[ "$kind" = loss ] && step=1
+		if ! "$rg" "$seed" "$nops" ${step:+loss} >"$g" 2>"$tmp/out" ||
+			! "$sappc" --passes=verify "$g" >/dev/null 2>"$tmp/out"; then
+			notok "seed $seed: randgraph $seed $nops ${step:+loss} does not write a valid graph" "$g"
+			continue
+		fi
+		if [ -z "$step" ]; then
+			plans "$seed" "seed $seed" "$g"
+		else
+			# the training step: backward, gradient communication, the
+			# optimizer (parallel too), checked against the single device
+			# and by central differences
+			plans "$seed" "seed $seed step" "$g"
+			check "seed $seed step optimizer parallel" "$g" 8 --enable-parallel-optimizer --optimizer=adam
+		fi
+	done
 done
 echo "# $refused runs refused their input cleanly"
 echo "1..$n"
