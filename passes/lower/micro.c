@@ -204,6 +204,21 @@ static int reshape_node(Micro *mc, Node *c, int changed)
 			return 0;
 		}
 	}
+	if (ir_node_is_op(c, OP_MakeTuple) && c->out.shape.kind == SK_TUPLE && c->out.shape.rank == c->nargs) {
+		/* its elements are its operands as they now are (not a guess
+		 * from dimension 0: MakeTuple(t, t) of a Transpose that moved
+		 * the batch keeps a dimension 0 equal to the old one) */
+		Shape *sub = arena_dup(m->arena, c->out.shape.sub, c->out.shape.rank * sizeof *sub);
+		for (uint32_t k = 0; k < c->nargs; k++) {
+			const Node *p = c->args[k].kind == V_NODE ? c->args[k].u.node : NULL;
+			if (p)
+				sub[k] = p->out.shape;
+			else if (k < c->nin_types)
+				sub[k] = c->in_types[k].shape;
+		}
+		c->out.shape.sub = sub;
+		return 0;
+	}
 	int64_t d[MAX_RANK];
 	int r = 0;
 	char why[256] = "";
