@@ -629,12 +629,11 @@ const AttrList *ir_node_strat(const Node *n);
 void ir_node_set_strat(Module *m, Node *n, AttrList l);
 /* Names a pass may leave unformed (inserted operators: one interned string
  * each would cost more than the node).  Both return the interned text when
- * there is one, else text formed in a static buffer that the next call of
- * the same function overwrites. */
-const char *ir_node_fullname(const Node *n); /* scope text or "", in a buffer of the calling thread */
+ * there is one, else text formed in a buffer of the calling thread that
+ * the next call of the same function on that thread overwrites. */
+const char *ir_node_fullname(const Node *n); /* scope text or "" */
 const char *ir_node_name(const Node *n);     /* debug name or "" */
-/* the same, formed in buf when it must be (the two above share a static
- * buffer: the simulator's threads use these) */
+/* the same, formed in buf when it must be (when a caller keeps two at once) */
 const char *ir_node_fullname_r(const Node *n, char *buf, size_t cap);
 const char *ir_node_name_r(const Node *n, char *buf, size_t cap);
 Node *ir_look_through(Node *n);               /* skip Load/Depend/Cast... to the producer */

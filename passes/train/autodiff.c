@@ -561,7 +561,6 @@ static void acc(Ad *a, Slot *slot, GV g, Node *target)
 
 static void give_node(Ad *a, Node *t, GV g);
 
-/* the gradient of operand k of the node being differentiated */
 /* _VirtualDiv's bprop, named after n: RealDiv(dout, divisor)
  * (grad_comm_ops.py) */
 static GV virtual_div(Ad *a, Node *n, GV g, int64_t divisor)
@@ -578,6 +577,7 @@ static GV virtual_div(Ad *a, Node *n, GV g, int64_t divisor)
 	return gv_node(d);
 }
 
+/* the gradient of operand k of the node being differentiated */
 static void give(Ad *a, Node *n, uint32_t k, GV g)
 {
 	Node *t = arg_node(n, k);
