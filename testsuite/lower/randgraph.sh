@@ -13,8 +13,8 @@
 # loss (randgraph SEED N loss: the sum of its outputs) goes through the same
 # plans as a training step (no --forward-only: backward, gradient
 # communication, the optimizer; gradients and update checked against the
-# single device, the single device by central differences) and with the
-# Adam optimizer parallel.  Every run must either pass (exit 0,
+# single device, the single device by central differences), with the
+# Adam optimizer parallel, recomputed, and with --gradients-mean and AdamW.  Every run must either pass (exit 0,
 # "simulate: ok") or refuse the input cleanly (exit 1, a
 # "file:line:col: error:" diagnostic, no internal error, no sanitizer
 # report); anything else fails with the seed and the command.
@@ -107,6 +107,9 @@ for seed in $seeds; do
 			# and by central differences
 			plans "$seed" "seed $seed step" "$g"
 			check "seed $seed step optimizer parallel" "$g" 8 --enable-parallel-optimizer --optimizer=adam
+			# every operator recomputed in the backward (the scope's cell is Default)
+			check "seed $seed step recompute" "$g" 8 --recompute=Default
+			check "seed $seed step gradients mean" "$g" 8 --gradients-mean --optimizer=adamw
 		fi
 	done
 done
