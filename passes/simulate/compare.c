@@ -712,6 +712,25 @@ static int check_block(SimSliceFn slice, void *ctx, Node *lparam, const Node *gp
 	return 0;
 }
 
+/* a weight the single-device step updates that rank r (or, with no
+ * local, every rank) leaves as it is: a mismatch of its gradient, all of
+ * whose numel elements count as wrong (no retry on another seed) */
+static void not_updated(SimStepCheck *ck, const Node *w, const Node *gn, const Node *lw, int rank, int64_t numel,
+                        const char *why)
+{
+	SimMismatch mm;
+	set_where(&mm, gn, lw, rank);
+	snprintf(mm.why, sizeof mm.why, "%s", why);
+	ck->compared++;
+	ck->elems += numel;
+	ck->bad_elems += numel;
+	ck->missing++;
+	if (!ck->bad++) {
+		ck->first = mm;
+		ck->first_param = w;
+	}
+}
+
 int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *ctx, double rtol, SimStepReport *rep)
 {
 	memset(rep, 0, sizeof *rep);
@@ -742,11 +761,20 @@ int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *c
 			st = &scaled;
 		}
 		uint32_t pos[8];
-		int nw = sim_ref_operands(u, pos);
+		int nw = sim_ref_operands(u, pos), updated = 0, held = 0;
 		for (int r = 0; r < nr && !err && gt; r++) {
 			Node *lu = find_name(ix[r].upd, ix[r].nupd, w->name);
-			if (!lu)
-				continue; /* another pipeline stage's weight */
+			if (!lu) {
+				/* another pipeline stage's weight, unless the rank holds it */
+				Node *lw = find_name(ix[r].par, ix[r].npar, w->name);
+				if (lw) {
+					held = 1;
+					not_updated(&rep->grads, w, gn, lw, r, gt->numel,
+					            "the rank holds the weight but no optimizer update of it");
+				}
+				continue;
+			}
+			updated = 1;
 			Node *lw = lu->args[0].u.node, *lg = lu->args[sim_grad_operand(lu)].u.node;
 			const SimTensor *lt = sim_tensor(R, r, lg);
 			if (check_block(slice, ctx, lw, w, w, gn, lg, st, lt, r, rtol, &rep->grads) < 0)
@@ -763,6 +791,8 @@ int sim_compare_step(const SimRun *G, const SimRun *R, SimSliceFn slice, void *c
 					err = 1;
 			}
 		}
+		if (gt && !updated && !held && !err)
+			not_updated(&rep->grads, w, gn, NULL, 0, gt->numel, "no rank updates the weight");
 		for (int k = 0; k < nw; k++)
 			if (u->args[pos[k]].kind == V_NODE)
 				covered[u->args[pos[k]].u.node->id] = 1;

@@ -350,9 +350,13 @@ static int lower_ranks(Module **ranks, Module *m, int keep, const char *buf, siz
 	return rc;
 }
 
-/* whether m is a training step: it updates weights (training-step.md §3) */
+/* whether m is a training step: the training passes built it (a rank of a
+ * later pipeline stage may hold no weight to update), or it updates weights
+ * (training-step.md §3) */
 static int is_step(Module *m)
 {
+	if (m->train)
+		return 1;
 	Graph *g = ir_entry(m);
 	for (uint32_t i = 0; g && i < g->nodes.n; i++)
 		if (sim_grad_operand(g->nodes.a[i]) >= 0)
@@ -460,14 +464,15 @@ static double mean_scale(void *ctx, const Node *w)
  * switch point; *retry is then set when the mismatch looks like one moved:
  * some gradient differs, and at most an eighth of the gradients' elements
  * and of the written parameters' do (a wrong plan corrupts whole blocks:
- * a missing reduction, a wrong slice, a forgotten scale). */
+ * a missing reduction, a wrong slice, a forgotten scale), and no weight
+ * goes without its update. */
 static int check_step(const SimRun *G, const SimRun *R, Plan *plan, FILE *out, int quiet_first, int may_retry,
                       int *retry)
 {
 	SimStepReport st;
 	int rc = sim_compare_step(G, R, lower_slice, plan, SIM_RTOL, &st);
 	sim_print_step_report(out, &st);
-	*retry = may_retry && rc > 0 && st.grads.bad > 0 && st.grads.bad_elems * 8 <= st.grads.elems &&
+	*retry = may_retry && rc > 0 && st.grads.bad > 0 && !st.grads.missing && st.grads.bad_elems * 8 <= st.grads.elems &&
 	         st.after.bad_elems * 8 <= st.after.elems;
 	if (rc <= 0 || quiet_first || *retry)
 		return rc;

@@ -254,6 +254,7 @@ typedef struct SimReport {
  * global_step, ...) as it is after the step. */
 typedef struct SimStepCheck {
 	int compared, bad;                     /* (parameter, rank) pairs */
+	int missing;                           /* of the bad: a weight a rank holds but never updates */
 	int64_t elems, bad_elems;              /* their elements, those beyond tolerance (a bad layout: all) */
 	double max_err;                        /* largest relative error */
 	SimMismatch first;                     /* the first bad pair in the single-device graph's order, lowest rank */
