@@ -116,6 +116,7 @@ int sim_check_gradients(Module *m, const SimRun *G, const SimOptions *so, double
 		return -1;
 	}
 	uint8_t *need = loss_cone(m, g, loss);
+	double K = m->micro > 1 ? (double)m->micro : 1;
 	o.global = NULL;
 	o.slice = NULL;
 	o.trace = NULL;
@@ -169,8 +170,13 @@ int sim_check_gradients(Module *m, const SimRun *G, const SimOptions *so, double
 			 * of the losses themselves: a few units of it are rounding
 			 * (a large loss with a small gradient, a gradient that is
 			 * zero but for rounding, as a Softmax's sum has) */
+			/* over K micro-batches the step returns their losses' sum and
+			 * updates with the gradients times sens = 1/K (training-step.md
+			 * §1.3, _TrainGradAccuStepCell): the gradient is that of the
+			 * sum over K */
+			lp /= K, lm /= K;
 			double scale = (gnorm > 1e-6 ? gnorm : 1e-6) * dnorm, off = fabs((lp - lm) - claim);
-			double rounding = LOSS_ULPS * loss_ulp(fabs(lp) > fabs(lm) ? lp : lm);
+			double rounding = LOSS_ULPS * loss_ulp(fabs(lp) > fabs(lm) ? lp : lm) / K;
 			double err = (off > rounding ? off - rounding : 0) / scale; /* beyond rounding */
 			out->probes++;
 			if (err > out->max_err) {
