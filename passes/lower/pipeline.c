@@ -285,6 +285,15 @@ static void p2p_attrs(LowerCtx *c, Node *n, const char *peer_key, int64_t peer, 
  * out of range (reported).  Stages are numbered for --pipeline-stages; when
  * --auto-pipeline lowered the count to S (a divisor), consecutive stages
  * merge: stage k becomes k * S / --pipeline-stages. */
+/* The micro-batch losses' sum (unroll's pipeline_end Adds) is the last
+ * stage's, as PipelineCell's, like the Return: every micro-batch's loss
+ * crosses to it on its own (training-step.md §4.5).  Neither pulls its
+ * operands into the last stage. */
+static int is_loss_sum(const Node *n)
+{
+	return ir_node_is_op(n, OP_Add) && ir_attr_get(&n->pattrs, "pipeline_end");
+}
+
 static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 {
 	uint32_t nn = g->nodes.n;
@@ -303,7 +312,7 @@ static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 			              n->kind == NK_RETURN ? "Return" : sym_str(n->prim), n->local, s, S);
 			bad = 1;
 		}
-		st[i] = n->kind == NK_RETURN ? S - 1 : s;
+		st[i] = n->kind == NK_RETURN || is_loss_sum(n) ? S - 1 : s;
 	}
 	if (bad)
 		return 1;
@@ -314,7 +323,7 @@ static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 		fixed[i] = st[i] >= 0;
 	for (uint32_t i = nn; i-- > 0;) {
 		Node *n = g->nodes.a[i];
-		if (n->kind == NK_RETURN || st[i] < 0)
+		if (n->kind == NK_RETURN || is_loss_sum(n) || st[i] < 0)
 			continue;
 		for (uint32_t k = 0; k < n->nargs; k++) {
 			Node *p = n->args[k].kind == V_NODE ? n->args[k].u.node : NULL;
