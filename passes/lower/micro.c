@@ -219,6 +219,44 @@ static int reshape_node(Micro *mc, Node *c, int changed)
 		c->out.shape.sub = sub;
 		return 0;
 	}
+	if (ir_node_is_op(c, OP_AddN) && c->nargs >= 1 && c->args[0].kind == V_NODE) {
+		/* the sum has its operands' shape: the first tensor's, or the
+		 * first element's of a tuple (AddN(MakeTuple(...))) */
+		const Shape *xs = &c->args[0].u.node->out.shape;
+		if (xs->kind == SK_TUPLE && xs->rank)
+			xs = &xs->sub[0];
+		if (xs->kind == SK_DIMS) {
+			c->out = lower_abs_like(m, &c->out, xs->dims, xs->rank);
+			return 0;
+		}
+	}
+	if (ir_node_is_op(c, OP_Split) && c->nargs >= 1 && c->args[0].kind == V_NODE &&
+	    c->out.shape.kind == SK_TUPLE) {
+		/* output_num equal pieces along axis of its operand as it now is
+		 * (the batch need not be dimension 0 here, nor the split axis
+		 * another) */
+		const Shape *xs = &c->args[0].u.node->out.shape;
+		int64_t axis = 0, num = c->out.shape.rank, e[MAX_RANK];
+		Value *av = c->nargs >= 2 && c->args[1].kind != V_NODE ? &c->args[1] : ir_attr_get(&c->pattrs, "axis");
+		if (xs->kind != SK_DIMS || !av || !value_get_int(av, &axis))
+			goto cannot;
+		axis += axis < 0 ? xs->rank : 0;
+		if (axis < 0 || axis >= xs->rank || num <= 0 || xs->dims[axis] % num) {
+			diag_error_at(c->loc,
+			              "Split (%%%d): its shapes cannot follow the micro-batch (--micro-batch-num=%d): "
+			              "dimension %lld of a micro-batch's operand does not split into %lld",
+			              c->local, mc->K, (long long)axis, (long long)num);
+			return 1;
+		}
+		memcpy(e, xs->dims, xs->rank * sizeof *e);
+		e[axis] /= num;
+		Shape piece = shape_shared(m, e, xs->rank);
+		Shape *sub = arena_alloc(m->arena, (size_t)num * sizeof *sub);
+		for (int64_t k = 0; k < num; k++)
+			sub[k] = piece;
+		c->out.shape.sub = sub;
+		return 0;
+	}
 	int64_t d[MAX_RANK];
 	int r = 0;
 	char why[256] = "";
