@@ -226,6 +226,8 @@ void train_splice(TrainEmit *e)
 {
 	Graph *g = e->g;
 	Node *ret = g->nodes.a[g->nodes.n - 1];
+	if (!e->out.n)
+		return; /* nothing emitted (a stage with nothing to train): out.a may be NULL */
 	vec_grow(&g->nodes, e->out.n);
 	memcpy(g->nodes.a + g->nodes.n - 1, e->out.a, e->out.n * sizeof *e->out.a);
 	g->nodes.n += e->out.n;
