@@ -230,8 +230,7 @@ static int reshape_node(Micro *mc, Node *c, int changed)
 			return 0;
 		}
 	}
-	if (ir_node_is_op(c, OP_Split) && c->nargs >= 1 && c->args[0].kind == V_NODE &&
-	    c->out.shape.kind == SK_TUPLE) {
+	if (ir_node_is_op(c, OP_Split) && c->nargs >= 1 && c->args[0].kind == V_NODE && c->out.shape.kind == SK_TUPLE) {
 		/* output_num equal pieces along axis of its operand as it now is
 		 * (the batch need not be dimension 0 here, nor the split axis
 		 * another) */

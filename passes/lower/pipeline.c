@@ -280,11 +280,6 @@ static void p2p_attrs(LowerCtx *c, Node *n, const char *peer_key, int64_t peer, 
 	lower_order_attrs(&n->pattrs);
 }
 
-/* The stage of every operator of g (st[i] for g->nodes.a[i]; see the pass
- * comment for the rules).  Leaves node i's mark at i + 1.  1 when a stage is
- * out of range (reported).  Stages are numbered for --pipeline-stages; when
- * --auto-pipeline lowered the count to S (a divisor), consecutive stages
- * merge: stage k becomes k * S / --pipeline-stages. */
 /* The micro-batch losses' sum (unroll's pipeline_end Adds) is the last
  * stage's, as PipelineCell's, like the Return: every micro-batch's loss
  * crosses to it on its own (training-step.md §4.5).  Neither pulls its
@@ -294,6 +289,11 @@ static int is_loss_sum(const Node *n)
 	return ir_node_is_op(n, OP_Add) && ir_attr_get(&n->pattrs, "pipeline_end");
 }
 
+/* The stage of every operator of g (st[i] for g->nodes.a[i]; see the pass
+ * comment for the rules).  Leaves node i's mark at i + 1.  1 when a stage is
+ * out of range (reported).  Stages are numbered for --pipeline-stages; when
+ * --auto-pipeline lowered the count to S (a divisor), consecutive stages
+ * merge: stage k becomes k * S / --pipeline-stages. */
 static int assign_stages(const Options *o, Graph *g, int S, int32_t *st)
 {
 	uint32_t nn = g->nodes.n;

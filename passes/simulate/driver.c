@@ -472,8 +472,8 @@ static int check_step(const SimRun *G, const SimRun *R, Plan *plan, FILE *out, i
 	SimStepReport st;
 	int rc = sim_compare_step(G, R, lower_slice, plan, SIM_RTOL, &st);
 	sim_print_step_report(out, &st);
-	*retry = may_retry && rc > 0 && st.grads.bad > 0 && !st.grads.missing && st.grads.bad_elems * 8 <= st.grads.elems &&
-	         st.after.bad_elems * 8 <= st.after.elems;
+	*retry = may_retry && rc > 0 && st.grads.bad > 0 && !st.grads.missing &&
+	         st.grads.bad_elems * 8 <= st.grads.elems && st.after.bad_elems * 8 <= st.after.elems;
 	if (rc <= 0 || quiet_first || *retry)
 		return rc;
 	const SimStepCheck *ck = st.grads.bad ? &st.grads : &st.after;

@@ -855,8 +855,9 @@ int main(int argc, char **argv)
 				add_ints(args, ty, ax, V[a].rank);
 				strcat(args, ", Bool(0)");
 				strcat(ty, ", <Bool, NoShape>");
-				r = tensor_node("ReduceSum", args, ty, "output_names: [y], input_names: [input_x, axis, keep_dims]",
-				                0, ax, V[a].mag * (double)numel(V[a].d, V[a].rank), 0);
+				r = tensor_node("ReduceSum", args, ty,
+				                "output_names: [y], input_names: [input_x, axis, keep_dims]", 0, ax,
+				                V[a].mag * (double)numel(V[a].d, V[a].rank), 0);
 			}
 			if (acc >= 0) {
 				int ab[2] = {acc, r};
@@ -883,8 +884,8 @@ int main(int argc, char **argv)
 	fclose(body);
 	fclose(params);
 
-	printf("# randgraph %" PRIu64 " %d%s: a random %s (testsuite/gen/randgraph.c)\n", seed, nops, loss ? " loss" : "",
-	       loss ? "graph with a loss" : "forward graph");
+	printf("# randgraph %" PRIu64 " %d%s: a random %s (testsuite/gen/randgraph.c)\n", seed, nops,
+	       loss ? " loss" : "", loss ? "graph with a loss" : "forward graph");
 	printf("# IR entry: @main\n# Total subgraphs: 1\n\n# Total params: %d\n# Params:\n%s\n", npar, params_text);
 	printf("Node counting information:\nTotal number of nodes: 0\nTotal number of cnodes: 0\n\n");
 	printf("subgraph attr:\nsubgraph instance: main : 0x1\nsubgraph @main() {\n%s", body_text);

@@ -1081,7 +1081,8 @@ int main(void)
 	    cmocka_unit_test(test_moe_v2),           cmocka_unit_test(test_gmm),
 	    cmocka_unit_test(test_fragment),         cmocka_unit_test(test_keymap),
 	    cmocka_unit_test(test_fmt_int),          cmocka_unit_test(test_defer),
-	    cmocka_unit_test(test_output_set),       cmocka_unit_test(test_fullname_threads),       cmocka_unit_test(test_clone),
+	    cmocka_unit_test(test_output_set),       cmocka_unit_test(test_clone),
+	    cmocka_unit_test(test_fullname_threads),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	intern_free_all();
