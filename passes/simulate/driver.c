@@ -544,6 +544,147 @@ static double loss_value(const SimRun *r)
 	return v && v->kind == SV_TENSOR && v->t && v->t->numel == 1 ? v->t->data[0] : NAN;
 }
 
+/* ------------------------------------------- why micro-batches differ */
+
+typedef struct MicroCopy {
+	char *full; /* the operator's full name (copies keep it) */
+	Sym prim;
+	int micro; /* -1: shared by every micro-batch */
+	const Node *n;
+} MicroCopy;
+
+static int copy_cmp(const void *a, const void *b)
+{
+	const MicroCopy *x = a, *y = b;
+	int c = strcmp(x->full, y->full);
+	if (c)
+		return c;
+	if (x->prim != y->prim)
+		return x->prim < y->prim ? -1 : 1;
+	return (x->micro > y->micro) - (x->micro < y->micro);
+}
+
+/* the copy of micro-batch k (or the shared one), NULL when there is none */
+static const Node *find_copy(const MicroCopy *c, uint32_t n, const char *full, Sym prim, int k)
+{
+	MicroCopy key = {(char *)full, prim, k, NULL};
+	const MicroCopy *f = bsearch(&key, c, n, sizeof *c, copy_cmp);
+	if (!f) {
+		key.micro = -1;
+		f = bsearch(&key, c, n, sizeof *c, copy_cmp);
+	}
+	return f ? f->n : NULL;
+}
+
+static int close_to(double e, double g)
+{
+	return fabs(g - e) <= SIM_RTOL * fmax(1.0, fabs(e));
+}
+
+static int float_cmp(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return (x > y) - (x < y);
+}
+
+/* 0 when the K micro-batch copies' values together are the full batch's
+ * value f, element for element up to order (blocks of the batch's rows,
+ * in any arrangement: a Concat of two of them along the batch reorders
+ * rows), else 1 */
+static int rows_of(const SimTensor *f, const SimTensor *const *m, int K)
+{
+	int64_t n = 0;
+	for (int k = 0; k < K; k++)
+		n += m[k]->numel;
+	if (n != f->numel)
+		return 1;
+	float *a = xmalloc((size_t)(n ? n : 1) * sizeof *a), *b = xmalloc((size_t)(n ? n : 1) * sizeof *b);
+	memcpy(a, f->data, (size_t)n * sizeof *a);
+	for (int k = 0, at = 0; k < K; at += (int)m[k]->numel, k++)
+		memcpy(b + at, m[k]->data, (size_t)m[k]->numel * sizeof *b);
+	qsort(a, (size_t)n, sizeof *a, float_cmp);
+	qsort(b, (size_t)n, sizeof *b, float_cmp);
+	int bad = 0;
+	for (int64_t e = 0; e < n && !bad; e++)
+		bad = !close_to(a[e], b[e]);
+	free(a);
+	free(b);
+	return bad;
+}
+
+/* When the step over K micro-batches is not the full batch's: the first
+ * forward operator of the full batch whose value the micro-batches' copies
+ * do not give back: together (their rows, in any order), or, for a value
+ * shaped alike in both (a loss, a statistic of the batch), as their mean
+ * (what the step's 1/K makes of them).  Printed on out; nothing when every value agrees. */
+static void explain_micro(Module *full, const SimRun *F, Module *ref, const SimRun *M, int K, FILE *out)
+{
+	Graph *fg = ir_entry(full), *mg = ir_entry(ref);
+	if (!fg || !mg)
+		return;
+	MicroCopy *c = xmalloc((mg->nodes.n + 1) * sizeof *c);
+	uint32_t nc = 0;
+	char buf[1024];
+	for (uint32_t i = 0; i < mg->nodes.n; i++) {
+		const Node *n = mg->nodes.a[i];
+		if (n->kind != NK_CNODE || ir_node_phase(n) != IR_PHASE_FWD)
+			continue;
+		const char *f = ir_node_fullname_r(n, buf, sizeof buf);
+		if (*f)
+			c[nc++] = (MicroCopy){xstrdup(f), n->prim, sim_micro_of(n), n};
+	}
+	qsort(c, nc, sizeof *c, copy_cmp);
+	const Node *bad = NULL;
+	int how = 0; /* 1 rows, 2 a sum over the batch, 3 neither mean nor sum */
+	for (uint32_t i = 0; i < fg->nodes.n && !bad; i++) {
+		const Node *n = fg->nodes.a[i];
+		const SimTensor *tf = n->kind == NK_CNODE && ir_node_phase(n) == IR_PHASE_FWD ? sim_tensor(F, 0, n) : NULL;
+		const char *f = tf ? ir_node_fullname_r(n, buf, sizeof buf) : "";
+		if (!*f || tf->numel > (int64_t)1 << 24)
+			continue;
+		const SimTensor *tm[64];
+		int k, same = 1;
+		for (k = 0; k < K && k < 64; k++) {
+			const Node *m = find_copy(c, nc, f, n->prim, k);
+			if (!m || !(tm[k] = sim_tensor(M, 0, m)))
+				break;
+			same &= sim_same_shape(tm[k], tf->ndim, tf->shape);
+		}
+		if (k < K)
+			continue; /* not in every micro-batch: nothing to compare */
+		if (!same) {
+			if (rows_of(tf, tm, K))
+				bad = n, how = 1;
+			continue;
+		}
+		int mean = 1, sum = 1;
+		for (int64_t e = 0; e < tf->numel; e++) {
+			double a = 0;
+			for (k = 0; k < K; k++)
+				a += tm[k]->data[e];
+			mean &= close_to(tf->data[e], a / K);
+			sum &= close_to(tf->data[e], a);
+		}
+		if (!mean)
+			bad = n, how = sum ? 2 : 3;
+	}
+	for (uint32_t i = 0; i < nc; i++)
+		free(c[i].full);
+	free(c);
+	if (!bad) {
+		fprintf(out, "simulate: micro-batches: every forward value of the full batch is its micro-batches' rows, "
+		             "or their mean\n");
+		return;
+	}
+	static const char *const why[] = {
+	    "", "its micro-batches' values together are not the full batch's: it mixes the rows of a batch",
+	    "it sums over the batch's rows, so the micro-batches' mean (the step's 1/K) is 1/K of the full batch's: "
+	    "a mean over the batch keeps the step",
+	    "it combines the batch's rows into a value the micro-batches' mean does not give back"};
+	fprintf(out, "simulate: micro-batches: the first forward value that differs: %%%d %s [%s]: %s\n", bad->local,
+	        sym_str(bad->prim), ir_node_fullname_r(bad, buf, sizeof buf), why[how]);
+}
+
 /* The ranks agree with the micro-batched single-device step (the same
  * pipeline at one device, micro pass included); that step must in turn be
  * the full batch's: the summed loss over K is the full batch's loss, the
@@ -613,6 +754,7 @@ static int check_micro(Module *ref, const SimRun *G, const char *buf, size_t len
 		sim_print_step_report(out, &st);
 	}
 	if (!loss_ok || srep != 0) {
+		explain_micro(full, F, ref, Mr, K, out);
 		diag_error("simulate: the step over %d micro-batches is not the full batch's step (%s); see the report on "
 		           "standard output",
 		           K, !loss_ok ? "the loss" : "the gradients or the parameters after the step");
